@@ -1,0 +1,1 @@
+//! nftables over nfnetlink (filled in by its issue).

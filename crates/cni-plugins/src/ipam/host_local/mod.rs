@@ -1,0 +1,1 @@
+//! host-local IPAM (filled in by its issue).

@@ -1,0 +1,3 @@
+//! IPAM plugins.
+
+pub mod host_local;

@@ -1,0 +1,3 @@
+//! Every cni-rs plugin, as modules built into one multi-call binary.
+
+pub mod ipam;
