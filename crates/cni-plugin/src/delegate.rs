@@ -1,0 +1,139 @@
+//! Running another plugin with the same environment and configuration (spec section 4),
+//! typically the IPAM plugin named in `ipam.type`.
+//!
+//! [`ipam_add`] returns a guard: if the upper plugin's ADD fails after the delegated ADD
+//! succeeded, dropping the guard sends the delegate a DEL, so no address leaks.
+
+use crate::request::{Command, Request};
+use cni_types::validate::validate_plugin_type;
+use cni_types::{CniError, CniResult, ErrorCode};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command as Process, Stdio};
+
+/// The first regular, executable file named `plugin_type` in the search path.
+pub fn find_in_path(plugin_type: &str, path: &[PathBuf]) -> Result<PathBuf, CniError> {
+    use std::os::unix::fs::PermissionsExt;
+    validate_plugin_type(plugin_type)?;
+    path.iter()
+        .map(|dir| dir.join(plugin_type))
+        .find(|candidate| {
+            std::fs::metadata(candidate).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .ok_or_else(|| {
+            CniError::invalid_config(format!("failed to find plugin {plugin_type:?} in path {path:?}"))
+        })
+}
+
+/// Runs `plugin_type` for `command` with the request's environment and `stdin`. Returns
+/// its stdout on success; a failure is the plugin's own error object when it printed one.
+pub fn exec(req: &Request, plugin_type: &str, command: Command, stdin: &[u8]) -> Result<Vec<u8>, CniError> {
+    let binary = find_in_path(plugin_type, &req.path)?;
+    let mut process = Process::new(&binary);
+    process
+        .env("CNI_COMMAND", command.as_str())
+        .env("CNI_CONTAINERID", &req.container_id)
+        .env("CNI_NETNS", &req.netns)
+        .env("CNI_IFNAME", &req.ifname)
+        .env("CNI_ARGS", req.args.to_env_string())
+        .env("CNI_PATH", std::env::join_paths(&req.path).unwrap_or_default())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut child = spawn_retrying_busy(&mut process, &binary)?;
+    if let Some(mut input) = child.stdin.take() {
+        // A plugin that exits without reading stdin closes the pipe: not our failure.
+        let _ = input.write_all(stdin);
+    }
+    let output = child
+        .wait_with_output()
+        .map_err(|e| CniError::io(format!("waiting for plugin {plugin_type:?}: {e}")))?;
+    if output.status.success() {
+        return Ok(output.stdout);
+    }
+    Err(serde_json::from_slice::<CniError>(&output.stdout).unwrap_or_else(|_| {
+        CniError::internal(format!(
+            "plugin {plugin_type:?} failed ({}) without an error object: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout).trim()
+        ))
+    }))
+}
+
+/// A binary being replaced (an upgrade in progress) cannot be executed for a moment
+/// (ETXTBSY); try a few times before giving up.
+fn spawn_retrying_busy(process: &mut Process, binary: &Path) -> Result<std::process::Child, CniError> {
+    let mut attempt = 0;
+    loop {
+        match process.spawn() {
+            Ok(child) => return Ok(child),
+            Err(e) if e.raw_os_error() == Some(26 /* ETXTBSY */) && attempt < 5 => {
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10 << attempt));
+            }
+            Err(e) => return Err(CniError::io(format!("cannot execute {}: {e}", binary.display()))),
+        }
+    }
+}
+
+/// ADD through a delegate; parses its (abbreviated) result.
+pub fn add(req: &Request, plugin_type: &str, stdin: &[u8]) -> Result<CniResult, CniError> {
+    let out = exec(req, plugin_type, Command::Add, stdin)?;
+    CniResult::parse_bytes(&out, req.version).map(|(r, _)| r).map_err(|e| {
+        CniError::new(ErrorCode::Decode, format!("cannot read the result of plugin {plugin_type:?}: {e}"))
+    })
+}
+
+/// A delegated ADD that is undone on drop unless [`DelegatedAdd::commit`] is called.
+pub struct DelegatedAdd<'a> {
+    req: &'a Request,
+    plugin_type: String,
+    result: CniResult,
+    armed: bool,
+}
+
+impl DelegatedAdd<'_> {
+    pub fn result(&self) -> &CniResult {
+        &self.result
+    }
+
+    /// The upper plugin's ADD succeeded: keep the delegate's allocation.
+    pub fn commit(mut self) -> CniResult {
+        self.armed = false;
+        std::mem::take(&mut self.result)
+    }
+}
+
+impl Drop for DelegatedAdd<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Err(e) = exec(self.req, &self.plugin_type, Command::Del, &self.req.stdin) {
+                eprintln!("rolling back {} ADD failed: {e}", self.plugin_type);
+            }
+        }
+    }
+}
+
+fn ipam_type(req: &Request) -> Result<&str, CniError> {
+    match req.conf.ipam.as_ref().map(|i| i.ipam_type.as_str()) {
+        Some(t) if !t.is_empty() => Ok(t),
+        _ => Err(CniError::invalid_config("ipam.type is missing")),
+    }
+}
+
+/// ADD through the configured IPAM plugin, guarded.
+pub fn ipam_add(req: &Request) -> Result<DelegatedAdd<'_>, CniError> {
+    let plugin_type = ipam_type(req)?.to_string();
+    let result = add(req, &plugin_type, &req.stdin)?;
+    Ok(DelegatedAdd { req, plugin_type, result, armed: true })
+}
+
+/// Sends the request's own verb (DEL, CHECK, GC, STATUS) to the configured IPAM plugin.
+pub fn ipam_forward(req: &Request) -> Result<(), CniError> {
+    exec(req, ipam_type(req)?, req.command, &req.stdin).map(|_| ())
+}
+
+/// Whether the configuration names an IPAM plugin at all.
+pub fn has_ipam(req: &Request) -> bool {
+    req.conf.ipam.as_ref().is_some_and(|i| !i.ipam_type.is_empty())
+}

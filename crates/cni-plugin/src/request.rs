@@ -1,0 +1,175 @@
+//! One invocation of a plugin: the verb, the environment and the configuration.
+
+use cni_types::args::CniArgs;
+use cni_types::{CniError, CniResult, NetConf, Version};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use std::fmt;
+use std::path::PathBuf;
+
+/// The verbs of the spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Command {
+    Add,
+    Del,
+    Check,
+    Gc,
+    Status,
+    Version,
+}
+
+impl Command {
+    pub fn parse(s: &str) -> Option<Command> {
+        Some(match s {
+            "ADD" => Command::Add,
+            "DEL" => Command::Del,
+            "CHECK" => Command::Check,
+            "GC" => Command::Gc,
+            "STATUS" => Command::Status,
+            "VERSION" => Command::Version,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Command::Add => "ADD",
+            Command::Del => "DEL",
+            Command::Check => "CHECK",
+            Command::Gc => "GC",
+            Command::Status => "STATUS",
+            Command::Version => "VERSION",
+        }
+    }
+
+    /// Whether the verb works on one attachment (and so needs a container ID and ifname).
+    pub fn is_per_attachment(self) -> bool {
+        matches!(self, Command::Add | Command::Del | Command::Check)
+    }
+}
+
+impl fmt::Display for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An attachment a runtime still uses, as listed in a GC request.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, serde::Serialize)]
+pub struct Attachment {
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    #[serde(rename = "ifname")]
+    pub ifname: String,
+}
+
+/// Everything a plugin is told for one verb.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub command: Command,
+    /// Empty for GC and STATUS.
+    pub container_id: String,
+    /// Path of the container's network namespace; may be empty for DEL, GC and STATUS.
+    pub netns: String,
+    /// Empty for GC and STATUS.
+    pub ifname: String,
+    pub args: CniArgs,
+    /// CNI_PATH, split on ':'.
+    pub path: Vec<PathBuf>,
+    /// The configuration exactly as received on stdin.
+    pub stdin: Vec<u8>,
+    /// The fields every plugin configuration has.
+    pub conf: NetConf,
+    /// The configuration's `cniVersion` ("" is 0.1.0).
+    pub version: Version,
+}
+
+impl Request {
+    /// The plugin's own configuration type, parsed from stdin; errors name the field.
+    pub fn config<T: DeserializeOwned>(&self) -> Result<T, CniError> {
+        crate::config::parse_config(&self.stdin)
+    }
+
+    /// `prevResult`, converted into the internal model. A `prevResult` is in the
+    /// configuration's version.
+    pub fn prev_result(&self) -> Result<Option<CniResult>, CniError> {
+        match &self.conf.prev_result {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(v) => CniResult::from_value(v.clone(), self.version)
+                .map(Some)
+                .map_err(|e| CniError::decode(format!("invalid prevResult: {e}"))),
+        }
+    }
+
+    /// `prevResult`, required (for plugins that can only be chained).
+    pub fn require_prev_result(&self) -> Result<CniResult, CniError> {
+        self.prev_result()?.ok_or_else(|| {
+            CniError::invalid_config(format!(
+                "{} must be called as a chained plugin: prevResult is missing",
+                self.conf.plugin_type
+            ))
+        })
+    }
+
+    /// The attachments a GC request says are still in use (`cni.dev/valid-attachments`,
+    /// or the older `cni.dev/attachments`).
+    pub fn valid_attachments(&self) -> Result<Vec<Attachment>, CniError> {
+        let value =
+            ["cni.dev/valid-attachments", "cni.dev/attachments"].iter().find_map(|k| self.conf.extra.get(*k));
+        match value {
+            None => Ok(Vec::new()),
+            Some(v) => crate::config::parse_value("cni.dev/valid-attachments", v),
+        }
+    }
+
+    /// The network namespace path, required for ADD and CHECK.
+    pub fn netns_path(&self) -> Option<&str> {
+        (!self.netns.is_empty()).then_some(self.netns.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(conf: &str) -> Request {
+        Request {
+            command: Command::Gc,
+            container_id: String::new(),
+            netns: String::new(),
+            ifname: String::new(),
+            args: CniArgs::default(),
+            path: vec![],
+            stdin: conf.as_bytes().to_vec(),
+            conf: serde_json::from_str(conf).unwrap(),
+            version: Version::V1_1_0,
+        }
+    }
+
+    #[test]
+    fn valid_attachments_from_either_key() {
+        let r = request(
+            r#"{"cniVersion":"1.1.0","name":"n","type":"t","cni.dev/valid-attachments":[{"containerID":"a","ifname":"eth0"}]}"#,
+        );
+        assert_eq!(
+            r.valid_attachments().unwrap(),
+            vec![Attachment { container_id: "a".into(), ifname: "eth0".into() }]
+        );
+        let r = request(r#"{"cniVersion":"1.1.0","name":"n","type":"t","cni.dev/attachments":[]}"#);
+        assert!(r.valid_attachments().unwrap().is_empty());
+        let r =
+            request(r#"{"cniVersion":"1.1.0","name":"n","type":"t","cni.dev/attachments":[{"ifname":1}]}"#);
+        assert_eq!(r.valid_attachments().unwrap_err().code, 7);
+    }
+
+    #[test]
+    fn prev_result_is_read_in_the_config_version() {
+        let mut r = request(
+            r#"{"cniVersion":"0.3.1","name":"n","type":"t","prevResult":{"ips":[{"version":"4","address":"10.0.0.2/24"}]}}"#,
+        );
+        r.version = Version::V0_3_1;
+        assert_eq!(r.prev_result().unwrap().unwrap().ips[0].address.to_string(), "10.0.0.2/24");
+        let r = request(r#"{"cniVersion":"1.1.0","name":"n","type":"t"}"#);
+        assert_eq!(r.require_prev_result().unwrap_err().code, 7);
+    }
+}
