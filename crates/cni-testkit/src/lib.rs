@@ -1,1 +1,16 @@
-//! Filled in by its issue.
+//! Test-only helpers shared across the workspace.
+//!
+//! - [`test_plugin`]: a scriptable plugin (binary `cni-test-plugin`) that returns a chosen
+//!   result or error, sleeps, echoes `prevResult`, claims chosen versions, and records
+//!   every invocation to a log that tests read back.
+//! - [`runner`]: runs a plugin binary with a given environment and stdin, optionally
+//!   inside a chosen network namespace, and decodes what it printed.
+//! - [`ns`]: throwaway named network namespaces (`TestNetns`, `HostAndContainers`).
+//! - [`traffic`]: TCP/UDP echo servers and clients across namespaces.
+//! - [`binaries`]: finds (building if needed) the workspace's binaries from a test.
+
+pub mod binaries;
+pub mod ns;
+pub mod runner;
+pub mod test_plugin;
+pub mod traffic;

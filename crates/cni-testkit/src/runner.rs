@@ -1,0 +1,165 @@
+//! Running a plugin binary the way a runtime does, and reading back what it printed.
+
+use cni_types::CniError;
+use serde_json::Value;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// What a plugin run printed and how it exited.
+#[derive(Debug, Clone)]
+pub struct PluginOutput {
+    pub status: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl PluginOutput {
+    pub fn success(&self) -> bool {
+        self.status == 0
+    }
+
+    /// stdout as JSON; panics with the whole output when the run failed or printed no JSON.
+    pub fn json(&self) -> Value {
+        assert!(
+            self.success(),
+            "plugin failed (status {}): {}\nstderr: {}",
+            self.status,
+            self.stdout,
+            self.stderr
+        );
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {:?}", self.stdout))
+    }
+
+    /// The error object; panics unless the run failed with exit 1 and a valid error JSON.
+    pub fn error(&self) -> CniError {
+        assert_eq!(self.status, 1, "expected a CNI error, got status {}: {}", self.status, self.stdout);
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not an error object ({e}): {:?}", self.stdout))
+    }
+}
+
+/// One plugin invocation, built up and then run.
+#[derive(Debug, Clone)]
+pub struct PluginCall {
+    binary: PathBuf,
+    env: Vec<(String, String)>,
+    stdin: Vec<u8>,
+    netns_fd_path: Option<PathBuf>,
+}
+
+impl PluginCall {
+    /// A call of `binary` with CNI_COMMAND=`command`, a clean environment, and the defaults
+    /// a test usually wants (container `test-ctr`, ifname `eth0`).
+    pub fn new(binary: impl Into<PathBuf>, command: &str) -> PluginCall {
+        let binary = binary.into();
+        let dir = binary.parent().map(Path::to_path_buf).unwrap_or_default();
+        PluginCall {
+            binary,
+            env: vec![
+                ("CNI_COMMAND".into(), command.into()),
+                ("CNI_CONTAINERID".into(), "test-ctr".into()),
+                ("CNI_IFNAME".into(), "eth0".into()),
+                ("CNI_PATH".into(), dir.display().to_string()),
+                ("PATH".into(), "/usr/sbin:/usr/bin:/sbin:/bin".into()),
+            ],
+            stdin: Vec::new(),
+            netns_fd_path: None,
+        }
+    }
+
+    /// Sets (or replaces) an environment variable.
+    pub fn env(mut self, key: &str, value: impl Into<String>) -> PluginCall {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Removes an environment variable.
+    pub fn unset(mut self, key: &str) -> PluginCall {
+        self.env.retain(|(k, _)| k != key);
+        self
+    }
+
+    pub fn container_id(self, id: &str) -> PluginCall {
+        self.env("CNI_CONTAINERID", id)
+    }
+
+    pub fn ifname(self, ifname: &str) -> PluginCall {
+        self.env("CNI_IFNAME", ifname)
+    }
+
+    pub fn netns(self, path: impl AsRef<Path>) -> PluginCall {
+        let p = path.as_ref().display().to_string();
+        self.env("CNI_NETNS", p)
+    }
+
+    pub fn cni_path(self, dirs: &str) -> PluginCall {
+        self.env("CNI_PATH", dirs)
+    }
+
+    pub fn args(self, cni_args: &str) -> PluginCall {
+        self.env("CNI_ARGS", cni_args)
+    }
+
+    pub fn stdin(mut self, bytes: impl Into<Vec<u8>>) -> PluginCall {
+        self.stdin = bytes.into();
+        self
+    }
+
+    pub fn config(self, conf: &Value) -> PluginCall {
+        self.stdin(serde_json::to_vec(conf).expect("config serialises"))
+    }
+
+    /// Runs the plugin process inside the network namespace at `path` (the test's "host"),
+    /// as if the runtime were running there.
+    pub fn in_namespace(mut self, path: impl AsRef<Path>) -> PluginCall {
+        self.netns_fd_path = Some(path.as_ref().to_path_buf());
+        self
+    }
+
+    pub fn run(&self) -> PluginOutput {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(&self.binary);
+        cmd.env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let ns_file = self.netns_fd_path.as_ref().map(|p| {
+            std::fs::File::open(p).unwrap_or_else(|e| panic!("cannot open namespace {}: {e}", p.display()))
+        });
+        if let Some(file) = &ns_file {
+            use std::os::fd::AsRawFd;
+            let fd = file.as_raw_fd();
+            // SAFETY: setns(2) is async-signal-safe and only touches the child, between
+            // fork and exec; the fd stays open in the parent until after spawn.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let started = std::time::Instant::now();
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot run {}: {e}", self.binary.display()));
+        let stdin = std::mem::take(&mut child.stdin);
+        if let Some(mut pipe) = stdin {
+            let _ = pipe.write_all(&self.stdin);
+        }
+        let out = child.wait_with_output().expect("waiting for plugin");
+        let elapsed = started.elapsed();
+        drop(ns_file);
+        PluginOutput {
+            status: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            elapsed,
+        }
+    }
+}
