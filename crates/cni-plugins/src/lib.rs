@@ -1,3 +1,12 @@
-//! Every cni-rs plugin, as modules built into one multi-call binary.
+//! Every cni-rs plugin, as modules built into one multi-call binary (`cni-plugins`), which
+//! runs the plugin named by argv[0] (or by its first argument) and installs itself into a
+//! CNI bin directory as one link per plugin name.
+//!
+//! - [`interface`]: interface plugins (loopback, bridge, ptp, ...);
+//! - [`ipam`]: address management (host-local, static, ...);
+//! - [`meta`]: chained plugins (portmap, firewall, tuning, ...).
 
+pub mod interface;
 pub mod ipam;
+pub mod meta;
+pub mod registry;

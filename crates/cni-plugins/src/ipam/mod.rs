@@ -1,3 +1,4 @@
 //! IPAM plugins.
 
 pub mod host_local;
+pub mod static_ipam;

@@ -1,0 +1,1 @@
+//! Interface plugins: they create or configure the container's interface.

@@ -1,0 +1,1 @@
+//! Meta plugins: chained after an interface plugin, they act on its result.

@@ -1,0 +1,18 @@
+//! The table of plugins the multi-call binary knows, by the name a runtime calls them.
+
+use cni_plugin::Plugin;
+
+/// A plugin's name (its `type` in a configuration) and how to make it.
+pub struct Entry {
+    pub name: &'static str,
+    pub make: fn() -> Box<dyn Plugin>,
+}
+
+/// Every plugin, in the order `--list` prints them.
+pub fn plugins() -> &'static [Entry] {
+    &[Entry { name: "static", make: || Box::new(crate::ipam::static_ipam::StaticIpam) }]
+}
+
+pub fn find(name: &str) -> Option<&'static Entry> {
+    plugins().iter().find(|e| e.name == name)
+}
