@@ -6,6 +6,7 @@
 //! - [`ipam`]: address management (host-local, static, ...);
 //! - [`meta`]: chained plugins (portmap, firewall, tuning, ...).
 
+pub mod common;
 pub mod interface;
 pub mod ipam;
 pub mod meta;

@@ -10,7 +10,12 @@ pub struct Entry {
 
 /// Every plugin, in the order `--list` prints them.
 pub fn plugins() -> &'static [Entry] {
-    &[Entry { name: "static", make: || Box::new(crate::ipam::static_ipam::StaticIpam) }]
+    &[
+        Entry { name: "bridge", make: || Box::new(crate::interface::bridge::Bridge) },
+        Entry { name: "loopback", make: || Box::new(crate::interface::loopback::Loopback) },
+        Entry { name: "ptp", make: || Box::new(crate::interface::ptp::Ptp) },
+        Entry { name: "static", make: || Box::new(crate::ipam::static_ipam::StaticIpam) },
+    ]
 }
 
 pub fn find(name: &str) -> Option<&'static Entry> {

@@ -1,1 +1,5 @@
 //! Interface plugins: they create or configure the container's interface.
+
+pub mod bridge;
+pub mod loopback;
+pub mod ptp;

@@ -27,3 +27,36 @@ pub fn plugin(name: &str) -> PathBuf {
     assert!(p.exists(), "plugin {name} is not installed");
     p
 }
+
+use cni_testkit::ns::TestNetns;
+use cni_testkit::runner::{PluginCall, PluginOutput};
+use serde_json::Value;
+
+/// Runs plugin `name` for `command` the way a runtime on the test's host would: the process
+/// inside `host`, CNI_NETNS pointing at `container`.
+pub fn call(
+    name: &str,
+    command: &str,
+    host: &TestNetns,
+    container: Option<&TestNetns>,
+    conf: &Value,
+) -> PluginCall {
+    let mut call = PluginCall::new(plugin(name), command)
+        .in_namespace(host.path())
+        .cni_path(&plugin_dir().display().to_string())
+        .config(conf);
+    if let Some(c) = container {
+        call = call.netns(c.path()).container_id(c.name());
+    }
+    call
+}
+
+/// ADD that must succeed; returns the result JSON.
+pub fn add(name: &str, host: &TestNetns, container: &TestNetns, conf: &Value) -> Value {
+    call(name, "ADD", host, Some(container), conf).run().json()
+}
+
+/// Runs a call and requires success.
+pub fn ok(out: PluginOutput) {
+    assert!(out.success(), "plugin failed ({}): {}\nstderr: {}", out.status, out.stdout, out.stderr);
+}

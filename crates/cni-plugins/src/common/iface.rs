@@ -1,0 +1,135 @@
+//! Putting an IPAM result on an interface, and checking later that it is still there.
+
+use super::NetResultExt;
+use cni_net::netlink::{AddressFlags, IpFamily, Route as KernelRoute, RouteScope};
+use cni_net::{Link, Netlink};
+use cni_plugin::{CniError, CniResult};
+use cni_types::Route;
+use std::net::IpAddr;
+
+/// The gateway of the first address of each family on interface `iface`: the default next
+/// hop for routes that name none.
+fn gateways(result: &CniResult, iface: usize) -> (Option<IpAddr>, Option<IpAddr>) {
+    let first =
+        |v4: bool| result.ips_of(Some(iface)).filter(|ip| ip.is_ipv4() == v4).find_map(|ip| ip.gateway);
+    (first(true), first(false))
+}
+
+fn kernel_route(route: &Route, oif: u32, gateway: Option<IpAddr>) -> KernelRoute {
+    let mut kr = KernelRoute::new(route.dst).oif(oif);
+    if let Some(gw) = gateway {
+        kr = kr.gateway(gw);
+    }
+    if let Some(p) = route.priority {
+        kr = kr.priority(p);
+    }
+    if let Some(t) = route.table {
+        kr = kr.table(t);
+    }
+    if let Some(s) = route.scope {
+        kr = kr.scope(RouteScope::from(s));
+    }
+    kr.mtu = route.mtu;
+    kr.advmss = route.advmss;
+    kr
+}
+
+/// Brings `link` up and gives it the addresses of result interface `iface` and the result's
+/// routes. IPv6 addresses skip duplicate address detection unless `enable_dad`: the
+/// container's address is unique by allocation, and waiting for DAD costs 1–2 s per ADD.
+/// A route that already exists is skipped (another network may have installed the default
+/// route first; the first one wins).
+pub fn configure(
+    nl: &mut Netlink,
+    link: &Link,
+    result: &CniResult,
+    iface: usize,
+    enable_dad: bool,
+) -> Result<(), CniError> {
+    nl.set_link_up(link.index).or_cni(&format!("set {} up", link.name))?;
+    for ip in result.ips_of(Some(iface)) {
+        let flags = if ip.is_ipv4() || enable_dad { AddressFlags::empty() } else { AddressFlags::Nodad };
+        match nl.add_address(link.index, ip.address, flags) {
+            Err(e) if !e.is_already_exists() => {
+                return Err(CniError::internal(format!(
+                    "failed to add IP addr {} to {}: {e}",
+                    ip.address, link.name
+                )))
+            }
+            _ => {}
+        }
+    }
+    let (gw4, gw6) = gateways(result, iface);
+    for route in &result.routes {
+        let gateway = route.gw.or(if route.dst.addr().is_ipv4() { gw4 } else { gw6 });
+        match nl.add_route(&kernel_route(route, link.index, gateway)) {
+            Err(e) if !e.is_already_exists() => {
+                return Err(CniError::internal(format!(
+                    "failed to add route {} on {}: {e}",
+                    route.dst, link.name
+                )))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// CHECK: every address of result interface `iface` is on `link`.
+pub fn check_addresses(
+    nl: &mut Netlink,
+    link: &Link,
+    result: &CniResult,
+    iface: usize,
+) -> Result<(), CniError> {
+    let present = nl.addresses(Some(link.index), None).or_cni("list addresses")?;
+    for ip in result.ips_of(Some(iface)) {
+        if !present.iter().any(|a| a.address == ip.address) {
+            return Err(CniError::internal(format!("address {} is missing from {}", ip.address, link.name)));
+        }
+    }
+    Ok(())
+}
+
+/// CHECK: every route of the result exists on `link` with the expected next hop.
+pub fn check_routes(nl: &mut Netlink, link: &Link, result: &CniResult, iface: usize) -> Result<(), CniError> {
+    let (gw4, gw6) = gateways(result, iface);
+    for route in &result.routes {
+        let family = if route.dst.addr().is_ipv4() { IpFamily::V4 } else { IpFamily::V6 };
+        let gateway = route.gw.or(if family == IpFamily::V4 { gw4 } else { gw6 });
+        let present = nl.routes(family, route.table).or_cni("list routes")?;
+        let found = present.iter().any(|r| {
+            r.destination == route.dst.trunc()
+                && r.oif == Some(link.index)
+                && (gateway.is_none() || r.gateway == gateway)
+        });
+        if !found {
+            let via = gateway.map(|g| format!(" via {g}")).unwrap_or_default();
+            return Err(CniError::internal(format!(
+                "route to {}{via} is missing on {}",
+                route.dst, link.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// CHECK: the interface named in the result for the container exists, with its MAC.
+pub fn check_link(nl: &mut Netlink, result: &CniResult, iface: usize) -> Result<Link, CniError> {
+    let Some(expected) = result.interfaces.get(iface) else {
+        return Err(CniError::internal(format!("prevResult has no interface #{iface}")));
+    };
+    let link = nl.link_by_name(&expected.name).or_cni("look up container interface")?.ok_or_else(|| {
+        CniError::internal(format!("interface {} is missing from the container", expected.name))
+    })?;
+    if !expected.mac.is_empty() {
+        let actual = link.mac.map(|m| m.to_string()).unwrap_or_default();
+        if !actual.eq_ignore_ascii_case(&expected.mac) {
+            return Err(CniError::internal(format!(
+                "interface {} has MAC {actual}, expected {}",
+                expected.name, expected.mac
+            )));
+        }
+    }
+    Ok(link)
+}

@@ -1,0 +1,69 @@
+//! Pieces every interface plugin shares: turning cni-net errors into CNI errors, opening the
+//! container's namespace, veth pairs with a rollback guard, putting an IPAM result on an
+//! interface, and checking that it is still there.
+
+pub mod iface;
+pub mod veth;
+
+use cni_net::NetNs;
+use cni_plugin::{CniError, ErrorCode, Request};
+
+/// Attaches CNI meaning to cni-net failures.
+pub trait NetResultExt<T> {
+    /// An unexpected kernel failure: code 999 with what was being done.
+    fn or_cni(self, what: &str) -> Result<T, CniError>;
+}
+
+impl<T> NetResultExt<T> for Result<T, cni_net::Error> {
+    fn or_cni(self, what: &str) -> Result<T, CniError> {
+        self.map_err(|e| CniError::internal(format!("{what}: {e}")))
+    }
+}
+
+/// Opens CNI_NETNS. A namespace that does not exist is "container unknown" (code 3): the
+/// runtime has nothing to clean up for it.
+pub fn open_container_netns(req: &Request) -> Result<NetNs, CniError> {
+    let Some(path) = req.netns_path() else {
+        return Err(CniError::new(ErrorCode::InvalidEnvironment, "CNI_NETNS is required"));
+    };
+    NetNs::open(path).map_err(|e| {
+        let code = if e.is_not_found() { ErrorCode::UnknownContainer } else { ErrorCode::Internal };
+        CniError::new(code, format!("failed to open netns {path:?}: {e}"))
+    })
+}
+
+/// Opens CNI_NETNS for DEL: `None` when there is none or it is already gone, since DEL of
+/// a vanished container must still succeed.
+pub fn open_container_netns_for_del(req: &Request) -> Result<Option<NetNs>, CniError> {
+    match req.netns_path() {
+        None => Ok(None),
+        Some(_) => match open_container_netns(req) {
+            Ok(ns) => Ok(Some(ns)),
+            Err(e) if e.is(ErrorCode::UnknownContainer) => Ok(None),
+            Err(e) => Err(e),
+        },
+    }
+}
+
+/// Random bytes from the kernel (for interface names).
+pub fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut buf = [0u8; N];
+    let mut filled = 0;
+    while filled < N {
+        // SAFETY: getrandom writes at most N - filled bytes into the buffer at that offset.
+        let n = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), N - filled, 0) };
+        if n > 0 {
+            filled += n as usize;
+        }
+    }
+    buf
+}
+
+/// Routing on the host between container interfaces and the rest (v4 or v6).
+pub fn enable_forwarding(v4: bool) -> Result<(), CniError> {
+    let key = if v4 { "net.ipv4.ip_forward" } else { "net.ipv6.conf.all.forwarding" };
+    if cni_net::sysctl::read(key).map(|v| v.trim() == "1").unwrap_or(false) {
+        return Ok(());
+    }
+    cni_net::sysctl::write(key, "1").or_cni(&format!("enable {key}"))
+}

@@ -1,0 +1,98 @@
+//! A veth pair between the host and a container, created in one request with the peer made
+//! directly inside the container's namespace (moving a device costs ~15 ms; creating it
+//! there ~0.5 ms), and removed again by its guard if the ADD fails later.
+
+use super::{random_bytes, NetResultExt};
+use cni_net::netlink::{LinkSpec, VethSpec};
+use cni_net::{Link, MacAddr, NetNs, Netlink};
+use cni_plugin::CniError;
+
+/// The host end of a new pair. Dropping it without [`HostVeth::keep`] deletes the pair.
+pub struct HostVeth {
+    pub link: Link,
+    armed: bool,
+}
+
+impl HostVeth {
+    /// The ADD succeeded: the pair stays.
+    pub fn keep(mut self) -> Link {
+        self.armed = false;
+        self.link.clone()
+    }
+}
+
+impl Drop for HostVeth {
+    fn drop(&mut self) {
+        if self.armed {
+            // Deleting one end deletes the pair. The guard runs on the host thread, so a
+            // socket in the current namespace is the host's.
+            if let Err(e) = Netlink::new().and_then(|mut nl| nl.delete_link(self.link.index)) {
+                if !e.is_not_found() {
+                    eprintln!("rollback: cannot delete veth {}: {e}", self.link.name);
+                }
+            }
+        }
+    }
+}
+
+/// What to create.
+pub struct VethRequest<'a> {
+    pub container_ns: &'a NetNs,
+    pub container_ifname: &'a str,
+    pub mtu: Option<u32>,
+    pub container_mac: Option<MacAddr>,
+}
+
+/// Creates the pair; the host end gets a random `veth` + 8 hex name (retried on the rare
+/// collision). Fails clearly when the container already has an interface of that name.
+pub fn create_pair(
+    host: &mut Netlink,
+    container: &mut Netlink,
+    req: &VethRequest<'_>,
+) -> Result<(HostVeth, Link), CniError> {
+    if container.link_by_name(req.container_ifname).or_cni("look up container interface")?.is_some() {
+        return Err(CniError::internal(format!(
+            "container veth name provided ({}) already exists",
+            req.container_ifname
+        )));
+    }
+    let mut attempts = 0;
+    let host_link = loop {
+        let bytes: [u8; 4] = random_bytes();
+        let host_name = format!("veth{:08x}", u32::from_be_bytes(bytes));
+        let mut host_spec = LinkSpec::new(host_name.clone());
+        let mut peer = LinkSpec::new(req.container_ifname).netns(req.container_ns);
+        if let Some(mtu) = req.mtu {
+            host_spec = host_spec.mtu(mtu);
+            peer = peer.mtu(mtu);
+        }
+        if let Some(mac) = req.container_mac {
+            peer = peer.mac(mac);
+        }
+        match host.add_veth(&VethSpec { link: host_spec, peer }) {
+            Ok(Some(link)) => break link,
+            Ok(None) => {
+                return Err(CniError::internal("veth host end was not created in the host namespace"))
+            }
+            Err(e) if e.is_already_exists() && attempts < 8 => {
+                // Either our random name collided or the container name appeared meanwhile.
+                if container
+                    .link_by_name(req.container_ifname)
+                    .or_cni("look up container interface")?
+                    .is_some()
+                {
+                    return Err(CniError::internal(format!(
+                        "container veth name provided ({}) already exists",
+                        req.container_ifname
+                    )));
+                }
+                attempts += 1;
+            }
+            Err(e) => return Err(CniError::internal(format!("failed to create veth pair: {e}"))),
+        }
+    };
+    let guard = HostVeth { link: host_link, armed: true };
+    let container_link =
+        container.require_link(req.container_ifname).or_cni("look up the new container interface")?;
+    Ok((guard, container_link))
+}

@@ -1,0 +1,125 @@
+//! The bridge plugin's configuration, parsed and validated in one place.
+
+use cni_plugin::{CniError, Request};
+use cni_types::Dns;
+use serde::Deserialize;
+
+fn default_bridge() -> String {
+    "cni0".to_string()
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// A `vlanTrunk` entry: one VLAN or a range.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Trunk {
+    pub min_id: Option<u16>,
+    pub max_id: Option<u16>,
+    pub id: Option<u16>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BridgeConf {
+    #[serde(default = "default_bridge")]
+    pub bridge: String,
+    #[serde(default)]
+    pub is_gateway: bool,
+    #[serde(default)]
+    pub is_default_gateway: bool,
+    #[serde(default)]
+    pub force_address: bool,
+    #[serde(default)]
+    pub ip_masq: bool,
+    #[serde(default)]
+    pub ip_masq_backend: Option<String>,
+    #[serde(default)]
+    pub mtu: u32,
+    #[serde(default)]
+    pub hairpin_mode: bool,
+    #[serde(default)]
+    pub promisc_mode: bool,
+    #[serde(default)]
+    pub vlan: u32,
+    #[serde(default)]
+    pub vlan_trunk: Vec<Trunk>,
+    #[serde(default = "default_true")]
+    pub preserve_default_vlan: bool,
+    #[serde(default, rename = "enabledad")]
+    pub enable_dad: bool,
+    #[serde(default, rename = "macspoofchk")]
+    pub mac_spoof_check: bool,
+    #[serde(default)]
+    pub disable_container_interface: bool,
+    #[serde(default)]
+    pub port_isolation: bool,
+    #[serde(default)]
+    pub dns: Option<Dns>,
+}
+
+impl BridgeConf {
+    /// Parses and validates; `isDefaultGateway` implies `isGateway`.
+    pub fn load(req: &Request) -> Result<BridgeConf, CniError> {
+        let mut conf: BridgeConf = req.config()?;
+        if conf.is_default_gateway {
+            conf.is_gateway = true;
+        }
+        conf.validate(req)?;
+        Ok(conf)
+    }
+
+    fn validate(&self, req: &Request) -> Result<(), CniError> {
+        if self.bridge.is_empty() || self.bridge.len() > 15 || self.bridge.contains(['/', ' ', ':']) {
+            return Err(CniError::invalid_config(format!("invalid bridge name {:?}", self.bridge)));
+        }
+        if self.hairpin_mode && self.promisc_mode {
+            return Err(CniError::invalid_config("cannot set hairpinMode and promiscMode at the same time"));
+        }
+        if self.mtu != 0 && !(68..=65535).contains(&self.mtu) {
+            return Err(CniError::invalid_config(format!(
+                "invalid mtu {}: must be between 68 and 65535",
+                self.mtu
+            )));
+        }
+        if self.vlan > 4094 {
+            return Err(CniError::invalid_config(format!(
+                "invalid vlan {}: must be between 0 and 4094",
+                self.vlan
+            )));
+        }
+        if self.disable_container_interface && cni_plugin::delegate::has_ipam(req) {
+            return Err(CniError::invalid_config("cannot use ipam when disableContainerInterface is set"));
+        }
+        // Refused, never silently ignored, until this build can honour them.
+        if self.vlan != 0 {
+            return Err(CniError::unsupported_field("vlan", self.vlan));
+        }
+        if !self.vlan_trunk.is_empty() {
+            return Err(CniError::unsupported_field(
+                "vlanTrunk",
+                format!("{} entries", self.vlan_trunk.len()),
+            ));
+        }
+        if self.ip_masq {
+            return Err(CniError::unsupported_field("ipMasq", true));
+        }
+        if self.mac_spoof_check {
+            return Err(CniError::unsupported_field("macspoofchk", true));
+        }
+        if let Some(backend) = &self.ip_masq_backend {
+            if !matches!(backend.as_str(), "nftables" | "iptables") {
+                return Err(CniError::invalid_config(format!(
+                    "invalid ipMasqBackend {backend:?}: expected \"nftables\" or \"iptables\""
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn mtu(&self) -> Option<u32> {
+        (self.mtu != 0).then_some(self.mtu)
+    }
+}

@@ -1,0 +1,230 @@
+//! `bridge`: connects the container to a Linux bridge on the host through a veth pair,
+//! with addresses from the configured IPAM plugin and, optionally, the bridge as gateway.
+//!
+//! Rollback: the veth pair and the IPAM allocation are held by guards until ADD has
+//! finished, so a failure at any step leaves neither behind. The bridge itself stays (as
+//! in the reference): other containers may be joining it at the same moment.
+
+mod config;
+mod gateway;
+
+use crate::common::iface;
+use crate::common::veth::{self, VethRequest};
+use crate::common::{open_container_netns, open_container_netns_for_del, NetResultExt};
+use cni_net::netlink::{BridgeOptions, LinkCondition, LinkKind, LinkSpec};
+use cni_net::{Link, MacAddr, NetNs, Netlink};
+use cni_plugin::{delegate, CniError, CniResult, Plugin, Request};
+use cni_types::Interface;
+use config::BridgeConf;
+use std::time::Duration;
+
+/// Result interface indexes: the bridge is 0, then the host veth, then the container's.
+const HOST_IFACE: usize = 1;
+const CONTAINER_IFACE: usize = 2;
+
+pub struct Bridge;
+
+fn interface(link: &Link, sandbox: &str) -> Interface {
+    Interface {
+        name: link.name.clone(),
+        mac: link.mac.map(|m| m.to_string()).unwrap_or_default(),
+        sandbox: sandbox.to_string(),
+        ..Default::default()
+    }
+}
+
+/// The bridge, created if missing. A concurrent ADD creating it first is success.
+fn ensure_bridge(nl: &mut Netlink, conf: &BridgeConf) -> Result<Link, CniError> {
+    let existing = match nl.link_by_name(&conf.bridge).or_cni("look up bridge")? {
+        Some(link) => link,
+        None => {
+            let mut spec = LinkSpec::new(conf.bridge.clone());
+            if let Some(mtu) = conf.mtu() {
+                spec = spec.mtu(mtu);
+            }
+            match nl.add_bridge(&spec, &BridgeOptions::default()) {
+                Ok(Some(link)) => link,
+                Err(e) if e.is_already_exists() => nl.require_link(&conf.bridge).or_cni("look up bridge")?,
+                Ok(None) => return Err(CniError::internal("bridge was not created in this namespace")),
+                Err(e) => {
+                    return Err(CniError::internal(format!("could not add bridge {:?}: {e}", conf.bridge)))
+                }
+            }
+        }
+    };
+    if existing.kind != LinkKind::Bridge {
+        return Err(CniError::internal(format!("{:?} already exists but is not a bridge", conf.bridge)));
+    }
+    if conf.promisc_mode && !existing.promisc {
+        nl.set_link_promisc(existing.index, true).or_cni("set bridge promiscuous")?;
+    }
+    if !existing.up {
+        nl.set_link_up(existing.index).or_cni("set bridge up")?;
+    }
+    Ok(existing)
+}
+
+/// Host end of the pair: on the bridge, with the port options, up.
+fn attach_host_end(nl: &mut Netlink, host: &Link, bridge: &Link, conf: &BridgeConf) -> Result<(), CniError> {
+    nl.set_link_master(host.index, bridge.index)
+        .or_cni(&format!("connect {} to bridge {}", host.name, bridge.name))?;
+    if conf.hairpin_mode {
+        nl.set_bridge_port_hairpin(host.index, true).or_cni("set hairpin mode")?;
+    }
+    if conf.port_isolation {
+        nl.set_bridge_port_isolated(host.index, true).or_cni("set port isolation")?;
+    }
+    nl.set_link_up(host.index).or_cni(&format!("set {} up", host.name))
+}
+
+fn requested_mac(req: &Request) -> Result<Option<MacAddr>, CniError> {
+    cni_plugin::args::requested_mac(req)?
+        .map(|m| {
+            m.parse::<MacAddr>().map_err(|_| CniError::invalid_config(format!("invalid MAC address {m:?}")))
+        })
+        .transpose()
+}
+
+impl Bridge {
+    fn add_attachment(&self, req: &Request, conf: &BridgeConf, ns: &NetNs) -> Result<CniResult, CniError> {
+        let mut host_nl = Netlink::new().or_cni("open netlink")?;
+        let mut cont_nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
+        let bridge = ensure_bridge(&mut host_nl, conf)?;
+        let (host_veth, cont_link) = veth::create_pair(
+            &mut host_nl,
+            &mut cont_nl,
+            &VethRequest {
+                container_ns: ns,
+                container_ifname: &req.ifname,
+                mtu: conf.mtu(),
+                container_mac: requested_mac(req)?,
+            },
+        )?;
+        attach_host_end(&mut host_nl, &host_veth.link, &bridge, conf)?;
+
+        let ipam = if delegate::has_ipam(req) { Some(delegate::ipam_add(req)?) } else { None };
+        let mut result = ipam.as_ref().map(|a| a.result().clone()).unwrap_or_default();
+        if ipam.is_some() && result.ips.is_empty() {
+            return Err(CniError::internal("IPAM plugin returned missing IP config"));
+        }
+        let bridge_addresses = gateway::plan(&mut result, conf, CONTAINER_IFACE);
+        if conf.disable_container_interface {
+            cont_nl.set_link_down(cont_link.index).or_cni("keep container interface down")?;
+        } else {
+            iface::configure(&mut cont_nl, &cont_link, &result, CONTAINER_IFACE, conf.enable_dad)?;
+        }
+        for gw in &bridge_addresses {
+            gateway::ensure_address(&mut host_nl, &bridge, *gw, conf.force_address)?;
+        }
+        if !bridge_addresses.is_empty() {
+            // Pin the bridge's MAC: otherwise it follows the lowest port MAC as ports churn.
+            if let Some(mac) = bridge.mac {
+                host_nl.set_link_mac(bridge.index, mac).or_cni("pin bridge MAC")?;
+            }
+        }
+        for v4 in [true, false] {
+            if bridge_addresses.iter().any(|a| a.addr().is_ipv4() == v4) {
+                crate::common::enable_forwarding(v4)?;
+            }
+        }
+        if !conf.disable_container_interface {
+            host_nl
+                .wait_for_link(host_veth.link.index, LinkCondition::Carrier, Duration::from_secs(5))
+                .or_cni("wait for the bridge port")?;
+        }
+
+        let bridge_now = host_nl.require_link(&bridge.name).or_cni("look up bridge")?;
+        let host_now = host_nl
+            .link_by_index(host_veth.link.index)
+            .or_cni("look up host veth")?
+            .unwrap_or(host_veth.link.clone());
+        result.interfaces =
+            vec![interface(&bridge_now, ""), interface(&host_now, ""), interface(&cont_link, &req.netns)];
+        if let Some(dns) = &conf.dns {
+            if result.dns.is_empty() {
+                result.dns = dns.clone();
+            }
+        }
+        host_veth.keep();
+        if let Some(ipam) = ipam {
+            ipam.commit();
+        }
+        Ok(result)
+    }
+}
+
+impl Plugin for Bridge {
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        let conf = BridgeConf::load(req)?;
+        let ns = open_container_netns(req)?;
+        self.add_attachment(req, &conf, &ns)
+    }
+
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        if delegate::has_ipam(req) {
+            delegate::ipam_forward(req)?;
+        }
+        let Some(ns) = open_container_netns_for_del(req)? else { return Ok(()) };
+        let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
+        // Deleting the container end removes the host end with it.
+        match nl.link_by_name(&req.ifname).or_cni("look up container interface")? {
+            Some(link) => match nl.delete_link(link.index) {
+                Err(e) if !e.is_not_found() => Err(CniError::internal(format!("delete {}: {e}", req.ifname))),
+                _ => Ok(()),
+            },
+            None => Ok(()),
+        }
+    }
+
+    fn check(&self, req: &Request) -> Result<(), CniError> {
+        let conf = BridgeConf::load(req)?;
+        let prev = req.require_prev_result()?;
+        if delegate::has_ipam(req) {
+            delegate::ipam_forward(req)?;
+        }
+        let ns = open_container_netns(req)?;
+        let mut cont_nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
+        let cont = iface::check_link(&mut cont_nl, &prev, CONTAINER_IFACE)?;
+        if cont.kind != LinkKind::Veth {
+            return Err(CniError::internal(format!("{} is not a veth", cont.name)));
+        }
+        iface::check_addresses(&mut cont_nl, &cont, &prev, CONTAINER_IFACE)?;
+        iface::check_routes(&mut cont_nl, &cont, &prev, CONTAINER_IFACE)?;
+
+        let mut host_nl = Netlink::new().or_cni("open netlink")?;
+        let bridge = host_nl
+            .link_by_name(&conf.bridge)
+            .or_cni("look up bridge")?
+            .filter(|l| l.kind == LinkKind::Bridge)
+            .ok_or_else(|| CniError::internal(format!("bridge {} is missing", conf.bridge)))?;
+        let host = iface::check_link(&mut host_nl, &prev, HOST_IFACE)?;
+        if cont.link != Some(host.index) {
+            return Err(CniError::internal(format!("{} is not the peer of {}", host.name, cont.name)));
+        }
+        if host.master != Some(bridge.index) {
+            return Err(CniError::internal(format!(
+                "{} is not connected to bridge {}",
+                host.name, bridge.name
+            )));
+        }
+        Ok(())
+    }
+
+    fn gc(&self, req: &Request) -> Result<(), CniError> {
+        if delegate::has_ipam(req) {
+            delegate::ipam_forward(req)?;
+        }
+        Ok(())
+    }
+
+    fn status(&self, req: &Request) -> Result<(), CniError> {
+        if delegate::has_ipam(req) {
+            delegate::ipam_forward(req)?;
+        }
+        Ok(())
+    }
+
+    fn about(&self) -> String {
+        "bridge: connects containers to a Linux bridge through veth pairs".into()
+    }
+}

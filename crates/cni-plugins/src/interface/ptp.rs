@@ -1,0 +1,218 @@
+//! `ptp`: a veth pair per container with routed point-to-point addressing.
+//!
+//! The container gets its address with the subnet's prefix, but the subnet route is
+//! replaced by a link route to the gateway and a route to the subnet via the gateway, so
+//! all traffic goes through the host. The host end carries the gateway as a /32 (/128)
+//! and a host route to the container.
+
+use crate::common::iface;
+use crate::common::veth::{self, VethRequest};
+use crate::common::{open_container_netns, open_container_netns_for_del, NetResultExt};
+use cni_net::netlink::{AddressFlags, Route as KernelRoute, RouteScope};
+use cni_net::{Link, NetNs, Netlink};
+use cni_plugin::{delegate, CniError, CniResult, Plugin, Request};
+use cni_types::{Dns, Interface};
+use ipnet::IpNet;
+use serde::Deserialize;
+
+const HOST_IFACE: usize = 0;
+const CONTAINER_IFACE: usize = 1;
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PtpConf {
+    #[serde(default)]
+    ip_masq: bool,
+    #[serde(default)]
+    mtu: u32,
+    #[serde(default)]
+    dns: Option<Dns>,
+}
+
+impl PtpConf {
+    fn load(req: &Request) -> Result<PtpConf, CniError> {
+        let conf: PtpConf = req.config()?;
+        if !delegate::has_ipam(req) {
+            return Err(CniError::invalid_config("ptp needs an ipam section: ipam.type is missing"));
+        }
+        if conf.mtu != 0 && !(68..=65535).contains(&conf.mtu) {
+            return Err(CniError::invalid_config(format!(
+                "invalid mtu {}: must be between 68 and 65535",
+                conf.mtu
+            )));
+        }
+        if conf.ip_masq {
+            return Err(CniError::unsupported_field("ipMasq", true));
+        }
+        Ok(conf)
+    }
+}
+
+fn host_prefix(addr: std::net::IpAddr) -> IpNet {
+    IpNet::new(addr, if addr.is_ipv4() { 32 } else { 128 }).expect("full-length prefix")
+}
+
+fn interface(link: &Link, sandbox: &str) -> Interface {
+    Interface {
+        name: link.name.clone(),
+        mac: link.mac.map(|m| m.to_string()).unwrap_or_default(),
+        sandbox: sandbox.to_string(),
+        ..Default::default()
+    }
+}
+
+/// Container side: addresses, then the subnet route swapped for gateway routes.
+fn configure_container(nl: &mut Netlink, link: &Link, result: &CniResult) -> Result<(), CniError> {
+    iface::configure(nl, link, result, CONTAINER_IFACE, false)?;
+    for ip in result.ips_of(Some(CONTAINER_IFACE)) {
+        let gateway = ip.gateway.expect("checked before");
+        let subnet = ip.address.trunc();
+        let kernel_subnet_route = KernelRoute::new(subnet).oif(link.index).scope(RouteScope::Link);
+        match nl.delete_route(&kernel_subnet_route) {
+            Err(e) if !e.is_not_found() => {
+                return Err(CniError::internal(format!("delete route {subnet}: {e}")))
+            }
+            _ => {}
+        }
+        let mut to_gateway = KernelRoute::new(host_prefix(gateway)).oif(link.index).scope(RouteScope::Link);
+        to_gateway.source = Some(ip.address.addr());
+        let mut via_gateway = KernelRoute::new(subnet).oif(link.index).gateway(gateway);
+        via_gateway.source = Some(ip.address.addr());
+        for route in [to_gateway, via_gateway] {
+            match nl.add_route(&route) {
+                Err(e) if !e.is_already_exists() => {
+                    return Err(CniError::internal(format!("add route {}: {e}", route.destination)))
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Host side: the gateway address on the host end and a host route to the container.
+fn configure_host(nl: &mut Netlink, link: &Link, result: &CniResult) -> Result<(), CniError> {
+    for ip in result.ips_of(Some(CONTAINER_IFACE)) {
+        let gateway = ip.gateway.expect("checked before");
+        let flags = if gateway.is_ipv4() { AddressFlags::empty() } else { AddressFlags::Nodad };
+        match nl.add_address(link.index, host_prefix(gateway), flags) {
+            Err(e) if !e.is_already_exists() => {
+                return Err(CniError::internal(format!("add {gateway} to {}: {e}", link.name)))
+            }
+            _ => {}
+        }
+        let route = KernelRoute::new(host_prefix(ip.address.addr())).oif(link.index).scope(RouteScope::Link);
+        match nl.add_route(&route) {
+            Err(e) if !e.is_already_exists() => {
+                return Err(CniError::internal(format!("add host route to {}: {e}", ip.address.addr())))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+pub struct Ptp;
+
+impl Ptp {
+    fn add_attachment(&self, req: &Request, conf: &PtpConf, ns: &NetNs) -> Result<CniResult, CniError> {
+        let ipam = delegate::ipam_add(req)?;
+        let mut result = ipam.result().clone();
+        if result.ips.is_empty() {
+            return Err(CniError::internal("IPAM plugin returned missing IP config"));
+        }
+        if let Some(ip) = result.ips.iter().find(|ip| ip.gateway.is_none()) {
+            return Err(CniError::internal(format!(
+                "ptp needs a gateway for {}: IPAM returned none",
+                ip.address
+            )));
+        }
+        let mut host_nl = Netlink::new().or_cni("open netlink")?;
+        let mut cont_nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
+        let (host_veth, cont_link) = veth::create_pair(
+            &mut host_nl,
+            &mut cont_nl,
+            &VethRequest {
+                container_ns: ns,
+                container_ifname: &req.ifname,
+                mtu: (conf.mtu != 0).then_some(conf.mtu),
+                container_mac: None,
+            },
+        )?;
+        host_nl.set_link_up(host_veth.link.index).or_cni("set host veth up")?;
+        for ip in &mut result.ips {
+            ip.interface = Some(CONTAINER_IFACE);
+        }
+        configure_container(&mut cont_nl, &cont_link, &result)?;
+        configure_host(&mut host_nl, &host_veth.link, &result)?;
+        for v4 in [true, false] {
+            if result.ips.iter().any(|ip| ip.is_ipv4() == v4) {
+                crate::common::enable_forwarding(v4)?;
+            }
+        }
+        let host_now = host_nl
+            .link_by_index(host_veth.link.index)
+            .or_cni("look up host veth")?
+            .unwrap_or(host_veth.link.clone());
+        result.interfaces = vec![interface(&host_now, ""), interface(&cont_link, &req.netns)];
+        if let Some(dns) = &conf.dns {
+            if result.dns.is_empty() {
+                result.dns = dns.clone();
+            }
+        }
+        host_veth.keep();
+        ipam.commit();
+        Ok(result)
+    }
+}
+
+impl Plugin for Ptp {
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        let conf = PtpConf::load(req)?;
+        let ns = open_container_netns(req)?;
+        self.add_attachment(req, &conf, &ns)
+    }
+
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        if delegate::has_ipam(req) {
+            delegate::ipam_forward(req)?;
+        }
+        let Some(ns) = open_container_netns_for_del(req)? else { return Ok(()) };
+        let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
+        match nl.link_by_name(&req.ifname).or_cni("look up container interface")? {
+            Some(link) => match nl.delete_link(link.index) {
+                Err(e) if !e.is_not_found() => Err(CniError::internal(format!("delete {}: {e}", req.ifname))),
+                _ => Ok(()),
+            },
+            None => Ok(()),
+        }
+    }
+
+    fn check(&self, req: &Request) -> Result<(), CniError> {
+        PtpConf::load(req)?;
+        let prev = req.require_prev_result()?;
+        delegate::ipam_forward(req)?;
+        let ns = open_container_netns(req)?;
+        let mut cont_nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
+        let cont = iface::check_link(&mut cont_nl, &prev, CONTAINER_IFACE)?;
+        iface::check_addresses(&mut cont_nl, &cont, &prev, CONTAINER_IFACE)?;
+        let mut host_nl = Netlink::new().or_cni("open netlink")?;
+        let host = iface::check_link(&mut host_nl, &prev, HOST_IFACE)?;
+        if cont.link != Some(host.index) {
+            return Err(CniError::internal(format!("{} is not the peer of {}", host.name, cont.name)));
+        }
+        Ok(())
+    }
+
+    fn gc(&self, req: &Request) -> Result<(), CniError> {
+        delegate::ipam_forward(req)
+    }
+
+    fn status(&self, req: &Request) -> Result<(), CniError> {
+        delegate::ipam_forward(req)
+    }
+
+    fn about(&self) -> String {
+        "ptp: routed point-to-point veth pairs".into()
+    }
+}

@@ -1,0 +1,212 @@
+//! `bridge` on the real kernel, in throwaway namespaces: the host namespace holds the bridge,
+//! each container namespace its veth end.
+
+mod common;
+
+use cni_net::netlink::{IpFamily, LinkKind};
+use cni_testkit::ns::{HostAndContainers, TestNetns};
+use cni_testkit::traffic::{tcp_echo, tcp_echo_server};
+use common::{add, call, ok};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+const PREFIX: &str = "cnb";
+
+fn conf(version: &str, bridge: &str, addresses: Value) -> Value {
+    json!({"cniVersion": version, "name": "testnet", "type": "bridge", "bridge": bridge,
+        "isGateway": true, "ipam": {"type": "static", "addresses": addresses, "routes": [{"dst": "0.0.0.0/0"}]}})
+}
+
+fn echo(from: &TestNetns, to: &TestNetns, addr: &str) {
+    let addr: SocketAddr = addr.parse().unwrap();
+    let _server = tcp_echo_server(to.netns(), addr).unwrap();
+    tcp_echo(from.netns(), addr, b"hello over the bridge", Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("no echo from {addr}: {e}"));
+}
+
+#[test]
+fn two_containers_talk_through_the_bridge_and_reach_the_gateway() {
+    let env = HostAndContainers::with_prefix(PREFIX, 2).unwrap();
+    let (a, b) = (&env.containers[0], &env.containers[1]);
+    let ra = add("bridge", &env.host, a, &conf("1.0.0", "cnb0", json!([{"address": "10.66.0.2/24"}])));
+    add("bridge", &env.host, b, &conf("1.0.0", "cnb0", json!([{"address": "10.66.0.3/24"}])));
+
+    // Result shape: bridge, host veth, container veth; address on interface 2 with gateway.
+    assert_eq!(ra["interfaces"].as_array().unwrap().len(), 3);
+    assert_eq!(ra["interfaces"][0]["name"], "cnb0");
+    assert_eq!(ra["interfaces"][2]["name"], "eth0");
+    assert_eq!(ra["interfaces"][2]["sandbox"], a.path().display().to_string());
+    assert_eq!(ra["ips"][0], json!({"interface": 2, "address": "10.66.0.2/24", "gateway": "10.66.0.1"}));
+
+    // Kernel state, read back by netlink: the bridge carries the gateway, the host end is on it.
+    let mut host = env.host.netlink().unwrap();
+    let bridge = host.require_link("cnb0").unwrap();
+    assert_eq!(bridge.kind, LinkKind::Bridge);
+    let gw: Vec<String> = host
+        .addresses(Some(bridge.index), Some(IpFamily::V4))
+        .unwrap()
+        .iter()
+        .map(|a| a.address.to_string())
+        .collect();
+    assert_eq!(gw, ["10.66.0.1/24"]);
+    let host_veth = host.require_link(ra["interfaces"][1]["name"].as_str().unwrap()).unwrap();
+    assert_eq!(host_veth.master, Some(bridge.index));
+    let mut cont = a.netlink().unwrap();
+    let eth0 = cont.require_link("eth0").unwrap();
+    assert!(eth0.up);
+    assert_eq!(eth0.mac.unwrap().to_string(), ra["interfaces"][2]["mac"].as_str().unwrap());
+    let routes = cont.routes(IpFamily::V4, None).unwrap();
+    assert!(
+        routes.iter().any(|r| r.is_default() && r.gateway == Some("10.66.0.1".parse().unwrap())),
+        "{routes:?}"
+    );
+
+    // Real traffic: container to container, and container to the gateway on the host.
+    echo(a, b, "10.66.0.3:7001");
+    echo(a, &env.host, "10.66.0.1:7002");
+}
+
+#[test]
+fn dual_stack_traffic_without_waiting_for_dad() {
+    let env = HostAndContainers::with_prefix(PREFIX, 2).unwrap();
+    let (a, b) = (&env.containers[0], &env.containers[1]);
+    let c = |addr4: &str, addr6: &str| {
+        let mut c = conf("1.0.0", "cnb6", json!([{"address": addr4}, {"address": addr6}]));
+        c["ipam"]["routes"] = json!([{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]);
+        c
+    };
+    let started = std::time::Instant::now();
+    let r = add("bridge", &env.host, a, &c("10.67.0.2/24", "fd67::2/64"));
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "ADD took {:?}: DAD was waited for",
+        started.elapsed()
+    );
+    add("bridge", &env.host, b, &c("10.67.0.3/24", "fd67::3/64"));
+    assert_eq!(r["ips"][1]["gateway"], "fd67::1");
+    echo(a, b, "[fd67::3]:7003");
+    echo(a, &env.host, "[fd67::1]:7004");
+    echo(b, a, "10.67.0.2:7005");
+}
+
+#[test]
+fn result_shape_per_version_family() {
+    let env = HostAndContainers::with_prefix(PREFIX, 3).unwrap();
+    let addrs = ["10.68.0.2/24", "10.68.0.3/24", "10.68.0.4/24"];
+    for (i, version) in ["0.2.0", "0.4.0", "1.1.0"].iter().enumerate() {
+        let r = add(
+            "bridge",
+            &env.host,
+            &env.containers[i],
+            &conf(version, "cnbv", json!([{"address": addrs[i]}])),
+        );
+        assert_eq!(r["cniVersion"], *version);
+        match *version {
+            "0.2.0" => {
+                assert_eq!(r["ip4"]["ip"], addrs[i]);
+                assert!(r.get("interfaces").is_none());
+            }
+            "0.4.0" => assert_eq!(r["ips"][0]["version"], "4"),
+            _ => assert!(r["ips"][0].get("version").is_none()),
+        }
+    }
+}
+
+#[test]
+fn del_is_idempotent_and_works_without_netns() {
+    let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
+    let c = &env.containers[0];
+    let conf = conf("1.0.0", "cnbd", json!([{"address": "10.69.0.2/24"}]));
+    let r = add("bridge", &env.host, c, &conf);
+    let host_veth = r["interfaces"][1]["name"].as_str().unwrap().to_string();
+    ok(call("bridge", "DEL", &env.host, Some(c), &conf).run());
+    ok(call("bridge", "DEL", &env.host, Some(c), &conf).run());
+    ok(call("bridge", "DEL", &env.host, Some(c), &conf).unset("CNI_NETNS").run());
+    assert!(c.netlink().unwrap().link_by_name("eth0").unwrap().is_none());
+    assert!(env.host.netlink().unwrap().link_by_name(&host_veth).unwrap().is_none());
+}
+
+#[test]
+fn check_finds_tampering_and_says_what() {
+    let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
+    let c = &env.containers[0];
+    let mut conf = conf("1.0.0", "cnbc", json!([{"address": "10.70.0.2/24"}]));
+    let r = add("bridge", &env.host, c, &conf);
+    conf["prevResult"] = r;
+    ok(call("bridge", "CHECK", &env.host, Some(c), &conf).run());
+
+    let mut nl = c.netlink().unwrap();
+    let eth0 = nl.require_link("eth0").unwrap();
+    nl.delete_address(eth0.index, "10.70.0.2/24".parse().unwrap()).unwrap();
+    let err = call("bridge", "CHECK", &env.host, Some(c), &conf).run().error();
+    assert!(err.msg.contains("10.70.0.2/24"), "{}", err.msg);
+
+    nl.delete_link(eth0.index).unwrap();
+    let err = call("bridge", "CHECK", &env.host, Some(c), &conf).run().error();
+    assert!(err.msg.contains("eth0") && err.msg.contains("missing"), "{}", err.msg);
+}
+
+#[test]
+fn failed_add_leaves_no_veth_behind() {
+    let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
+    let c = &env.containers[0];
+    // The IPAM plugin fails after the veth pair exists.
+    let bad = conf("1.0.0", "cnbf", json!([{"address": "10.71.0.2/24", "gateway": "fd00::1"}]));
+    let err = call("bridge", "ADD", &env.host, Some(c), &bad).run().error();
+    assert!(err.msg.contains("gateway"), "{}", err.msg);
+    let host_links = env.host.netlink().unwrap().links().unwrap();
+    assert!(host_links.iter().all(|l| l.kind != LinkKind::Veth), "{host_links:?}");
+    assert!(c.netlink().unwrap().link_by_name("eth0").unwrap().is_none());
+}
+
+#[test]
+fn mtu_mac_hairpin_and_default_gateway() {
+    let env = HostAndContainers::with_prefix(PREFIX, 2).unwrap();
+    let mut c = conf("1.0.0", "cnbm", json!([{"address": "10.72.0.2/24"}]));
+    c["ipam"]["routes"] = json!([]);
+    c["mtu"] = json!(1400);
+    c["hairpinMode"] = json!(true);
+    c["isDefaultGateway"] = json!(true);
+    c["runtimeConfig"] = json!({"mac": "c2:11:22:33:44:55"});
+    let r = add("bridge", &env.host, &env.containers[0], &c);
+    assert_eq!(r["routes"], json!([{"dst": "0.0.0.0/0", "gw": "10.72.0.1"}]));
+    let eth0 = env.containers[0].netlink().unwrap().require_link("eth0").unwrap();
+    assert_eq!((eth0.mtu, eth0.mac.unwrap().to_string()), (1400, "c2:11:22:33:44:55".to_string()));
+    let mut host = env.host.netlink().unwrap();
+    let host_veth = host.require_link(r["interfaces"][1]["name"].as_str().unwrap()).unwrap();
+    assert_eq!(host_veth.mtu, 1400);
+    let detail = env.host.ip_json(&["-d", "link", "show", "dev", &host_veth.name]);
+    assert_eq!(detail[0]["linkinfo"]["info_slave_data"]["hairpin"], true, "{detail}");
+
+    // MAC from CNI_ARGS when runtimeConfig has none.
+    let mut c2 = conf("1.0.0", "cnbm", json!([{"address": "10.72.0.3/24"}]));
+    c2["ipam"]["routes"] = json!([]);
+    ok(call("bridge", "ADD", &env.host, Some(&env.containers[1]), &c2)
+        .args("IgnoreUnknown=1;MAC=c2:00:00:00:00:07")
+        .run());
+    let eth0 = env.containers[1].netlink().unwrap().require_link("eth0").unwrap();
+    assert_eq!(eth0.mac.unwrap().to_string(), "c2:00:00:00:00:07");
+}
+
+#[test]
+fn unsupported_keys_are_refused_with_code_2_naming_them() {
+    let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
+    let mut c = conf("1.0.0", "cnbu", json!([{"address": "10.73.0.2/24"}]));
+    c["vlan"] = json!(100);
+    let err = call("bridge", "ADD", &env.host, Some(&env.containers[0]), &c).run().error();
+    assert_eq!(err.code, 2);
+    assert!(err.msg.contains("vlan"), "{}", err.msg);
+    let mut c = conf("1.0.0", "cnbu", json!([]));
+    c["hairpinMode"] = json!(true);
+    c["promiscMode"] = json!(true);
+    assert_eq!(call("bridge", "ADD", &env.host, Some(&env.containers[0]), &c).run().error().code, 7);
+}
+
+#[test]
+fn gc_and_status_answer() {
+    let env = HostAndContainers::with_prefix(PREFIX, 0).unwrap();
+    let c = conf("1.1.0", "cnbg", json!([{"address": "10.74.0.2/24"}]));
+    ok(call("bridge", "STATUS", &env.host, None, &c).run());
+    ok(call("bridge", "GC", &env.host, None, &c).run());
+}
