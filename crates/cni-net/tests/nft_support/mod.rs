@@ -1,0 +1,79 @@
+//! Shared helpers for the nftables integration tests: every test runs in its own
+//! throwaway network namespace, on a thread that entered it with `unshare(CLONE_NEWNET)`.
+//! The namespace disappears with the thread, so nothing is left behind (also on panic),
+//! and the machine's own ruleset is never touched.
+
+#![allow(dead_code)]
+
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Panics (fails the test) unless running as root: these tests need CAP_NET_ADMIN.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "nftables integration tests must run as root");
+}
+
+/// Runs `f` on a new thread inside a fresh, empty network namespace and returns its
+/// result; a panic in `f` fails the caller.
+pub fn in_fresh_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    require_root();
+    std::thread::spawn(move || {
+        // SAFETY: unshare only affects this thread, which ends after `f`.
+        let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "unshare(CLONE_NEWNET): {}", std::io::Error::last_os_error());
+        f()
+    })
+    .join()
+    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// `nft -j list ruleset` of the current thread's namespace (the child inherits it).
+pub fn nft_ruleset() -> Value {
+    let out = Command::new("nft")
+        .args(["-j", "list", "ruleset"])
+        .output()
+        .expect("run nft (apt-get install nftables)");
+    assert!(out.status.success(), "nft failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("nft -j output is JSON")
+}
+
+/// The JSON objects of one kind (`table`, `chain`, `rule`, `set`, `map`) in a ruleset.
+pub fn objects<'a>(ruleset: &'a Value, kind: &str) -> Vec<&'a Value> {
+    ruleset["nftables"].as_array().expect("nftables array").iter().filter_map(|item| item.get(kind)).collect()
+}
+
+/// The rules of one chain, as nft shows them.
+pub fn chain_rules(ruleset: &Value, table: &str, chain: &str) -> Vec<Value> {
+    objects(ruleset, "rule")
+        .into_iter()
+        .filter(|r| r["table"] == table && r["chain"] == chain)
+        .cloned()
+        .collect()
+}
+
+/// `nft list ruleset` as text, for failure messages.
+pub fn nft_text() -> String {
+    let out = Command::new("nft").args(["list", "ruleset"]).output().expect("run nft");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Brings `lo` up in the current namespace (ioctl on a socket made in it).
+pub fn loopback_up() {
+    // SAFETY: plain socket/ioctl calls on a zeroed ifreq with a NUL-terminated name;
+    // every return value is checked and the descriptor is closed.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0);
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+            *dst = *src as libc::c_char;
+        }
+        assert_eq!(libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req), 0);
+        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        assert_eq!(libc::ioctl(fd, libc::SIOCSIFFLAGS, &mut req), 0);
+        libc::close(fd);
+    }
+}

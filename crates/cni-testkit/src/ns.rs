@@ -1,0 +1,159 @@
+//! Throwaway network namespaces for tests.
+//!
+//! A [`TestNetns`] is a named namespace (`/run/netns/<prefix>-<random>`, so `ip netns exec`
+//! works on it as an oracle) with `lo` up, removed again when the value is dropped — also
+//! when a test panics, because unwinding runs `Drop`. Every test makes its own, so tests
+//! run in parallel and never touch the machine's own namespace.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use cni_net::netns::{create_named, remove_named, DEFAULT_NETNS_DIR};
+use cni_net::{NetNs, Netlink};
+
+/// Name prefix used when the caller gives none.
+pub const DEFAULT_PREFIX: &str = "cnt";
+
+/// Panics unless running as root: namespace tests must fail loudly, never skip silently.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "this test needs root (CAP_SYS_ADMIN + CAP_NET_ADMIN) to create network namespaces");
+}
+
+/// A random 32-bit value from the kernel, for unique names.
+fn random_suffix() -> u32 {
+    let mut bytes = [0u8; 4];
+    // SAFETY: the buffer is valid for 4 bytes; getrandom writes at most that.
+    let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    assert_eq!(filled, 4, "getrandom failed: {}", io::Error::last_os_error());
+    u32::from_ne_bytes(bytes)
+}
+
+/// A network namespace that exists for the lifetime of this value.
+#[derive(Debug)]
+pub struct TestNetns {
+    name: String,
+    path: PathBuf,
+    ns: NetNs,
+}
+
+impl TestNetns {
+    /// A new namespace named `cnt-<random>`.
+    pub fn new() -> cni_net::Result<TestNetns> {
+        TestNetns::with_prefix(DEFAULT_PREFIX)
+    }
+
+    /// A new namespace named `<prefix>-<random>`; each test suite passes its own prefix.
+    pub fn with_prefix(prefix: &str) -> cni_net::Result<TestNetns> {
+        require_root();
+        let name = format!("{prefix}-{:08x}", random_suffix());
+        let ns = create_named(DEFAULT_NETNS_DIR, &name)?;
+        let path = ns.path().to_path_buf();
+        let test_ns = TestNetns { name, path, ns };
+        // From here on Drop cleans up if bringing lo up fails.
+        let mut netlink = Netlink::in_ns(&test_ns.ns)?;
+        let lo = netlink.require_link("lo")?;
+        netlink.set_link_up(lo.index)?;
+        Ok(test_ns)
+    }
+
+    /// The namespace's name (the file name under `/run/netns`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The bind-mounted namespace file, e.g. what a runtime passes as `CNI_NETNS`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The open namespace.
+    pub fn netns(&self) -> &NetNs {
+        &self.ns
+    }
+
+    /// A new, independently owned handle to the namespace.
+    pub fn open(&self) -> cni_net::Result<NetNs> {
+        NetNs::open(&self.path)
+    }
+
+    /// A netlink socket bound to this namespace.
+    pub fn netlink(&self) -> cni_net::Result<Netlink> {
+        Netlink::in_ns(&self.ns)
+    }
+
+    /// Runs `f` inside the namespace (on a scoped thread; see [`NetNs::run`]).
+    pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> cni_net::Result<T> {
+        self.ns.run(f)
+    }
+
+    /// A command whose process runs inside this namespace (it calls `setns` between fork
+    /// and exec). The command keeps its own duplicate of the namespace fd.
+    pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
+        let ns_fd: OwnedFd =
+            self.ns.as_fd().try_clone_to_owned().expect("duplicate the namespace fd for a child process");
+        let mut command = Command::new(program);
+        // SAFETY: the closure runs in the forked child before exec and only calls setns,
+        // which is async-signal-safe; it allocates nothing.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::setns(ns_fd.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        command
+    }
+
+    /// Runs `ip -j <args>` inside the namespace and parses its JSON output (a test oracle).
+    pub fn ip_json(&self, args: &[&str]) -> serde_json::Value {
+        let output = self.command("ip").arg("-j").args(args).output().expect("run ip");
+        assert!(
+            output.status.success(),
+            "ip -j {args:?} in {} failed: {}",
+            self.name,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        if output.stdout.iter().all(u8::is_ascii_whitespace) {
+            return serde_json::Value::Array(Vec::new());
+        }
+        serde_json::from_slice(&output.stdout).expect("ip -j prints JSON")
+    }
+}
+
+impl Drop for TestNetns {
+    fn drop(&mut self) {
+        if let Err(err) = remove_named(&self.path) {
+            eprintln!("cni-testkit: cannot remove test namespace {}: {err}", self.name);
+        }
+    }
+}
+
+/// One "host" namespace (where bridges, host veth ends and firewall rules go) and `n`
+/// "container" namespaces — the usual shape of a plugin test.
+#[derive(Debug)]
+pub struct HostAndContainers {
+    pub host: TestNetns,
+    pub containers: Vec<TestNetns>,
+}
+
+impl HostAndContainers {
+    /// Creates the host and `n` containers with the default prefix.
+    pub fn new(n: usize) -> cni_net::Result<HostAndContainers> {
+        HostAndContainers::with_prefix(DEFAULT_PREFIX, n)
+    }
+
+    /// Creates the host and `n` containers named `<prefix>-<random>`.
+    pub fn with_prefix(prefix: &str, n: usize) -> cni_net::Result<HostAndContainers> {
+        let host = TestNetns::with_prefix(prefix)?;
+        let containers =
+            (0..n).map(|_| TestNetns::with_prefix(prefix)).collect::<cni_net::Result<Vec<_>>>()?;
+        Ok(HostAndContainers { host, containers })
+    }
+}
