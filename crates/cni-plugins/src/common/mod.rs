@@ -3,6 +3,8 @@
 //! interface, and checking that it is still there.
 
 pub mod iface;
+pub mod masq;
+pub mod nft_attach;
 pub mod veth;
 
 use cni_net::NetNs;

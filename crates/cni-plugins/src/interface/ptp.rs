@@ -7,7 +7,7 @@
 
 use crate::common::iface;
 use crate::common::veth::{self, VethRequest};
-use crate::common::{open_container_netns, open_container_netns_for_del, NetResultExt};
+use crate::common::{masq, open_container_netns, open_container_netns_for_del, NetResultExt};
 use cni_net::netlink::{AddressFlags, Route as KernelRoute, RouteScope};
 use cni_net::{Link, NetNs, Netlink};
 use cni_plugin::{delegate, CniError, CniResult, Plugin, Request};
@@ -40,9 +40,6 @@ impl PtpConf {
                 "invalid mtu {}: must be between 68 and 65535",
                 conf.mtu
             )));
-        }
-        if conf.ip_masq {
-            return Err(CniError::unsupported_field("ipMasq", true));
         }
         Ok(conf)
     }
@@ -160,6 +157,9 @@ impl Ptp {
                 result.dns = dns.clone();
             }
         }
+        if conf.ip_masq {
+            masq::add(req, &result, CONTAINER_IFACE)?;
+        }
         host_veth.keep();
         ipam.commit();
         Ok(result)
@@ -174,8 +174,12 @@ impl Plugin for Ptp {
     }
 
     fn del(&self, req: &Request) -> Result<(), CniError> {
+        let conf: PtpConf = req.config()?;
         if delegate::has_ipam(req) {
             delegate::ipam_forward(req)?;
+        }
+        if conf.ip_masq {
+            masq::del(req, req.prev_result().ok().flatten().as_ref())?;
         }
         let Some(ns) = open_container_netns_for_del(req)? else { return Ok(()) };
         let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
@@ -189,7 +193,10 @@ impl Plugin for Ptp {
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
-        PtpConf::load(req)?;
+        let conf = PtpConf::load(req)?;
+        if conf.ip_masq {
+            masq::check(req)?;
+        }
         let prev = req.require_prev_result()?;
         delegate::ipam_forward(req)?;
         let ns = open_container_netns(req)?;
@@ -205,7 +212,9 @@ impl Plugin for Ptp {
     }
 
     fn gc(&self, req: &Request) -> Result<(), CniError> {
-        delegate::ipam_forward(req)
+        let ipam = delegate::ipam_forward(req);
+        masq::gc(req)?;
+        ipam
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {

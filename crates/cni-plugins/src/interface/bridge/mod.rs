@@ -7,10 +7,11 @@
 
 mod config;
 mod gateway;
+mod spoofcheck;
 
 use crate::common::iface;
 use crate::common::veth::{self, VethRequest};
-use crate::common::{open_container_netns, open_container_netns_for_del, NetResultExt};
+use crate::common::{masq, open_container_netns, open_container_netns_for_del, NetResultExt};
 use cni_net::netlink::{BridgeOptions, LinkCondition, LinkKind, LinkSpec};
 use cni_net::{Link, MacAddr, NetNs, Netlink};
 use cni_plugin::{delegate, CniError, CniResult, Plugin, Request};
@@ -145,6 +146,16 @@ impl Bridge {
                 result.dns = dns.clone();
             }
         }
+        // Firewalling last: every step before it can fail without nftables state to undo.
+        let masq_guard =
+            if conf.ip_masq { Some(masq::add_guarded(req, &result, CONTAINER_IFACE)?) } else { None };
+        if conf.mac_spoof_check {
+            let mac = cont_link.mac.ok_or_else(|| CniError::internal("container interface has no MAC"))?;
+            spoofcheck::add(req, &host_now.name, mac)?;
+        }
+        if let Some(guard) = masq_guard {
+            guard.keep();
+        }
         host_veth.keep();
         if let Some(ipam) = ipam {
             ipam.commit();
@@ -161,8 +172,18 @@ impl Plugin for Bridge {
     }
 
     fn del(&self, req: &Request) -> Result<(), CniError> {
+        // Not `load`: DEL must clean up even what a config refused at ADD would describe.
+        let conf: BridgeConf = req.config()?;
         if delegate::has_ipam(req) {
             delegate::ipam_forward(req)?;
+        }
+        let prev = req.prev_result().ok().flatten();
+        if conf.ip_masq {
+            masq::del(req, prev.as_ref())?;
+        }
+        if conf.mac_spoof_check {
+            let host_port = prev.as_ref().and_then(|p| p.interfaces.get(HOST_IFACE)).map(|i| i.name.as_str());
+            spoofcheck::del(req, host_port)?;
         }
         let Some(ns) = open_container_netns_for_del(req)? else { return Ok(()) };
         let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
@@ -207,14 +228,30 @@ impl Plugin for Bridge {
                 host.name, bridge.name
             )));
         }
+        if conf.ip_masq {
+            masq::check(req)?;
+        }
+        if conf.mac_spoof_check {
+            spoofcheck::check(req)?;
+        }
         Ok(())
     }
 
+    /// Releases IPAM and the nftables state of attachments the runtime no longer has,
+    /// whatever the current config says about ipMasq/macspoofchk (they may have been on).
     fn gc(&self, req: &Request) -> Result<(), CniError> {
-        if delegate::has_ipam(req) {
-            delegate::ipam_forward(req)?;
+        let results = [
+            if delegate::has_ipam(req) { delegate::ipam_forward(req) } else { Ok(()) },
+            masq::gc(req),
+            spoofcheck::gc(req),
+        ];
+        let errors: Vec<String> =
+            results.into_iter().filter_map(Result::err).map(|e| e.to_string()).collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(CniError::internal(format!("GC: {}", errors.join("; "))))
         }
-        Ok(())
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {

@@ -1,0 +1,133 @@
+//! `ipMasq` for bridge and ptp: traffic from a container's address to anywhere outside its
+//! subnet (and not multicast) leaves with the host's address.
+//!
+//! Table `inet cni_plugins_masquerade` (the reference's name): a nat base chain at
+//! srcnat returns for multicast, then dispatches on the source address through maps
+//! `masq4`/`masq6` to the attachment's chain, which masquerades unless the destination is
+//! in that address's subnet.
+
+use super::nft_attach::{self, Attachment, DispatchTable};
+use cni_net::nft::{
+    priority, Batch, Chain, ChainType, Family, Field, Hook, KeyType, KeyValue, MapData, NftClient,
+    RuleBuilder, Set, SetElement, SetRef, Verdict,
+};
+use cni_plugin::{CniError, CniResult, Request};
+use std::net::IpAddr;
+
+pub struct Masquerade;
+
+const TABLE: &str = "cni_plugins_masquerade";
+
+impl DispatchTable for Masquerade {
+    const FAMILY: Family = Family::Inet;
+    const TABLE: &'static str = TABLE;
+
+    fn bootstrap(batch: &mut Batch) {
+        let masq4 = batch.add_set(
+            &Set::named(Family::Inet, TABLE, "masq4", &[KeyType::Ipv4Addr]).map_to(MapData::Verdict),
+        );
+        let masq6 = batch.add_set(
+            &Set::named(Family::Inet, TABLE, "masq6", &[KeyType::Ipv6Addr]).map_to(MapData::Verdict),
+        );
+        batch.add_chain(&Chain::base(
+            Family::Inet,
+            TABLE,
+            "postrouting",
+            ChainType::Nat,
+            Hook::Postrouting,
+            priority::SRCNAT,
+        ));
+        let rule = |r: RuleBuilder| r.build().expect("static masquerade rules are valid");
+        let base = || RuleBuilder::new(Family::Inet, TABLE, "postrouting");
+        batch.add_rule(&rule(base().daddr("224.0.0.0/4".parse().expect("valid")).ret()));
+        batch.add_rule(&rule(base().daddr("ff00::/8".parse().expect("valid")).ret()));
+        batch.add_rule(&rule(base().load_key(&[Field::IpSaddr]).vmap(&masq4)));
+        batch.add_rule(&rule(base().load_key(&[Field::Ip6Saddr]).vmap(&masq6)));
+    }
+
+    fn elements(key: &str, chain: &str) -> Result<Vec<(SetRef, SetElement)>, CniError> {
+        let ip: IpAddr =
+            key.parse().map_err(|_| CniError::internal(format!("bad masquerade key {key:?}")))?;
+        let (map, value) = match ip {
+            IpAddr::V4(a) => ("masq4", KeyValue::Ipv4(a)),
+            IpAddr::V6(a) => ("masq6", KeyValue::Ipv6(a)),
+        };
+        Ok(vec![(
+            SetRef::named(Family::Inet, TABLE, map),
+            SetElement::new(&[value]).with_verdict(Verdict::Goto(chain.to_string())),
+        )])
+    }
+}
+
+fn nft_client() -> Result<NftClient, CniError> {
+    NftClient::new().map_err(|e| CniError::internal(format!("nftables: {e}")))
+}
+
+/// Masquerades the container interface's addresses of `result` (interface `iface`).
+pub fn add(req: &Request, result: &CniResult, iface: usize) -> Result<(), CniError> {
+    let ips: Vec<_> = result.ips_of(Some(iface)).map(|ip| ip.address).collect();
+    let keys: Vec<String> = ips.iter().map(|net| net.addr().to_string()).collect();
+    let mut nft = nft_client()?;
+    nft_attach::attach::<Masquerade>(&mut nft, &Attachment::of(req), &keys, |chain| {
+        ips.iter()
+            .map(|net| {
+                let host = ipnet::IpNet::new(net.addr(), net.max_prefix_len()).expect("full prefix");
+                RuleBuilder::new(Family::Inet, TABLE, chain).saddr(host).daddr_not(net.trunc()).masquerade()
+            })
+            .collect()
+    })
+}
+
+/// Removes the attachment's masquerade state; addresses from prevResult when known.
+pub fn del(req: &Request, prev: Option<&CniResult>) -> Result<(), CniError> {
+    let keys: Option<Vec<String>> =
+        prev.map(|r| r.ips.iter().map(|ip| ip.address.addr().to_string()).collect());
+    nft_attach::detach::<Masquerade>(&mut nft_client()?, &Attachment::of(req), keys.as_deref())
+}
+
+pub fn check(req: &Request) -> Result<(), CniError> {
+    if nft_attach::is_attached::<Masquerade>(&mut nft_client()?, &Attachment::of(req))? {
+        Ok(())
+    } else {
+        Err(CniError::internal(format!("masquerade rules for {} are missing", req.container_id)))
+    }
+}
+
+pub fn gc(req: &Request) -> Result<(), CniError> {
+    let valid = req.valid_attachments()?;
+    nft_attach::gc::<Masquerade>(&mut nft_client()?, &req.conf.name, |who| {
+        valid.iter().any(|v| v.container_id == who.container_id && v.ifname == who.ifname)
+    })
+}
+
+/// Undoes [`add`] on drop unless kept: part of ADD's rollback.
+pub struct MasqGuard<'a> {
+    req: &'a Request,
+    armed: bool,
+}
+
+impl MasqGuard<'_> {
+    pub fn keep(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for MasqGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Err(e) = del(self.req, None) {
+                eprintln!("rollback: cannot remove masquerade rules: {e}");
+            }
+        }
+    }
+}
+
+/// [`add`] with a rollback guard.
+pub fn add_guarded<'a>(
+    req: &'a Request,
+    result: &CniResult,
+    iface: usize,
+) -> Result<MasqGuard<'a>, CniError> {
+    add(req, result, iface)?;
+    Ok(MasqGuard { req, armed: true })
+}
