@@ -8,8 +8,8 @@
 
 use super::nft_attach::{self, Attachment, DispatchTable};
 use cni_net::nft::{
-    priority, Batch, Chain, ChainType, Family, Field, Hook, KeyType, KeyValue, MapData, NftClient,
-    RuleBuilder, Set, SetElement, SetRef, Verdict,
+    priority, Batch, Chain, ChainType, Family, Field, Hook, KeyType, KeyValue, MapData, RuleBuilder, Set,
+    SetElement, SetRef, Verdict,
 };
 use cni_plugin::{CniError, CniResult, Request};
 use std::net::IpAddr;
@@ -59,15 +59,11 @@ impl DispatchTable for Masquerade {
     }
 }
 
-fn nft_client() -> Result<NftClient, CniError> {
-    NftClient::new().map_err(|e| CniError::internal(format!("nftables: {e}")))
-}
-
 /// Masquerades the container interface's addresses of `result` (interface `iface`).
 pub fn add(req: &Request, result: &CniResult, iface: usize) -> Result<(), CniError> {
     let ips: Vec<_> = result.ips_of(Some(iface)).map(|ip| ip.address).collect();
     let keys: Vec<String> = ips.iter().map(|net| net.addr().to_string()).collect();
-    let mut nft = nft_client()?;
+    let mut nft = nft_attach::client()?;
     nft_attach::attach::<Masquerade>(&mut nft, &Attachment::of(req), &keys, |chain| {
         ips.iter()
             .map(|net| {
@@ -82,22 +78,15 @@ pub fn add(req: &Request, result: &CniResult, iface: usize) -> Result<(), CniErr
 pub fn del(req: &Request, prev: Option<&CniResult>) -> Result<(), CniError> {
     let keys: Option<Vec<String>> =
         prev.map(|r| r.ips.iter().map(|ip| ip.address.addr().to_string()).collect());
-    nft_attach::detach::<Masquerade>(&mut nft_client()?, &Attachment::of(req), keys.as_deref())
+    nft_attach::detach::<Masquerade>(&mut nft_attach::client()?, &Attachment::of(req), keys.as_deref())
 }
 
 pub fn check(req: &Request) -> Result<(), CniError> {
-    if nft_attach::is_attached::<Masquerade>(&mut nft_client()?, &Attachment::of(req))? {
-        Ok(())
-    } else {
-        Err(CniError::internal(format!("masquerade rules for {} are missing", req.container_id)))
-    }
+    nft_attach::check_request::<Masquerade>(&mut nft_attach::client()?, req, "masquerade")
 }
 
 pub fn gc(req: &Request) -> Result<(), CniError> {
-    let valid = req.valid_attachments()?;
-    nft_attach::gc::<Masquerade>(&mut nft_client()?, &req.conf.name, |who| {
-        valid.iter().any(|v| v.container_id == who.container_id && v.ifname == who.ifname)
-    })
+    nft_attach::gc_request::<Masquerade>(&mut nft_attach::client()?, req)
 }
 
 /// Undoes [`add`] on drop unless kept: part of ADD's rollback.

@@ -248,3 +248,30 @@ mod tests {
         assert_eq!(a.chain_name().len(), 20);
     }
 }
+
+/// CHECK for a plugin's table: the request's attachment must have its chain.
+pub fn check_request<T: DispatchTable>(
+    nft: &mut NftClient,
+    req: &Request,
+    what: &str,
+) -> Result<(), CniError> {
+    if is_attached::<T>(nft, &Attachment::of(req))? {
+        Ok(())
+    } else {
+        Err(CniError::internal(format!("{what} rules for {} are missing", req.container_id)))
+    }
+}
+
+/// GC for a plugin's table: removes attachments of the request's network that are not in
+/// its `cni.dev/valid-attachments`.
+pub fn gc_request<T: DispatchTable>(nft: &mut NftClient, req: &Request) -> Result<(), CniError> {
+    let valid = req.valid_attachments()?;
+    gc::<T>(nft, &req.conf.name, |who| {
+        valid.iter().any(|v| v.container_id == who.container_id && v.ifname == who.ifname)
+    })
+}
+
+/// A client in the plugin's (host) namespace.
+pub fn client() -> Result<NftClient, CniError> {
+    NftClient::new().map_err(|e| CniError::internal(format!("nftables: {e}")))
+}

@@ -96,3 +96,27 @@ pub fn create_pair(
         container.require_link(req.container_ifname).or_cni("look up the new container interface")?;
     Ok((guard, container_link))
 }
+
+/// A link as a result interface (`sandbox` empty on the host).
+pub fn result_interface(link: &Link, sandbox: &str) -> cni_types::Interface {
+    cni_types::Interface {
+        name: link.name.clone(),
+        mac: link.mac.map(|m| m.to_string()).unwrap_or_default(),
+        sandbox: sandbox.to_string(),
+        ..Default::default()
+    }
+}
+
+/// DEL's half in the container: deletes the container end (the host end goes with it).
+/// A namespace or interface that is already gone is success.
+pub fn delete_container_end(req: &cni_plugin::Request) -> Result<(), CniError> {
+    let Some(ns) = super::open_container_netns_for_del(req)? else { return Ok(()) };
+    let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
+    match nl.link_by_name(&req.ifname).or_cni("look up container interface")? {
+        Some(link) => match nl.delete_link(link.index) {
+            Err(e) if !e.is_not_found() => Err(CniError::internal(format!("delete {}: {e}", req.ifname))),
+            _ => Ok(()),
+        },
+        None => Ok(()),
+    }
+}

@@ -7,11 +7,11 @@
 
 use crate::common::iface;
 use crate::common::veth::{self, VethRequest};
-use crate::common::{masq, open_container_netns, open_container_netns_for_del, NetResultExt};
+use crate::common::{masq, open_container_netns, NetResultExt};
 use cni_net::netlink::{AddressFlags, Route as KernelRoute, RouteScope};
 use cni_net::{Link, NetNs, Netlink};
 use cni_plugin::{delegate, CniError, CniResult, Plugin, Request};
-use cni_types::{Dns, Interface};
+use cni_types::Dns;
 use ipnet::IpNet;
 use serde::Deserialize;
 
@@ -47,15 +47,6 @@ impl PtpConf {
 
 fn host_prefix(addr: std::net::IpAddr) -> IpNet {
     IpNet::new(addr, if addr.is_ipv4() { 32 } else { 128 }).expect("full-length prefix")
-}
-
-fn interface(link: &Link, sandbox: &str) -> Interface {
-    Interface {
-        name: link.name.clone(),
-        mac: link.mac.map(|m| m.to_string()).unwrap_or_default(),
-        sandbox: sandbox.to_string(),
-        ..Default::default()
-    }
 }
 
 /// Container side: addresses, then the subnet route swapped for gateway routes.
@@ -151,7 +142,8 @@ impl Ptp {
             .link_by_index(host_veth.link.index)
             .or_cni("look up host veth")?
             .unwrap_or(host_veth.link.clone());
-        result.interfaces = vec![interface(&host_now, ""), interface(&cont_link, &req.netns)];
+        result.interfaces =
+            vec![veth::result_interface(&host_now, ""), veth::result_interface(&cont_link, &req.netns)];
         if let Some(dns) = &conf.dns {
             if result.dns.is_empty() {
                 result.dns = dns.clone();
@@ -181,15 +173,7 @@ impl Plugin for Ptp {
         if conf.ip_masq {
             masq::del(req, req.prev_result().ok().flatten().as_ref())?;
         }
-        let Some(ns) = open_container_netns_for_del(req)? else { return Ok(()) };
-        let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
-        match nl.link_by_name(&req.ifname).or_cni("look up container interface")? {
-            Some(link) => match nl.delete_link(link.index) {
-                Err(e) if !e.is_not_found() => Err(CniError::internal(format!("delete {}: {e}", req.ifname))),
-                _ => Ok(()),
-            },
-            None => Ok(()),
-        }
+        veth::delete_container_end(req)
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {

@@ -11,11 +11,10 @@ mod spoofcheck;
 
 use crate::common::iface;
 use crate::common::veth::{self, VethRequest};
-use crate::common::{masq, open_container_netns, open_container_netns_for_del, NetResultExt};
+use crate::common::{masq, open_container_netns, NetResultExt};
 use cni_net::netlink::{BridgeOptions, LinkCondition, LinkKind, LinkSpec};
 use cni_net::{Link, MacAddr, NetNs, Netlink};
 use cni_plugin::{delegate, CniError, CniResult, Plugin, Request};
-use cni_types::Interface;
 use config::BridgeConf;
 use std::time::Duration;
 
@@ -24,15 +23,6 @@ const HOST_IFACE: usize = 1;
 const CONTAINER_IFACE: usize = 2;
 
 pub struct Bridge;
-
-fn interface(link: &Link, sandbox: &str) -> Interface {
-    Interface {
-        name: link.name.clone(),
-        mac: link.mac.map(|m| m.to_string()).unwrap_or_default(),
-        sandbox: sandbox.to_string(),
-        ..Default::default()
-    }
-}
 
 /// The bridge, created if missing. A concurrent ADD creating it first is success.
 fn ensure_bridge(nl: &mut Netlink, conf: &BridgeConf) -> Result<Link, CniError> {
@@ -139,8 +129,11 @@ impl Bridge {
             .link_by_index(host_veth.link.index)
             .or_cni("look up host veth")?
             .unwrap_or(host_veth.link.clone());
-        result.interfaces =
-            vec![interface(&bridge_now, ""), interface(&host_now, ""), interface(&cont_link, &req.netns)];
+        result.interfaces = vec![
+            veth::result_interface(&bridge_now, ""),
+            veth::result_interface(&host_now, ""),
+            veth::result_interface(&cont_link, &req.netns),
+        ];
         if let Some(dns) = &conf.dns {
             if result.dns.is_empty() {
                 result.dns = dns.clone();
@@ -185,16 +178,7 @@ impl Plugin for Bridge {
             let host_port = prev.as_ref().and_then(|p| p.interfaces.get(HOST_IFACE)).map(|i| i.name.as_str());
             spoofcheck::del(req, host_port)?;
         }
-        let Some(ns) = open_container_netns_for_del(req)? else { return Ok(()) };
-        let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
-        // Deleting the container end removes the host end with it.
-        match nl.link_by_name(&req.ifname).or_cni("look up container interface")? {
-            Some(link) => match nl.delete_link(link.index) {
-                Err(e) if !e.is_not_found() => Err(CniError::internal(format!("delete {}: {e}", req.ifname))),
-                _ => Ok(()),
-            },
-            None => Ok(()),
-        }
+        veth::delete_container_end(req)
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {

@@ -7,8 +7,8 @@
 
 use crate::common::nft_attach::{self, Attachment, DispatchTable};
 use cni_net::nft::{
-    Batch, Chain, ChainType, Family, Field, Hook, KeyType, KeyValue, MapData, NftClient, RuleBuilder, Set,
-    SetElement, SetRef, Verdict,
+    Batch, Chain, ChainType, Family, Field, Hook, KeyType, KeyValue, MapData, RuleBuilder, Set, SetElement,
+    SetRef, Verdict,
 };
 use cni_net::MacAddr;
 use cni_plugin::{CniError, Request};
@@ -48,14 +48,10 @@ impl DispatchTable for SpoofCheck {
     }
 }
 
-fn nft_client() -> Result<NftClient, CniError> {
-    NftClient::new().map_err(|e| CniError::internal(format!("nftables: {e}")))
-}
-
 /// Frames from `host_port` must come from `mac`.
 pub fn add(req: &Request, host_port: &str, mac: MacAddr) -> Result<(), CniError> {
     nft_attach::attach::<SpoofCheck>(
-        &mut nft_client()?,
+        &mut nft_attach::client()?,
         &Attachment::of(req),
         &[host_port.to_string()],
         |chain| {
@@ -69,20 +65,13 @@ pub fn add(req: &Request, host_port: &str, mac: MacAddr) -> Result<(), CniError>
 
 pub fn del(req: &Request, host_port: Option<&str>) -> Result<(), CniError> {
     let keys = host_port.map(|p| vec![p.to_string()]);
-    nft_attach::detach::<SpoofCheck>(&mut nft_client()?, &Attachment::of(req), keys.as_deref())
+    nft_attach::detach::<SpoofCheck>(&mut nft_attach::client()?, &Attachment::of(req), keys.as_deref())
 }
 
 pub fn check(req: &Request) -> Result<(), CniError> {
-    if nft_attach::is_attached::<SpoofCheck>(&mut nft_client()?, &Attachment::of(req))? {
-        Ok(())
-    } else {
-        Err(CniError::internal(format!("MAC spoof check rules for {} are missing", req.container_id)))
-    }
+    nft_attach::check_request::<SpoofCheck>(&mut nft_attach::client()?, req, "MAC spoof check")
 }
 
 pub fn gc(req: &Request) -> Result<(), CniError> {
-    let valid = req.valid_attachments()?;
-    nft_attach::gc::<SpoofCheck>(&mut nft_client()?, &req.conf.name, |who| {
-        valid.iter().any(|v| v.container_id == who.container_id && v.ifname == who.ifname)
-    })
+    nft_attach::gc_request::<SpoofCheck>(&mut nft_attach::client()?, req)
 }
