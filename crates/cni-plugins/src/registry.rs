@@ -14,7 +14,9 @@ pub fn plugins() -> &'static [Entry] {
         Entry { name: "bridge", make: || Box::new(crate::interface::bridge::Bridge) },
         Entry { name: "loopback", make: || Box::new(crate::interface::loopback::Loopback) },
         Entry { name: "ptp", make: || Box::new(crate::interface::ptp::Ptp) },
+        Entry { name: "sbr", make: || Box::new(crate::meta::sbr::Sbr) },
         Entry { name: "static", make: || Box::new(crate::ipam::static_ipam::StaticIpam) },
+        Entry { name: "tuning", make: || Box::new(crate::meta::tuning::Tuning) },
     ]
 }
 

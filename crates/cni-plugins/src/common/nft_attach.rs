@@ -224,31 +224,6 @@ pub fn gc<T: DispatchTable>(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn comment_round_trips() {
-        let who =
-            Attachment { network: "podman".into(), container_id: "abc123".into(), ifname: "eth0".into() };
-        let comment = who.comment(&["10.88.0.5".into(), "fd00::5".into()]);
-        let (back, keys) = Attachment::parse_comment(&comment).unwrap();
-        assert_eq!(back, who);
-        assert_eq!(keys, ["10.88.0.5", "fd00::5"]);
-        assert!(Attachment::parse_comment("someone else's rule").is_none());
-    }
-
-    #[test]
-    fn chain_names_are_stable_and_distinct() {
-        let a = Attachment { network: "n".into(), container_id: "c1".into(), ifname: "eth0".into() };
-        let b = Attachment { container_id: "c2".into(), ..a.clone() };
-        assert_eq!(a.chain_name(), a.clone().chain_name());
-        assert_ne!(a.chain_name(), b.chain_name());
-        assert_eq!(a.chain_name().len(), 20);
-    }
-}
-
 /// CHECK for a plugin's table: the request's attachment must have its chain.
 pub fn check_request<T: DispatchTable>(
     nft: &mut NftClient,
@@ -274,4 +249,29 @@ pub fn gc_request<T: DispatchTable>(nft: &mut NftClient, req: &Request) -> Resul
 /// A client in the plugin's (host) namespace.
 pub fn client() -> Result<NftClient, CniError> {
     NftClient::new().map_err(|e| CniError::internal(format!("nftables: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comment_round_trips() {
+        let who =
+            Attachment { network: "podman".into(), container_id: "abc123".into(), ifname: "eth0".into() };
+        let comment = who.comment(&["10.88.0.5".into(), "fd00::5".into()]);
+        let (back, keys) = Attachment::parse_comment(&comment).unwrap();
+        assert_eq!(back, who);
+        assert_eq!(keys, ["10.88.0.5", "fd00::5"]);
+        assert!(Attachment::parse_comment("someone else's rule").is_none());
+    }
+
+    #[test]
+    fn chain_names_are_stable_and_distinct() {
+        let a = Attachment { network: "n".into(), container_id: "c1".into(), ifname: "eth0".into() };
+        let b = Attachment { container_id: "c2".into(), ..a.clone() };
+        assert_eq!(a.chain_name(), a.clone().chain_name());
+        assert_ne!(a.chain_name(), b.chain_name());
+        assert_eq!(a.chain_name().len(), 20);
+    }
 }

@@ -1,1 +1,3 @@
 //! Meta plugins: chained after an interface plugin, they act on its result.
+pub mod sbr;
+pub mod tuning;

@@ -1,0 +1,170 @@
+//! `tuning`: changes sysctls and attributes (MAC, MTU, promiscuous and all-multicast
+//! mode, transmit queue length) of the container's interface, and puts them back on DEL.
+//!
+//! A chained plugin: it passes `prevResult` through (with the interface's new MAC).
+//! Everything is validated before the kernel is touched; the values it replaces are
+//! recorded (see [`state`]) before the first change, and a failure halfway rolls back
+//! what was already changed.
+
+pub mod config;
+mod link_state;
+pub mod state;
+
+use crate::common::{open_container_netns, open_container_netns_for_del, NetResultExt};
+use cni_net::{Link, NetNs, Netlink};
+use cni_plugin::{CniError, CniResult, Plugin, Request, Version};
+use cni_types::{Interface, IpConfig};
+use config::TuningConf;
+use state::Owner;
+
+pub struct Tuning;
+
+/// Before 0.3.0 chained plugins were not given a result to pass on; the result is then
+/// what the container interface has.
+fn result_from_link(req: &Request, nl: &mut Netlink, link: &Link) -> Result<CniResult, CniError> {
+    let ips = nl
+        .addresses(Some(link.index), None)
+        .or_cni("list the container interface's addresses")?
+        .into_iter()
+        .filter(|a| a.scope == 0)
+        .map(|a| IpConfig { interface: Some(0), address: a.address, gateway: None })
+        .collect();
+    Ok(CniResult {
+        interfaces: vec![Interface {
+            name: link.name.clone(),
+            mac: link.mac.map(|m| m.to_string()).unwrap_or_default(),
+            sandbox: req.netns.clone(),
+            ..Default::default()
+        }],
+        ips,
+        ..Default::default()
+    })
+}
+
+/// The result reports the interface as tuning left it.
+fn update_result(result: &mut CniResult, ifname: &str, conf: &TuningConf) {
+    for iface in result.interfaces.iter_mut().filter(|i| i.name == ifname) {
+        if let Some(mac) = conf.mac {
+            iface.mac = mac.to_string();
+        }
+        if let (Some(mtu), Some(reported)) = (conf.mtu, iface.mtu.as_mut()) {
+            *reported = mtu;
+        }
+    }
+}
+
+fn record_path(req: &Request, data_dir: &std::path::Path) -> std::path::PathBuf {
+    state::record_path(data_dir, &req.container_id, &req.ifname)
+}
+
+impl Tuning {
+    /// Records the originals, then applies. `need_link`: fail before any change when the
+    /// interface is missing even if only sysctls are to be set.
+    fn tune(
+        req: &Request,
+        ns: &NetNs,
+        nl: &mut Netlink,
+        conf: &TuningConf,
+        need_link: bool,
+    ) -> Result<(), CniError> {
+        let link = if conf.changes_link() || need_link {
+            Some(link_state::container_link(nl, &req.ifname)?)
+        } else {
+            None
+        };
+        let mut originals = link_state::read_originals(ns, link.as_ref(), conf)?;
+        let path = record_path(req, &conf.data_dir);
+        let older = state::load(&path)?;
+        let had_record = older.is_some();
+        if let Some(older) = older {
+            originals.merge_older(older);
+        }
+        if !originals.is_empty() {
+            originals.owner = Some(Owner {
+                network: req.conf.name.clone(),
+                container_id: req.container_id.clone(),
+                ifname: req.ifname.clone(),
+            });
+            // Written before the first change: a crash halfway still leaves a record.
+            state::store(&path, &originals)?;
+        }
+        if let Err(e) = link_state::apply(ns, nl, &req.ifname, link.as_ref(), conf, &originals) {
+            if !had_record {
+                let _ = state::remove(&path);
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+}
+
+impl Plugin for Tuning {
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        let conf = config::load(req)?;
+        let prev = match req.prev_result()? {
+            Some(prev) => Some(prev),
+            None if req.version >= Version::V0_3_0 => Some(req.require_prev_result()?),
+            None => None,
+        };
+        let ns = open_container_netns(req)?;
+        let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
+        Self::tune(req, &ns, &mut nl, &conf, prev.is_none())?;
+        let mut result = match prev {
+            Some(prev) => prev,
+            None => {
+                let link = link_state::container_link(&mut nl, &req.ifname)?;
+                result_from_link(req, &mut nl, &link)?
+            }
+        };
+        update_result(&mut result, &req.ifname, &conf);
+        Ok(result)
+    }
+
+    /// Restores what ADD recorded. No record, no namespace, no interface: nothing to do.
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        let path = record_path(req, &config::data_dir(req)?);
+        let Some(record) = state::load(&path)? else { return Ok(()) };
+        if let Some(ns) = open_container_netns_for_del(req)? {
+            let errors = link_state::restore(&ns, &req.ifname, &record);
+            if !errors.is_empty() {
+                // The record stays, so a retried DEL can finish the job.
+                return Err(CniError::internal(format!("tuning: {}", errors.join("; "))));
+            }
+        }
+        state::remove(&path)
+    }
+
+    fn check(&self, req: &Request) -> Result<(), CniError> {
+        let conf = config::load(req)?;
+        req.require_prev_result()?;
+        let ns = open_container_netns(req)?;
+        let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
+        link_state::check(&ns, &mut nl, &req.ifname, &conf)
+    }
+
+    /// Drops records of this network's attachments the runtime no longer has (their
+    /// namespaces are gone, so there is nothing left to restore).
+    fn gc(&self, req: &Request) -> Result<(), CniError> {
+        let valid = req.valid_attachments()?;
+        let mut errors = Vec::new();
+        for (path, record) in state::list(&config::data_dir(req)?)? {
+            let Some(owner) = record.owner else { continue };
+            let in_use =
+                valid.iter().any(|a| a.container_id == owner.container_id && a.ifname == owner.ifname);
+            if owner.network == req.conf.name && !in_use {
+                if let Err(e) = state::remove(&path) {
+                    errors.push(e.msg);
+                }
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(CniError::io(errors.join("; ")))
+        }
+    }
+
+    fn about(&self) -> String {
+        "tuning: sets sysctls and interface attributes in the container, restored on DEL".into()
+    }
+}

@@ -1,0 +1,194 @@
+//! The record of what ADD replaced, so DEL can put it back.
+//!
+//! One JSON file per attachment, `<dataDir>/<containerID>_<ifname>.json`, with the
+//! reference plugin's layout (`mac`, `promisc`, `mtu`, `allmulti`, `txQLen`), so a record
+//! written by the Go plugin is restored by ours and the other way round. We add `sysctl`
+//! (original values by key, which the Go plugin ignores): DEL restores sysctls too.
+//! Writes are atomic (temp file, fsync, rename): a crash never leaves half a record.
+
+use cni_plugin::CniError;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Original values, one field per thing ADD changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Originals {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub mac: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promisc: Option<bool>,
+    /// 0 means "not recorded" (the reference's encoding).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub mtu: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allmulti: Option<bool>,
+    #[serde(default, rename = "txQLen", skip_serializing_if = "Option::is_none")]
+    pub tx_qlen: Option<u32>,
+    /// Sysctl key (as written, `IFNAME` substituted) to its value before ADD.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sysctl: BTreeMap<String, String>,
+    /// Whose record this is, for GC (the file name alone is ambiguous: container IDs and
+    /// interface names may both contain `_`). Absent in the reference's records, which GC
+    /// therefore leaves alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<Owner>,
+}
+
+/// The attachment a record belongs to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    pub network: String,
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    pub ifname: String,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+impl Originals {
+    /// Whether nothing was recorded (the owner does not count).
+    pub fn is_empty(&self) -> bool {
+        Originals { owner: None, ..self.clone() } == Originals::default()
+    }
+
+    /// Keeps what `older` recorded: after a repeated ADD the values read now are our own,
+    /// and the first record holds the real originals.
+    pub fn merge_older(&mut self, older: Originals) {
+        if !older.mac.is_empty() {
+            self.mac = older.mac;
+        }
+        if older.mtu != 0 {
+            self.mtu = older.mtu;
+        }
+        self.promisc = older.promisc.or(self.promisc);
+        self.allmulti = older.allmulti.or(self.allmulti);
+        self.tx_qlen = older.tx_qlen.or(self.tx_qlen);
+        for (key, value) in older.sysctl {
+            self.sysctl.insert(key, value);
+        }
+    }
+}
+
+/// The record file of one attachment.
+pub fn record_path(data_dir: &Path, container_id: &str, ifname: &str) -> PathBuf {
+    data_dir.join(format!("{container_id}_{ifname}.json"))
+}
+
+/// Reads a record; `None` when there is none. An unreadable (corrupt) record is treated as
+/// absent, with a note on stderr: it cannot be restored from, and must not block DEL.
+pub fn load(path: &Path) -> Result<Option<Originals>, CniError> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(CniError::io(format!("tuning: cannot read {}: {e}", path.display()))),
+    };
+    match serde_json::from_slice(&bytes) {
+        Ok(record) => Ok(Some(record)),
+        Err(e) => {
+            eprintln!("tuning: ignoring unreadable record {}: {e}", path.display());
+            Ok(None)
+        }
+    }
+}
+
+/// Writes a record atomically (0600, directory 0700).
+pub fn store(path: &Path, record: &Originals) -> Result<(), CniError> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let io_err =
+        |what: &str, e: std::io::Error| CniError::io(format!("tuning: {what} {}: {e}", path.display()));
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| io_err("create directory for", e))?;
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let data = serde_json::to_vec_pretty(record).expect("record serialises");
+    let write = || -> std::io::Result<()> {
+        let mut file =
+            std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+        file.write_all(&data)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        // The rename is durable once the directory is synced.
+        std::fs::File::open(dir)?.sync_all()
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io_err("write", e)
+    })
+}
+
+/// Every readable record in `data_dir` with its path (for GC).
+pub fn list(data_dir: &Path) -> Result<Vec<(PathBuf, Originals)>, CniError> {
+    let entries = match std::fs::read_dir(data_dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(CniError::io(format!("tuning: cannot list {}: {e}", data_dir.display()))),
+    };
+    let mut records = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|x| x == "json") {
+            if let Some(record) = load(&path)? {
+                records.push((path, record));
+            }
+        }
+    }
+    Ok(records)
+}
+
+/// Removes a record; a missing one is fine (DEL is idempotent).
+pub fn remove(path: &Path) -> Result<(), CniError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(CniError::io(format!("tuning: cannot remove {}: {e}", path.display())))
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_reference_layout_and_round_trips() {
+        let go = r#"{"mac":"c2:00:00:00:00:01","promisc":false,"mtu":1500,"allmulti":true,"txQLen":1000}"#;
+        let record: Originals = serde_json::from_str(go).unwrap();
+        assert_eq!(record.mac, "c2:00:00:00:00:01");
+        assert_eq!(record.mtu, 1500);
+        assert_eq!(record.tx_qlen, Some(1000));
+        let dir = tempfile::tempdir().unwrap();
+        let path = record_path(&dir.path().join("sub"), "ctr", "eth0");
+        store(&path, &record).unwrap();
+        assert_eq!(load(&path).unwrap(), Some(record));
+        remove(&path).unwrap();
+        remove(&path).unwrap();
+        assert_eq!(load(&path).unwrap(), None);
+    }
+
+    #[test]
+    fn older_record_wins_on_repeated_add() {
+        let mut now = Originals { mtu: 9000, ..Default::default() };
+        now.sysctl.insert("net.a".into(), "2".into());
+        let mut older = Originals { mtu: 1500, promisc: Some(false), ..Default::default() };
+        older.sysctl.insert("net.a".into(), "1".into());
+        now.merge_older(older);
+        assert_eq!(now.mtu, 1500);
+        assert_eq!(now.promisc, Some(false));
+        assert_eq!(now.sysctl["net.a"], "1");
+    }
+
+    #[test]
+    fn corrupt_record_is_treated_as_absent() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.json");
+        std::fs::write(&path, b"{not json").unwrap();
+        assert_eq!(load(&path).unwrap(), None);
+    }
+}
