@@ -15,6 +15,7 @@ Usage:
   cnitool list     [<network>]           print the cached attachments as JSON
   cnitool validate <network>             check every plugin exists and speaks the list's version
   cnitool version  [<plugin-type>]       print a plugin's VERSION answer, or cnitool's own
+  cnitool demo     [<network>]           attach a throwaway namespace, prove it works, detach
   cnitool help     [<command>]           this text, or a command's (also <command> --help)
 
 Options:
@@ -48,6 +49,7 @@ pub fn command_help(command: &str) -> Option<&'static str> {
         "list" => "Usage: cnitool list [<network>] [--cache-dir DIR]\n\nPrints the cached attachments (all, or those of <network>) as a JSON array.\n",
         "validate" => "Usage: cnitool validate <network>\n\nAsks every plugin of <network> for its versions and checks it supports the list's\nversion; prints the network, its version and the capabilities its plugins enable.\n",
         "version" => "Usage: cnitool version [<plugin-type>]\n\nWith a plugin type: runs VERSION on that plugin (found in CNI_PATH) and prints its\nanswer. Without: prints cnitool's version and the spec versions it speaks.\n",
+        "demo" => "Usage: cnitool demo [<network>]\n\nCreates a throwaway container namespace and a throwaway host-side namespace, attaches\nthe container to <network> (from NETCONFPATH) or to an embedded default network\n(bridge + host-local + portmap + firewall + tuning, like podman's), prints the result,\nproves connectivity with a TCP connection from the container to the host side of the\nbridge (and through the port mapping), runs CHECK, detaches and removes everything.\nThe machine's own network is never touched. Needs root. Plugins come from CNI_PATH,\nelse from the cni-plugins binary next to cnitool, else /opt/cni/bin.\n",
         "help" => "Usage: cnitool help [<command>]\n",
         _ => return None,
     })
@@ -64,8 +66,7 @@ pub enum Command {
     List { network: Option<String> },
     Validate { network: String },
     Version { plugin_type: Option<String> },
-    // New subcommands (the lead's `demo`) get a variant here, a `parse_command` arm and a
-    // `run` arm in main.rs.
+    Demo { network: Option<String> },
 }
 
 /// Options that apply to several commands.
@@ -178,6 +179,10 @@ fn parse_command(name: &str, args: &[String]) -> Result<Command, String> {
         "version" => {
             arity(0, 1)?;
             Command::Version { plugin_type: args.first().cloned() }
+        }
+        "demo" => {
+            arity(0, 1)?;
+            Command::Demo { network: args.first().cloned() }
         }
         other => return Err(format!("unknown command {other:?}")),
     })

@@ -3,6 +3,7 @@
 
 mod cli;
 mod commands;
+mod demo;
 
 use cli::{Command, Invocation};
 use commands::{Context, Failure};
@@ -44,6 +45,7 @@ fn run(command: Command, ctx: &Context) -> Result<(), Failure> {
         Command::List { network } => commands::list(ctx, network.as_deref()),
         Command::Validate { network } => commands::validate(ctx, &network),
         Command::Version { plugin_type } => commands::version(ctx, plugin_type.as_deref()),
+        Command::Demo { network } => demo::demo(ctx, network.as_deref()),
     }
 }
 
@@ -57,5 +59,6 @@ fn command_name(command: &Command) -> &'static str {
         Command::List { .. } => "list",
         Command::Validate { .. } => "validate",
         Command::Version { .. } => "version",
+        Command::Demo { .. } => "demo",
     }
 }
