@@ -12,6 +12,7 @@ pub struct Entry {
 pub fn plugins() -> &'static [Entry] {
     &[
         Entry { name: "bridge", make: || Box::new(crate::interface::bridge::Bridge) },
+        Entry { name: "host-local", make: || Box::new(crate::ipam::host_local::plugin::HostLocal) },
         Entry { name: "loopback", make: || Box::new(crate::interface::loopback::Loopback) },
         Entry { name: "ptp", make: || Box::new(crate::interface::ptp::Ptp) },
         Entry { name: "sbr", make: || Box::new(crate::meta::sbr::Sbr) },

@@ -1,1 +1,235 @@
-//! host-local IPAM (filled in by its issue).
+//! host-local IPAM: hands out addresses from configured ranges and records them on disk in
+//! the reference's layout, so that the Go plugin and this one can replace each other on a
+//! running node (allocations made by either are seen and released by the other).
+//!
+//! - [`config`]: the configuration (ranges, routes, requested addresses), parsed in one place.
+//! - [`store`]: the on-disk layout and its lock.
+//! - [`index`]: the per-attachment index that keeps ADD/DEL/CHECK from scanning every
+//!   allocation, and why it is safe next to the Go plugin.
+//! - [`allocator`]: next-fit allocation within a range set.
+//! - [`plugin`]: the [`cni_plugin::Plugin`] implementation ([`plugin::HostLocal`]).
+//!
+//! The functions below are the plugin-facing API; each locks the network directory for its
+//! whole duration (as the reference does), so concurrent plugin processes — ours or Go's —
+//! never hand out the same address.
+
+pub mod allocator;
+pub mod config;
+pub mod error;
+pub mod index;
+pub mod plugin;
+pub mod range;
+pub mod store;
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+pub use allocator::Allocation;
+use allocator::Session;
+pub use config::{HostLocalConfig, IpSource, RequestedIp, RouteSpec, DEFAULT_DATA_DIR};
+pub use error::HostLocalError;
+use store::{Holder, Store};
+
+/// Opens and locks the network directory of `conf` with a complete index.
+fn open_session(conf: &HostLocalConfig) -> Result<Session, HostLocalError> {
+    config::validate_network_name(&conf.network)?;
+    let store = Store::open(&conf.data_dir, &conf.network)?;
+    Session::open(store, conf.range_sets.len())
+}
+
+/// Runs a modifying operation between `begin_changes` and `finish_changes`. After an I/O
+/// failure the stamp stays absent, so the next operation rebuilds the index from disk.
+/// Failing to write the stamp is not an error of the operation: it only costs the next
+/// operation a rebuild.
+fn with_changes<T>(
+    session: &Session,
+    op: impl FnOnce() -> Result<T, HostLocalError>,
+) -> Result<T, HostLocalError> {
+    session.begin_changes()?;
+    let result = op();
+    if !matches!(result, Err(HostLocalError::Io { .. })) {
+        let _ = session.finish_changes();
+    }
+    result
+}
+
+/// For each range set, the requested address to honour. Requests of lower precedence
+/// that compete with a higher one for the same set are dropped; requests that fit no set, or
+/// that compete at equal precedence, are returned as unfulfillable.
+fn assign_requests(conf: &HostLocalConfig) -> (Vec<Option<IpAddr>>, Vec<IpAddr>) {
+    let mut per_set = vec![None; conf.range_sets.len()];
+    let mut unfulfillable = Vec::new();
+    for (set_index, set) in conf.range_sets.iter().enumerate() {
+        let in_set: Vec<&RequestedIp> = conf.requested.iter().filter(|r| set.contains(r.ip)).collect();
+        let Some(top) = in_set.iter().map(|r| r.source).max() else {
+            continue;
+        };
+        let mut winners = in_set.iter().filter(|r| r.source == top);
+        per_set[set_index] = winners.next().map(|r| r.ip);
+        unfulfillable.extend(winners.map(|r| r.ip));
+    }
+    for request in &conf.requested {
+        if !conf.range_sets.iter().any(|s| s.contains(request.ip)) {
+            unfulfillable.push(request.ip);
+        }
+    }
+    (per_set, unfulfillable)
+}
+
+/// ADD: one address per range set for (container_id, ifname), honouring requested
+/// addresses. On failure, addresses reserved by this call are released again.
+pub fn allocate(
+    conf: &HostLocalConfig,
+    container_id: &str,
+    ifname: &str,
+) -> Result<Vec<Allocation>, HostLocalError> {
+    let (requests, unfulfillable) = assign_requests(conf);
+    if !unfulfillable.is_empty() {
+        return Err(HostLocalError::RequestedNotAllocated(unfulfillable));
+    }
+    let session = open_session(conf)?;
+    with_changes(&session, || {
+        let mut allocations = Vec::with_capacity(conf.range_sets.len());
+        let mut reserved_here = Vec::new();
+        for (set_index, set) in conf.range_sets.iter().enumerate() {
+            match session.allocate_in_set(set_index, set, container_id, ifname, requests[set_index]) {
+                Ok((allocation, newly_reserved)) => {
+                    if newly_reserved {
+                        reserved_here.push(allocation.address.addr());
+                    }
+                    allocations.push(allocation);
+                }
+                Err(err) => {
+                    // Best effort: an address whose file cannot be removed stays indexed,
+                    // so a later DEL still finds it.
+                    for ip in reserved_here {
+                        if session.store().release(ip).is_ok() {
+                            let _ = session.index().remove(container_id, ifname, ip);
+                        }
+                    }
+                    return Err(err);
+                }
+            }
+        }
+        Ok(allocations)
+    })
+}
+
+/// DEL: releases every address held by (container_id, ifname). `known_ips` (the
+/// prevResult's addresses, if any) are checked first; then the index. Files that no longer
+/// name this attachment are left alone; an empty or garbage file at a `known_ips` address
+/// is released (nobody else can claim it). Idempotent: returns the addresses released.
+pub fn release(
+    conf: &HostLocalConfig,
+    container_id: &str,
+    ifname: &str,
+    known_ips: &[IpAddr],
+) -> Result<Vec<IpAddr>, HostLocalError> {
+    let session = open_session(conf)?;
+    with_changes(&session, || {
+        let store = session.store();
+        let mut released = Vec::new();
+        for &ip in known_ips {
+            if matches!(store.holder(ip)?, Some(None)) && store.release(ip)? {
+                released.push(ip);
+            }
+        }
+        let mut candidates: Vec<IpAddr> = known_ips.to_vec();
+        candidates.extend(session.held_by(container_id, ifname)?);
+        for ip in candidates {
+            if !released.contains(&ip) && store.is_held_by(ip, container_id, ifname)? && store.release(ip)? {
+                released.push(ip);
+            }
+        }
+        session.index().forget(container_id, ifname)?;
+        Ok(released)
+    })
+}
+
+/// CHECK: every address in `expected_ips` (the prevResult's) must be held by the
+/// attachment; with none expected, the attachment must hold at least one address.
+pub fn check(
+    conf: &HostLocalConfig,
+    container_id: &str,
+    ifname: &str,
+    expected_ips: &[IpAddr],
+) -> Result<(), HostLocalError> {
+    let session = open_session(conf)?;
+    let held = session.held_by(container_id, ifname)?;
+    for ip in expected_ips {
+        if !held.contains(ip) && !session.store().is_held_by(*ip, container_id, ifname)? {
+            return Err(HostLocalError::CheckFailed(format!(
+                "address {ip} is not allocated to container {container_id} interface {ifname}"
+            )));
+        }
+    }
+    if expected_ips.is_empty() && held.is_empty() {
+        return Err(HostLocalError::CheckFailed(format!(
+            "Failed to find address added by container {container_id}"
+        )));
+    }
+    Ok(())
+}
+
+/// An attachment still in use, as listed in GC's `cni.dev/valid-attachments`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AttachmentKey {
+    pub container_id: String,
+    pub ifname: String,
+}
+
+/// What GC did.
+#[derive(Debug, Default)]
+pub struct GcOutcome {
+    /// Addresses released (unknown holders and unreadable files).
+    pub released: Vec<IpAddr>,
+    /// Files that could not be removed; GC carried on past them.
+    pub failures: Vec<HostLocalError>,
+}
+
+/// GC: releases every allocation of the network whose holder is not in `valid`, including
+/// empty or garbage files, and sweeps temporary files of crashed writers. A legacy file
+/// (container ID only) stays if any valid attachment has that container ID.
+pub fn gc(conf: &HostLocalConfig, valid: &[AttachmentKey]) -> Result<GcOutcome, HostLocalError> {
+    let valid: HashSet<&AttachmentKey> = valid.iter().collect();
+    let is_valid = |holder: &Holder| match &holder.ifname {
+        Some(ifname) => valid
+            .contains(&AttachmentKey { container_id: holder.container_id.clone(), ifname: ifname.clone() }),
+        None => valid.iter().any(|k| k.container_id == holder.container_id),
+    };
+    let session = open_session(conf)?;
+    with_changes(&session, || {
+        let store = session.store();
+        let mut outcome = GcOutcome::default();
+        let mut kept = Vec::new();
+        for (ip, holder) in store.scan()? {
+            if holder.as_ref().is_some_and(is_valid) {
+                kept.push((ip, holder));
+                continue;
+            }
+            match store.release(ip) {
+                Ok(_) => outcome.released.push(ip),
+                Err(err) => {
+                    outcome.failures.push(err);
+                    kept.push((ip, holder));
+                }
+            }
+        }
+        store.sweep_temp_files()?;
+        session.index().rebuild(&kept)?;
+        Ok(outcome)
+    })
+}
+
+/// STATUS: fails with [`HostLocalError::Exhausted`] naming the first range set that has no
+/// free address (the plugin reports it as code 50). Read-only.
+pub fn status(conf: &HostLocalConfig) -> Result<(), HostLocalError> {
+    config::validate_network_name(&conf.network)?;
+    let store = Store::open(&conf.data_dir, &conf.network)?;
+    for (set_index, set) in conf.range_sets.iter().enumerate() {
+        if !allocator::has_free_address(&store, set_index, set) {
+            return Err(HostLocalError::Exhausted { range_set: set.to_string() });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,333 @@
+//! The on-disk store, byte-compatible with the Go reference (containernetworking-plugins
+//! `pkg/ipam/host-local/backend/disk`):
+//!
+//! ```text
+//! <dataDir>/<network>/            directory, 0755
+//!     lock                        empty file, flock()ed for the duration of an operation
+//!     <ip>                        one per allocation, 0644, "<containerID>\r\n<ifname>"
+//!                                 (file name = the address as Go prints it: "10.0.0.2",
+//!                                 "fd00::2", the RFC 5952 form Rust also prints)
+//!     last_reserved_ip.<n>        the address last reserved from range set n, no newline
+//! ```
+//!
+//! Older reference versions wrote only `<containerID>` into an address file; such "legacy"
+//! files are recognised (they belong to every interface of that container).
+//!
+//! Writes never leave a half-written file behind a valid name: an address file is written
+//! to a temporary name, synced, then hard-linked to its final name — `link(2)` fails with
+//! `EEXIST` exactly like the reference's `O_CREAT|O_EXCL`, so the reservation stays atomic.
+//! `last_reserved_ip.<n>` is replaced with temp + fsync + rename. Temporary files start with
+//! `.cni-rs-tmp.` (not an address, so Go's lookups ignore them) and are swept by GC.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::net::IpAddr;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use super::error::HostLocalError;
+
+pub const LOCK_FILE: &str = "lock";
+pub const LAST_RESERVED_PREFIX: &str = "last_reserved_ip.";
+/// Separator between container ID and interface name inside an address file.
+pub const LINE_BREAK: &str = "\r\n";
+/// Prefix of our temporary files inside the network directory.
+pub const TEMP_PREFIX: &str = ".cni-rs-tmp.";
+
+/// Who holds an address, as recorded in its file.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Holder {
+    pub container_id: String,
+    /// `None` for a legacy file that records only the container ID.
+    pub ifname: Option<String>,
+}
+
+impl Holder {
+    /// Parses a file's content the way the reference compares it: surrounding whitespace is
+    /// ignored. Empty, truncated-to-nothing or multi-line garbage yields `None`.
+    pub fn parse(content: &[u8]) -> Option<Holder> {
+        let text = std::str::from_utf8(content).ok()?.trim();
+        if text.is_empty() {
+            return None;
+        }
+        match text.split_once(LINE_BREAK) {
+            Some((id, ifname)) => {
+                let id = id.trim();
+                if id.is_empty() || ifname.is_empty() || ifname.contains(char::is_whitespace) {
+                    return None;
+                }
+                Some(Holder { container_id: id.to_string(), ifname: Some(ifname.to_string()) })
+            }
+            None if !text.contains(char::is_whitespace) => {
+                Some(Holder { container_id: text.to_string(), ifname: None })
+            }
+            None => None,
+        }
+    }
+
+    /// Whether this holder is the attachment (container_id, ifname): exact match, or a legacy
+    /// file of that container.
+    pub fn is(&self, container_id: &str, ifname: &str) -> bool {
+        let same_interface = match self.ifname.as_deref() {
+            Some(own) => own == ifname,
+            None => true, // legacy: the container's every interface
+        };
+        self.container_id == container_id.trim() && same_interface
+    }
+}
+
+/// An open, locked network directory. The lock is released when this is dropped.
+#[derive(Debug)]
+pub struct Store {
+    dir: PathBuf,
+    // Held for its flock; closing the descriptor releases the lock.
+    _lock: File,
+}
+
+fn flock_exclusive(file: &File) -> io::Result<()> {
+    loop {
+        // SAFETY: flock on a descriptor we own; no memory is passed to the kernel.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// Writes `content` to a fresh file at `path` (truncating a stale one) and syncs it.
+fn write_synced(path: &Path, content: &[u8]) -> io::Result<()> {
+    let mut file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o644).open(path)?;
+    file.write_all(content)?;
+    file.sync_data()
+}
+
+/// Reads a small regular file with as few system calls as possible (open, read, close):
+/// scans and index rebuilds read one such file per allocation.
+pub fn read_small(path: &Path) -> io::Result<Vec<u8>> {
+    let mut file = File::open(path)?;
+    let mut content = Vec::new();
+    let mut buf = [0u8; 512];
+    loop {
+        let n = file.read(&mut buf)?;
+        content.extend_from_slice(&buf[..n]);
+        // A short read of a regular file means its end was reached.
+        if n < buf.len() {
+            return Ok(content);
+        }
+    }
+}
+
+fn ignore_not_found(result: io::Result<()>) -> io::Result<bool> {
+    match result {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+impl Store {
+    /// Opens `<data_dir>/<network>`, creating it (0755, like the reference) and its lock
+    /// file, and takes the exclusive lock, waiting for other plugins (ours or Go's).
+    pub fn open(data_dir: &Path, network: &str) -> Result<Store, HostLocalError> {
+        let dir = data_dir.join(network);
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&dir)
+            .map_err(|e| HostLocalError::io(&dir, "creating the network directory", e))?;
+        let lock_path = dir.join(LOCK_FILE);
+        // Opened read-only like the reference (flock needs no write access); created with
+        // the reference's mode 0750. It stays empty.
+        let lock = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_CREAT | libc::O_CLOEXEC)
+            .mode(0o750)
+            .open(&lock_path)
+            .map_err(|e| HostLocalError::io(&lock_path, "opening the lock file", e))?;
+        flock_exclusive(&lock)
+            .map_err(|e| HostLocalError::io(&lock_path, "locking the network directory", e))?;
+        Ok(Store { dir, _lock: lock })
+    }
+
+    /// The network directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn ip_path(&self, ip: IpAddr) -> PathBuf {
+        self.dir.join(ip.to_string())
+    }
+
+    fn last_reserved_path(&self, range_set: usize) -> PathBuf {
+        self.dir.join(format!("{LAST_RESERVED_PREFIX}{range_set}"))
+    }
+
+    fn temp_path(&self, purpose: &str) -> PathBuf {
+        self.dir.join(format!("{TEMP_PREFIX}{purpose}.{}", std::process::id()))
+    }
+
+    /// Records `ip` as held by (container_id, ifname) unless someone holds it already.
+    /// Returns whether this call reserved it.
+    pub fn reserve(&self, ip: IpAddr, container_id: &str, ifname: &str) -> Result<bool, HostLocalError> {
+        let target = self.ip_path(ip);
+        let content = format!("{}{LINE_BREAK}{ifname}", container_id.trim());
+        let temp = self.temp_path("reserve");
+        let io_err = |e| HostLocalError::io(&target, "reserving the address", e);
+        write_synced(&temp, content.as_bytes()).map_err(io_err)?;
+        let linked = fs::hard_link(&temp, &target);
+        let _ = fs::remove_file(&temp);
+        match linked {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            // A filesystem without hard links: fall back to the reference's exclusive create
+            // (a crash between create and write then leaves an empty file, which DEL and GC
+            // tolerate).
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EOPNOTSUPP | libc::ENOSYS)) => {
+                self.reserve_exclusive_create(&target, content.as_bytes())
+            }
+            Err(e) => Err(io_err(e)),
+        }
+    }
+
+    fn reserve_exclusive_create(&self, target: &Path, content: &[u8]) -> Result<bool, HostLocalError> {
+        let io_err = |e| HostLocalError::io(target, "reserving the address", e);
+        let mut file = match OpenOptions::new().write(true).create_new(true).mode(0o644).open(target) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
+            Err(e) => return Err(io_err(e)),
+        };
+        if let Err(e) = file.write_all(content).and_then(|()| file.sync_data()) {
+            let _ = fs::remove_file(target);
+            return Err(io_err(e));
+        }
+        Ok(true)
+    }
+
+    /// Who holds `ip`: `None` if it is free, `Some(None)` if its file is unreadable garbage.
+    pub fn holder(&self, ip: IpAddr) -> Result<Option<Option<Holder>>, HostLocalError> {
+        let path = self.ip_path(ip);
+        match read_small(&path) {
+            Ok(content) => Ok(Some(Holder::parse(&content))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(HostLocalError::io(path, "reading the address file", e)),
+        }
+    }
+
+    /// Whether `ip` is recorded as held by (container_id, ifname).
+    pub fn is_held_by(&self, ip: IpAddr, container_id: &str, ifname: &str) -> Result<bool, HostLocalError> {
+        Ok(matches!(self.holder(ip)?, Some(Some(h)) if h.is(container_id, ifname)))
+    }
+
+    /// Whether an address file exists (held by anyone, or garbage).
+    pub fn is_taken(&self, ip: IpAddr) -> bool {
+        fs::symlink_metadata(self.ip_path(ip)).is_ok()
+    }
+
+    /// Frees `ip`; returns whether a file was removed.
+    pub fn release(&self, ip: IpAddr) -> Result<bool, HostLocalError> {
+        let path = self.ip_path(ip);
+        ignore_not_found(fs::remove_file(&path))
+            .map_err(|e| HostLocalError::io(path, "releasing the address", e))
+    }
+
+    /// The address last reserved from range set `range_set`, if recorded and readable.
+    pub fn last_reserved(&self, range_set: usize) -> Option<IpAddr> {
+        let content = read_small(&self.last_reserved_path(range_set)).ok()?;
+        std::str::from_utf8(&content).ok()?.trim().parse().ok()
+    }
+
+    /// Atomically replaces `last_reserved_ip.<range_set>`.
+    pub fn set_last_reserved(&self, range_set: usize, ip: IpAddr) -> Result<(), HostLocalError> {
+        let path = self.last_reserved_path(range_set);
+        let temp = self.temp_path("last");
+        write_synced(&temp, ip.to_string().as_bytes()).and_then(|()| fs::rename(&temp, &path)).map_err(|e| {
+            let _ = fs::remove_file(&temp);
+            HostLocalError::io(&path, "recording the last reserved address", e)
+        })
+    }
+
+    /// Every address file with its holder (`None` for garbage content). Costs one read per
+    /// allocation: used by GC, index rebuilds and STATUS-free paths only.
+    pub fn scan(&self) -> Result<Vec<(IpAddr, Option<Holder>)>, HostLocalError> {
+        let io_err = |e| HostLocalError::io(&self.dir, "listing the network directory", e);
+        let mut found = Vec::new();
+        for entry in fs::read_dir(&self.dir).map_err(io_err)? {
+            let entry = entry.map_err(io_err)?;
+            let Some(ip) = entry.file_name().to_str().and_then(|n| n.parse::<IpAddr>().ok()) else {
+                continue;
+            };
+            match read_small(&entry.path()) {
+                Ok(content) => found.push((ip, Holder::parse(&content))),
+                // Released by nobody else (we hold the lock), but tolerate oddities such as a
+                // directory named like an address.
+                Err(_) => continue,
+            }
+        }
+        Ok(found)
+    }
+
+    /// Removes temporary files a crashed writer left behind.
+    pub fn sweep_temp_files(&self) -> Result<usize, HostLocalError> {
+        let io_err = |e| HostLocalError::io(&self.dir, "listing the network directory", e);
+        let mut removed = 0;
+        for entry in fs::read_dir(&self.dir).map_err(io_err)? {
+            let entry = entry.map_err(io_err)?;
+            if entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX)
+                && fs::remove_file(entry.path()).is_ok()
+            {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holder_parsing() {
+        let h = Holder::parse(b"ctr1\r\neth0").unwrap();
+        assert_eq!(h.container_id, "ctr1");
+        assert_eq!(h.ifname.as_deref(), Some("eth0"));
+        assert!(h.is("ctr1", "eth0"));
+        assert!(!h.is("ctr1", "eth1"));
+        let legacy = Holder::parse(b"ctr1\n").unwrap();
+        assert_eq!(legacy.ifname, None);
+        assert!(legacy.is("ctr1", "eth7"));
+        assert_eq!(Holder::parse(b""), None);
+        assert_eq!(Holder::parse(b"  \r\n"), None);
+        assert_eq!(Holder::parse(b"ctr1\r\n"), Some(Holder { container_id: "ctr1".into(), ifname: None }));
+        assert_eq!(Holder::parse(b"a b c"), None);
+        assert_eq!(Holder::parse(&[0xff, 0xfe]), None);
+    }
+
+    #[test]
+    fn reserve_writes_reference_bytes_and_is_exclusive() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path(), "net").unwrap();
+        let ip: IpAddr = "10.0.0.2".parse().unwrap();
+        assert!(store.reserve(ip, "ctr1", "eth0").unwrap());
+        assert!(!store.reserve(ip, "ctr2", "eth0").unwrap());
+        assert_eq!(fs::read(tmp.path().join("net/10.0.0.2")).unwrap(), b"ctr1\r\neth0");
+        let v6: IpAddr = "fd77::2".parse().unwrap();
+        assert!(store.reserve(v6, "ctr1", "eth0").unwrap());
+        assert!(tmp.path().join("net/fd77::2").exists());
+        store.set_last_reserved(0, ip).unwrap();
+        assert_eq!(fs::read(tmp.path().join("net/last_reserved_ip.0")).unwrap(), b"10.0.0.2");
+        assert_eq!(store.last_reserved(0), Some(ip));
+        assert!(store.release(ip).unwrap());
+        assert!(!store.release(ip).unwrap());
+        let names: Vec<String> = fs::read_dir(tmp.path().join("net"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(!names.iter().any(|n| n.starts_with(TEMP_PREFIX)), "{names:?}");
+    }
+}

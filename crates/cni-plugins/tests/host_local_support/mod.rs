@@ -1,0 +1,90 @@
+//! Helpers shared by the host-local integration tests.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use cni_plugins::ipam::host_local::HostLocalConfig;
+
+/// The Go reference plugin (Debian package `containernetworking-plugins`).
+pub const GO_HOST_LOCAL: &str = "/usr/lib/cni/host-local";
+
+pub fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// The JSON a runtime would send, with `ipam` given as a JSON object text and the data
+/// directory set to `data_dir`.
+pub fn net_conf_json(network: &str, data_dir: &Path, ipam_ranges: &str) -> String {
+    format!(
+        r#"{{"cniVersion":"0.4.0","name":"{network}","type":"host-local",
+        "ipam":{{"type":"host-local","dataDir":"{}",{ipam_ranges}}}}}"#,
+        data_dir.display()
+    )
+}
+
+pub fn conf(network: &str, data_dir: &Path, ipam_ranges: &str) -> HostLocalConfig {
+    HostLocalConfig::parse(net_conf_json(network, data_dir, ipam_ranges).as_bytes(), None).unwrap()
+}
+
+/// Runs the Go host-local binary; returns (success, parsed stdout).
+pub fn run_go(
+    command: &str,
+    conf_json: &str,
+    container_id: &str,
+    ifname: &str,
+    cni_args: Option<&str>,
+) -> (bool, serde_json::Value) {
+    assert!(
+        Path::new(GO_HOST_LOCAL).exists(),
+        "{GO_HOST_LOCAL} is missing: apt-get install -y containernetworking-plugins"
+    );
+    let mut cmd = Command::new(GO_HOST_LOCAL);
+    cmd.env_clear()
+        .env("CNI_COMMAND", command)
+        .env("CNI_CONTAINERID", container_id)
+        .env("CNI_NETNS", "/proc/self/ns/net-not-used")
+        .env("CNI_IFNAME", ifname)
+        .env("CNI_PATH", "/usr/lib/cni")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(args) = cni_args {
+        cmd.env("CNI_ARGS", args);
+    }
+    let mut child = cmd.spawn().expect("spawn Go host-local");
+    child.stdin.take().unwrap().write_all(conf_json.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let value = if out.stdout.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("Go stdout not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    };
+    (out.status.success(), value)
+}
+
+/// The addresses (without prefix) of a Go ADD result.
+pub fn go_result_ips(result: &serde_json::Value) -> Vec<IpAddr> {
+    result["ips"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no ips in {result}"))
+        .iter()
+        .map(|entry| {
+            let cidr = entry["address"].as_str().unwrap();
+            ip(cidr.split('/').next().unwrap())
+        })
+        .collect()
+}
+
+/// Names of the address files in a network directory.
+pub fn ip_files(network_dir: &Path) -> Vec<IpAddr> {
+    let mut ips: Vec<IpAddr> = std::fs::read_dir(network_dir)
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().to_str()?.parse().ok())
+        .collect();
+    ips.sort();
+    ips
+}
