@@ -92,3 +92,19 @@ fn ptp_requires_ipam_and_a_gateway() {
     assert!(err.msg.contains("gateway"), "{}", err.msg);
     assert!(env.containers[0].netlink().unwrap().link_by_name("eth0").unwrap().is_none());
 }
+
+#[test]
+fn result_in_the_0_2_layout() {
+    let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
+    let c = &env.containers[0];
+    let conf = conf("0.2.0", json!([{"address": "10.83.0.2/24", "gateway": "10.83.0.1"}]));
+    let r = add("ptp", &env.host, c, &conf);
+    assert_eq!(
+        r,
+        json!({"cniVersion": "0.2.0", "ip4": {"ip": "10.83.0.2/24", "gateway": "10.83.0.1", "routes": [{"dst": "0.0.0.0/0"}]}})
+    );
+    let eth0 = c.netlink().unwrap().require_link("eth0").unwrap();
+    let addrs = c.netlink().unwrap().addresses(Some(eth0.index), Some(IpFamily::V4)).unwrap();
+    assert_eq!(addrs[0].address.to_string(), "10.83.0.2/24");
+    ok(call("ptp", "DEL", &env.host, Some(c), &conf).run());
+}
