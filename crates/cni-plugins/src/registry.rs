@@ -11,6 +11,7 @@ pub struct Entry {
 /// Every plugin, in the order `--list` prints them.
 pub fn plugins() -> &'static [Entry] {
     &[
+        Entry { name: "bandwidth", make: || Box::new(crate::meta::bandwidth::Bandwidth) },
         Entry { name: "bridge", make: || Box::new(crate::interface::bridge::Bridge) },
         Entry { name: "host-local", make: || Box::new(crate::ipam::host_local::plugin::HostLocal) },
         Entry { name: "loopback", make: || Box::new(crate::interface::loopback::Loopback) },

@@ -13,12 +13,14 @@
 mod addr;
 mod codec;
 mod events;
+mod ifb;
 mod link;
 mod link_create;
 mod link_set;
 mod neigh;
 mod route;
 mod rule;
+pub mod tc;
 mod transport;
 mod tun;
 

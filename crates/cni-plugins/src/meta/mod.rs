@@ -1,3 +1,4 @@
 //! Meta plugins: chained after an interface plugin, they act on its result.
+pub mod bandwidth;
 pub mod sbr;
 pub mod tuning;

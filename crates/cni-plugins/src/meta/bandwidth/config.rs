@@ -1,0 +1,137 @@
+//! The bandwidth configuration, parsed and validated in one place before anything is
+//! touched.
+//!
+//! Limits come from the plugin's own keys or from `runtimeConfig.bandwidth` (the
+//! `bandwidth` capability, e.g. a Kubernetes pod's annotations). When the runtime sends
+//! limits they replace the configured ones as a whole: the runtime speaks for this one
+//! container, the configuration for every container of the network. (The reference plugin
+//! lets configured keys win; we follow the project-wide precedence, runtimeConfig last.)
+
+use cni_plugin::{CniError, Request};
+use serde::Deserialize;
+
+/// One direction's limit: a rate in bits per second and a bucket in bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    pub rate_bits: u64,
+    pub burst_bits: u64,
+}
+
+/// What to shape. Ingress is traffic towards the container, egress traffic from it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BandwidthConf {
+    pub ingress: Option<Limit>,
+    pub egress: Option<Limit>,
+}
+
+impl BandwidthConf {
+    /// Nothing to shape: ADD passes the result through.
+    pub fn is_unlimited(&self) -> bool {
+        self.ingress.is_none() && self.egress.is_none()
+    }
+}
+
+/// The keys as JSON has them (the same names in the configuration and in runtimeConfig).
+#[derive(Debug, Default, Deserialize)]
+struct Entry {
+    #[serde(default, rename = "ingressRate")]
+    ingress_rate: Option<u64>,
+    #[serde(default, rename = "ingressBurst")]
+    ingress_burst: Option<u64>,
+    #[serde(default, rename = "egressRate")]
+    egress_rate: Option<u64>,
+    #[serde(default, rename = "egressBurst")]
+    egress_burst: Option<u64>,
+}
+
+impl Entry {
+    fn is_empty(&self) -> bool {
+        self.ingress_rate.is_none()
+            && self.ingress_burst.is_none()
+            && self.egress_rate.is_none()
+            && self.egress_burst.is_none()
+    }
+}
+
+/// A rate and burst given together (0 counts as unset, as in the reference), each at
+/// least one byte, the burst under 4 GiB (the kernel keeps it in 32 bits).
+fn limit(
+    direction: &str,
+    rate: Option<u64>,
+    burst: Option<u64>,
+    source: &str,
+) -> Result<Option<Limit>, CniError> {
+    let rate_key = format!("{source}{direction}Rate");
+    let burst_key = format!("{source}{direction}Burst");
+    let invalid = |key: &str, why: &str| Err(CniError::invalid_config(format!("bandwidth: {key}: {why}")));
+    match (rate.unwrap_or(0), burst.unwrap_or(0)) {
+        (0, 0) => Ok(None),
+        (_, 0) => invalid(&burst_key, &format!("must be set when {rate_key} is set")),
+        (0, _) => invalid(&rate_key, &format!("must be set when {burst_key} is set")),
+        (rate, _) if rate < 8 => invalid(&rate_key, "must be at least 8 bits per second"),
+        (_, burst) if burst < 8 => invalid(&burst_key, "must be at least 8 bits"),
+        (_, burst) if burst / 8 >= u64::from(u32::MAX) => invalid(&burst_key, "cannot be more than 4GB"),
+        (rate_bits, burst_bits) => Ok(Some(Limit { rate_bits, burst_bits })),
+    }
+}
+
+fn from_entry(entry: &Entry, source: &str) -> Result<BandwidthConf, CniError> {
+    Ok(BandwidthConf {
+        ingress: limit("ingress", entry.ingress_rate, entry.ingress_burst, source)?,
+        egress: limit("egress", entry.egress_rate, entry.egress_burst, source)?,
+    })
+}
+
+/// Reads and validates the limits of a request.
+pub fn load(req: &Request) -> Result<BandwidthConf, CniError> {
+    let configured: Entry = req.config()?;
+    let runtime: Option<Entry> = match req.conf.runtime_config("bandwidth") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(value) => Some(cni_plugin::config::parse_value("runtimeConfig.bandwidth", value)?),
+    };
+    let conf = from_entry(&configured, "")?;
+    match runtime {
+        Some(entry) if !entry.is_empty() => from_entry(&entry, "runtimeConfig.bandwidth."),
+        _ => Ok(conf),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<BandwidthConf, CniError> {
+        let entry: Entry = serde_json::from_str(json).unwrap();
+        from_entry(&entry, "")
+    }
+
+    #[test]
+    fn both_directions() {
+        let conf =
+            parse(r#"{"ingressRate":8000000,"ingressBurst":80000,"egressRate":16000,"egressBurst":1600}"#)
+                .unwrap();
+        assert_eq!(conf.ingress, Some(Limit { rate_bits: 8_000_000, burst_bits: 80_000 }));
+        assert_eq!(conf.egress, Some(Limit { rate_bits: 16_000, burst_bits: 1_600 }));
+        assert!(parse("{}").unwrap().is_unlimited());
+        assert!(parse(r#"{"ingressRate":0,"ingressBurst":0}"#).unwrap().is_unlimited());
+    }
+
+    #[test]
+    fn rate_and_burst_come_together() {
+        let err = parse(r#"{"ingressRate":1000}"#).unwrap_err();
+        assert_eq!(err.code, 7);
+        assert!(err.msg.contains("ingressBurst: must be set when ingressRate is set"), "{}", err.msg);
+        let err = parse(r#"{"egressBurst":1000}"#).unwrap_err();
+        assert!(err.msg.contains("egressRate: must be set when egressBurst is set"), "{}", err.msg);
+    }
+
+    #[test]
+    fn sizes_are_bounded() {
+        let err = parse(r#"{"egressRate":1000,"egressBurst":34359738360}"#).unwrap_err();
+        assert!(err.msg.contains("egressBurst: cannot be more than 4GB"), "{}", err.msg);
+        let err = parse(r#"{"ingressRate":7,"ingressBurst":100}"#).unwrap_err();
+        assert!(err.msg.contains("ingressRate: must be at least 8"), "{}", err.msg);
+        let err = parse(r#"{"ingressRate":700,"ingressBurst":7}"#).unwrap_err();
+        assert!(err.msg.contains("ingressBurst: must be at least 8"), "{}", err.msg);
+    }
+}
