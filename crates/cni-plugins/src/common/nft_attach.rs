@@ -5,12 +5,26 @@
 //! plus map elements (keyed by e.g. the container's IP or its host interface) that jump to
 //! it. ADD adds the chain, its rules and the elements in one atomic batch; DEL deletes the
 //! elements and the chain — no listing of other containers' rules, so the cost does not
-//! grow with the number of containers. The first rule of every chain carries a comment
-//! naming the attachment and its map keys, so DEL without prevResult and GC can find them
-//! by listing only that one chain (GC lists the table's chains).
+//! grow with the number of containers.
+//!
+//! After the plugin's own rules, the chain gets one counter rule per map key, commented
+//! `cni-rs net=<hash of the network> key=<key>` (with no keys, one rule without `key=`).
+//! The tags are short enough for nftables' 127-byte comments whatever the container ID,
+//! and let DEL without prevResult find the elements, and GC find the network's chains, by
+//! listing only those chains.
 
-use cni_net::nft::{Batch, Chain, Family, NftClient, NftError, RuleBuilder, SetElement, SetRef};
+use cni_net::nft::{Batch, Chain, Family, ListedRule, NftClient, NftError, RuleBuilder, SetElement, SetRef};
 use cni_plugin::{CniError, Request};
+
+/// FNV-1a over NUL-separated parts: short, stable names and tags.
+fn hash16(parts: &[&str]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in parts.iter().flat_map(|s| s.bytes().chain([0])) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
 
 /// What identifies an attachment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,38 +43,34 @@ impl Attachment {
         }
     }
 
-    /// `cni-` + 16 hex digits of an FNV-1a hash: short, stable, and unique in practice.
+    /// `cni-` + 16 hex digits of a hash of network, container and ifname.
     pub fn chain_name(&self) -> String {
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        for byte in
-            [&self.network, &self.container_id, &self.ifname].iter().flat_map(|s| s.bytes().chain([0]))
-        {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        format!("cni-{hash:016x}")
+        format!("cni-{}", hash16(&[&self.network, &self.container_id, &self.ifname]))
     }
+}
 
-    fn comment(&self, keys: &[String]) -> String {
-        format!(
-            "cni-rs net={} id={} if={} keys={}",
-            self.network,
-            self.container_id,
-            self.ifname,
-            keys.join(",")
-        )
-    }
+const TAG: &str = "cni-rs net=";
 
-    fn parse_comment(comment: &str) -> Option<(Attachment, Vec<String>)> {
-        let rest = comment.strip_prefix("cni-rs ")?;
-        let field = |name: &str| {
-            rest.split(' ')
-                .find_map(|part| part.strip_prefix(name).and_then(|v| v.strip_prefix('=')))
-                .map(str::to_string)
-        };
-        let keys = field("keys")?.split(',').filter(|k| !k.is_empty()).map(str::to_string).collect();
-        Some((Attachment { network: field("net")?, container_id: field("id")?, ifname: field("if")? }, keys))
-    }
+fn network_tag(network: &str) -> String {
+    format!("{TAG}{}", hash16(&[network]))
+}
+
+/// The network tag and key of a tag rule's comment.
+fn parse_tag(comment: &str) -> Option<(&str, Option<&str>)> {
+    let rest = comment.strip_prefix(TAG)?;
+    Some(match rest.split_once(" key=") {
+        Some((net, key)) => (net, Some(key)),
+        None => (rest, None),
+    })
+}
+
+/// The keys recorded in an attachment chain's tag rules.
+fn recorded_keys(rules: &[ListedRule]) -> Vec<String> {
+    rules
+        .iter()
+        .filter_map(|r| r.rule.comment.as_deref().and_then(parse_tag))
+        .filter_map(|(_, k)| k.map(str::to_string))
+        .collect()
 }
 
 /// A plugin's table: how to create it, and which map elements send traffic for a key to
@@ -94,9 +104,9 @@ pub fn ensure_table<T: DispatchTable>(nft: &mut NftClient) -> Result<(), CniErro
     }
 }
 
-/// Adds an attachment's chain with `rules` (built for that chain) and its map elements
-/// for `keys`, in one atomic batch. A chain left by an earlier ADD of the same attachment
-/// is replaced.
+/// Adds an attachment's chain with `rules` (built for that chain), its tag rules and its
+/// map elements for `keys`, in one atomic batch. A chain left by an earlier ADD of the same
+/// attachment is replaced.
 pub fn attach<T: DispatchTable>(
     nft: &mut NftClient,
     who: &Attachment,
@@ -109,8 +119,12 @@ pub fn attach<T: DispatchTable>(
     detach::<T>(nft, who, None)?;
     let mut batch = Batch::new();
     batch.add_chain(&Chain::regular(T::FAMILY, T::TABLE, chain.clone()));
-    for (i, rule) in rules(&chain).into_iter().enumerate() {
-        let rule = if i == 0 { rule.comment(who.comment(keys)) } else { rule };
+    let tag = network_tag(&who.network);
+    let tags: Vec<String> =
+        if keys.is_empty() { vec![tag] } else { keys.iter().map(|k| format!("{tag} key={k}")).collect() };
+    let tag_rules =
+        tags.into_iter().map(|t| RuleBuilder::new(T::FAMILY, T::TABLE, chain.as_str()).counter().comment(t));
+    for rule in rules(&chain).into_iter().chain(tag_rules) {
         batch.add_rule(&rule.build().map_err(|e| nft_error("build rule", e))?);
     }
     for key in keys {
@@ -135,16 +149,21 @@ pub fn detach<T: DispatchTable>(
         Err(e) if e.is_not_found() => return Ok(()),
         Err(e) => return Err(nft_error("list the attachment's chain", e)),
     };
-    let from_comment = listed
-        .iter()
-        .find_map(|r| r.rule.comment.as_deref().and_then(Attachment::parse_comment))
-        .map(|(_, keys)| keys)
-        .unwrap_or_default();
+    // Attachment chains always hold rules: an empty listing means there is no chain (and so
+    // no element pointing at it) — nothing to do, and no batch that would fail.
+    if listed.is_empty() {
+        return Ok(());
+    }
     let keys: Vec<String> =
-        keys.map(<[String]>::to_vec).unwrap_or_default().into_iter().chain(from_comment).collect();
+        keys.map(<[String]>::to_vec).unwrap_or_default().into_iter().chain(recorded_keys(&listed)).collect();
+    remove_chain::<T>(nft, &chain, &keys)
+}
+
+/// Deletes `chain` and the elements of `keys` that point at it.
+fn remove_chain<T: DispatchTable>(nft: &mut NftClient, chain: &str, keys: &[String]) -> Result<(), CniError> {
     let mut elements = Vec::new();
-    for key in &keys {
-        for (set, element) in T::elements(key, &chain)? {
+    for key in keys {
+        for (set, element) in T::elements(key, chain)? {
             if !elements.contains(&(set.clone(), element.clone())) {
                 elements.push((set, element));
             }
@@ -156,8 +175,8 @@ pub fn detach<T: DispatchTable>(
     for (set, element) in &elements {
         batch.delete_elements(set, std::slice::from_ref(element));
     }
-    batch.flush_chain(T::FAMILY, T::TABLE, &chain);
-    batch.delete_chain(T::FAMILY, T::TABLE, &chain);
+    batch.flush_chain(T::FAMILY, T::TABLE, chain);
+    batch.delete_chain(T::FAMILY, T::TABLE, chain);
     match nft.commit(&batch) {
         Ok(_) => Ok(()),
         Err(e) if e.is_not_found() => {
@@ -170,8 +189,8 @@ pub fn detach<T: DispatchTable>(
                 }
             }
             let mut tail = Batch::new();
-            tail.flush_chain(T::FAMILY, T::TABLE, &chain);
-            tail.delete_chain(T::FAMILY, T::TABLE, &chain);
+            tail.flush_chain(T::FAMILY, T::TABLE, chain);
+            tail.delete_chain(T::FAMILY, T::TABLE, chain);
             match nft.commit(&tail) {
                 Err(e) if !e.is_not_found() => Err(nft_error("delete the attachment's chain", e)),
                 _ => Ok(()),
@@ -190,29 +209,35 @@ pub fn is_attached<T: DispatchTable>(nft: &mut NftClient, who: &Attachment) -> R
     }
 }
 
-/// Removes every attachment of `network` that `keep` rejects. Lists the table's chains and
-/// the first rule of each of ours: GC is the one operation allowed to look at everything.
+/// Removes every attachment chain of `network` whose attachment is not in `valid`. Lists
+/// the table's chains and reads the tags of each of ours: GC is the one operation allowed
+/// to look at everything.
 pub fn gc<T: DispatchTable>(
     nft: &mut NftClient,
     network: &str,
-    keep: impl Fn(&Attachment) -> bool,
+    valid: &[Attachment],
 ) -> Result<(), CniError> {
     let chains = match nft.list_chains(T::FAMILY, T::TABLE) {
         Ok(chains) => chains,
         Err(e) if e.is_not_found() => return Ok(()),
         Err(e) => return Err(nft_error("list chains", e)),
     };
+    let keep: Vec<String> = valid.iter().map(Attachment::chain_name).collect();
+    let ours = network_tag(network);
+    let ours = ours.strip_prefix(TAG).expect("tag has the prefix");
     let mut errors = Vec::new();
-    for chain in chains.iter().filter(|c| c.name.starts_with("cni-")) {
-        let rules =
-            nft.list_rules(T::FAMILY, T::TABLE, &chain.name).map_err(|e| nft_error("list chain", e))?;
-        let Some((who, keys)) =
-            rules.iter().find_map(|r| r.rule.comment.as_deref().and_then(Attachment::parse_comment))
-        else {
-            continue;
+    for chain in chains.iter().filter(|c| c.name.starts_with("cni-") && !keep.contains(&c.name)) {
+        let rules = match nft.list_rules(T::FAMILY, T::TABLE, &chain.name) {
+            Ok(rules) => rules,
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => return Err(nft_error("list chain", e)),
         };
-        if who.network == network && !keep(&who) {
-            if let Err(e) = detach::<T>(nft, &who, Some(&keys)) {
+        let of_network = rules
+            .iter()
+            .filter_map(|r| r.rule.comment.as_deref().and_then(parse_tag))
+            .any(|(net, _)| net == ours);
+        if of_network {
+            if let Err(e) = remove_chain::<T>(nft, &chain.name, &recorded_keys(&rules)) {
                 errors.push(e.to_string());
             }
         }
@@ -240,10 +265,16 @@ pub fn check_request<T: DispatchTable>(
 /// GC for a plugin's table: removes attachments of the request's network that are not in
 /// its `cni.dev/valid-attachments`.
 pub fn gc_request<T: DispatchTable>(nft: &mut NftClient, req: &Request) -> Result<(), CniError> {
-    let valid = req.valid_attachments()?;
-    gc::<T>(nft, &req.conf.name, |who| {
-        valid.iter().any(|v| v.container_id == who.container_id && v.ifname == who.ifname)
-    })
+    let valid: Vec<Attachment> = req
+        .valid_attachments()?
+        .into_iter()
+        .map(|v| Attachment {
+            network: req.conf.name.clone(),
+            container_id: v.container_id,
+            ifname: v.ifname,
+        })
+        .collect();
+    gc::<T>(nft, &req.conf.name, &valid)
 }
 
 /// A client in the plugin's (host) namespace.
@@ -256,14 +287,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn comment_round_trips() {
-        let who =
-            Attachment { network: "podman".into(), container_id: "abc123".into(), ifname: "eth0".into() };
-        let comment = who.comment(&["10.88.0.5".into(), "fd00::5".into()]);
-        let (back, keys) = Attachment::parse_comment(&comment).unwrap();
-        assert_eq!(back, who);
-        assert_eq!(keys, ["10.88.0.5", "fd00::5"]);
-        assert!(Attachment::parse_comment("someone else's rule").is_none());
+    fn tags_fit_any_container_id_and_parse_back() {
+        let tag = format!(
+            "{} key={}",
+            network_tag("a-network-with-a-rather-long-name"),
+            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
+        );
+        assert!(tag.len() < cni_net::nft::MAX_COMMENT_LEN, "{tag}");
+        let (net, key) = parse_tag(&tag).unwrap();
+        assert_eq!(format!("{TAG}{net}"), network_tag("a-network-with-a-rather-long-name"));
+        assert_eq!(key, Some("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"));
+        assert_eq!(parse_tag(&network_tag("n")).unwrap().1, None);
+        assert!(parse_tag("someone else's rule").is_none());
     }
 
     #[test]

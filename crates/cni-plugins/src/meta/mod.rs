@@ -1,4 +1,5 @@
 //! Meta plugins: chained after an interface plugin, they act on its result.
 pub mod bandwidth;
+pub mod firewall;
 pub mod sbr;
 pub mod tuning;

@@ -1,0 +1,80 @@
+//! `firewall`: accepts forwarded traffic to and from the container's addresses and,
+//! with `ingressPolicy`, isolates bridges from each other (`same-bridge`) and containers
+//! from their bridge siblings (`isolated`).
+//!
+//! A chained plugin: it needs prevResult on ADD and CHECK and passes it through
+//! unchanged. Backends: `nftables` (default; our own tables over netlink, see
+//! [`nftables`]) and `iptables` (the reference's chains through `iptables-restore`, see
+//! [`iptables`]). The reference's `firewalld` backend is refused with code 2.
+//!
+//! Policy semantics follow the reference's rules rather than its one-line summary:
+//! `same-bridge` drops traffic between two bridges that both have a non-open policy
+//! (traffic from the host's other interfaces, e.g. published ports, still flows);
+//! `isolated` adds that containers on the same bridge cannot reach each other.
+
+pub mod config;
+pub mod iptables;
+pub mod nftables;
+pub mod target;
+
+use cni_plugin::{CniError, CniResult, Plugin, Request};
+use config::Backend;
+use target::Target;
+
+pub struct Firewall;
+
+impl Plugin for Firewall {
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        let conf = config::load(req)?;
+        let prev = req.require_prev_result()?;
+        let target = Target::from_result(&prev);
+        match conf.backend {
+            Backend::Nftables => nftables::add(req, conf.ingress_policy, &target)?,
+            Backend::Iptables => iptables::add(&conf, &target)?,
+        }
+        Ok(prev)
+    }
+
+    /// Idempotent, and works without a namespace or prevResult (nftables finds the
+    /// container's state by its own tag; iptables rules can only be found by address).
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        let conf = config::load(req)?;
+        // An unreadable prevResult must not make DEL fail forever: treat it as absent.
+        let target = req.prev_result().ok().flatten().map(|prev| Target::from_result(&prev));
+        match conf.backend {
+            Backend::Nftables => nftables::del(req, target.as_ref()),
+            Backend::Iptables => iptables::del(target.as_ref()),
+        }
+    }
+
+    fn check(&self, req: &Request) -> Result<(), CniError> {
+        let conf = config::load(req)?;
+        let target = Target::from_result(&req.require_prev_result()?);
+        match conf.backend {
+            Backend::Nftables => nftables::check(req, conf.ingress_policy, &target),
+            Backend::Iptables => iptables::check(&conf, &target),
+        }
+    }
+
+    /// nftables: removes the chains and elements of attachments the runtime no longer
+    /// lists. iptables: the reference's rules carry no owner, so there is nothing GC could
+    /// attribute; it leaves them (DEL with prevResult removes them).
+    fn gc(&self, req: &Request) -> Result<(), CniError> {
+        let conf = config::load(req)?;
+        match conf.backend {
+            Backend::Nftables => nftables::gc(req),
+            Backend::Iptables => Ok(()),
+        }
+    }
+
+    fn status(&self, req: &Request) -> Result<(), CniError> {
+        match config::load(req)?.backend {
+            Backend::Nftables => nftables::status(),
+            Backend::Iptables => iptables::status(),
+        }
+    }
+
+    fn about(&self) -> String {
+        "firewall: accepts forwarded container traffic and isolates bridges (nftables or iptables)".into()
+    }
+}
