@@ -133,3 +133,20 @@ pub fn check_link(nl: &mut Netlink, result: &CniResult, iface: usize) -> Result<
     }
     Ok(link)
 }
+
+/// A result describing `link` as it is (for chained plugins called before 0.3.0, which get
+/// no prevResult to pass on): the interface and its global addresses.
+pub fn result_from_link(nl: &mut Netlink, link: &Link, sandbox: &str) -> Result<CniResult, CniError> {
+    let ips = nl
+        .addresses(Some(link.index), None)
+        .or_cni("list the container interface's addresses")?
+        .into_iter()
+        .filter(|a| a.scope == 0)
+        .map(|a| cni_types::IpConfig { interface: Some(0), address: a.address, gateway: None })
+        .collect();
+    Ok(CniResult {
+        interfaces: vec![super::veth::result_interface(link, sandbox)],
+        ips,
+        ..Default::default()
+    })
+}

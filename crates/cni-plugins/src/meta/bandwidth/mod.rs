@@ -15,7 +15,7 @@ use crate::common::{open_container_netns, open_container_netns_for_del, NetResul
 use cni_net::netlink::{LinkKind, LinkSpec};
 use cni_net::{Link, Netlink};
 use cni_plugin::{CniError, CniResult, Plugin, Request, Version};
-use cni_types::{Interface, IpConfig};
+use cni_types::Interface;
 use config::BandwidthConf;
 use sha2::{Digest, Sha512};
 use shaping::Rollback;
@@ -88,23 +88,7 @@ fn require_in_result(result: &CniResult, veth: &Link) -> Result<(), CniError> {
 /// interface as it is.
 fn result_from_container(req: &Request, nl: &mut Netlink) -> Result<CniResult, CniError> {
     let link = nl.require_link(&req.ifname).or_cni("look up the container interface")?;
-    let ips = nl
-        .addresses(Some(link.index), None)
-        .or_cni("list the container interface's addresses")?
-        .into_iter()
-        .filter(|a| a.scope == 0)
-        .map(|a| IpConfig { interface: Some(0), address: a.address, gateway: None })
-        .collect();
-    Ok(CniResult {
-        interfaces: vec![Interface {
-            name: link.name.clone(),
-            mac: link.mac.map(|m| m.to_string()).unwrap_or_default(),
-            sandbox: req.netns.clone(),
-            ..Default::default()
-        }],
-        ips,
-        ..Default::default()
-    })
+    crate::common::iface::result_from_link(nl, &link, &req.netns)
 }
 
 pub struct Bandwidth;

@@ -18,7 +18,6 @@ use crate::common::{open_container_netns, NetResultExt};
 use cni_net::nft::NftClient;
 use cni_net::Netlink;
 use cni_plugin::{CniError, CniResult, ErrorCode, Plugin, Request, Version};
-use cni_types::IpConfig;
 use config::PortMapConf;
 use host::ContainerIps;
 use rules::{DispatchKey, Target};
@@ -61,14 +60,7 @@ fn result_from_container(req: &Request) -> Result<CniResult, CniError> {
     let ns = open_container_netns(req)?;
     let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
     let link = nl.require_link(&req.ifname).or_cni("find the container interface")?;
-    let ips = nl
-        .addresses(Some(link.index), None)
-        .or_cni("list the container interface's addresses")?
-        .into_iter()
-        .filter(|a| a.scope == 0)
-        .map(|a| IpConfig { interface: None, address: a.address, gateway: None })
-        .collect();
-    Ok(CniResult { ips, ..Default::default() })
+    crate::common::iface::result_from_link(&mut nl, &link, &req.netns)
 }
 
 impl Plugin for Portmap {

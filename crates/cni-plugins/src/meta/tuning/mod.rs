@@ -11,35 +11,12 @@ mod link_state;
 pub mod state;
 
 use crate::common::{open_container_netns, open_container_netns_for_del, NetResultExt};
-use cni_net::{Link, NetNs, Netlink};
+use cni_net::{NetNs, Netlink};
 use cni_plugin::{CniError, CniResult, Plugin, Request, Version};
-use cni_types::{Interface, IpConfig};
 use config::TuningConf;
 use state::Owner;
 
 pub struct Tuning;
-
-/// Before 0.3.0 chained plugins were not given a result to pass on; the result is then
-/// what the container interface has.
-fn result_from_link(req: &Request, nl: &mut Netlink, link: &Link) -> Result<CniResult, CniError> {
-    let ips = nl
-        .addresses(Some(link.index), None)
-        .or_cni("list the container interface's addresses")?
-        .into_iter()
-        .filter(|a| a.scope == 0)
-        .map(|a| IpConfig { interface: Some(0), address: a.address, gateway: None })
-        .collect();
-    Ok(CniResult {
-        interfaces: vec![Interface {
-            name: link.name.clone(),
-            mac: link.mac.map(|m| m.to_string()).unwrap_or_default(),
-            sandbox: req.netns.clone(),
-            ..Default::default()
-        }],
-        ips,
-        ..Default::default()
-    })
-}
 
 /// The result reports the interface as tuning left it.
 fn update_result(result: &mut CniResult, ifname: &str, conf: &TuningConf) {
@@ -113,7 +90,7 @@ impl Plugin for Tuning {
             Some(prev) => prev,
             None => {
                 let link = link_state::container_link(&mut nl, &req.ifname)?;
-                result_from_link(req, &mut nl, &link)?
+                crate::common::iface::result_from_link(&mut nl, &link, &req.netns)?
             }
         };
         update_result(&mut result, &req.ifname, &conf);
