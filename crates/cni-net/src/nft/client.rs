@@ -43,6 +43,55 @@ impl NftClient {
         Ok(Self { sock: NetfilterSocket::open()? })
     }
 
+    /// Closes the client without making this process wait for the kernel's cleanup.
+    ///
+    /// Releasing the last reference to an nfnetlink socket makes the kernel flush the
+    /// deferred destruction of earlier nf_tables commits (anyone's), which waits for an RCU
+    /// grace period: 6–18 ms measured here, per plugin, on every DEL. The commits have
+    /// already taken effect; only memory reclaim is pending. So a detached grandchild takes
+    /// the last reference: it waits (on a pipe) until this process has dropped its own,
+    /// then releases the socket in the background and exits. It keeps no other descriptor
+    /// (no stdout pipe, no lock), is re-parented to init, and never becomes this process's
+    /// zombie. Costs two forks (~0.3 ms). Meant for short-lived callers such as plugins; if
+    /// forking fails the socket is closed here, the slow way.
+    pub fn close_without_waiting(self) {
+        let socket_fd = self.sock.raw_fd();
+        let mut pipe = [0i32; 2];
+        // SAFETY: pipe2 writes two descriptors into the array it is given.
+        if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return;
+        }
+        let [wait_end, release_end] = pipe;
+        // SAFETY: between fork and _exit the children only make async-signal-safe system
+        // calls (fork, close_range, read, close, _exit), so forking a process that may have
+        // other threads is sound; the parent only waits for the intermediate child.
+        unsafe {
+            match libc::fork() {
+                0 => {
+                    if libc::fork() == 0 {
+                        keep_only(socket_fd, wait_end);
+                        let mut byte = 0u8;
+                        while libc::read(wait_end, (&mut byte as *mut u8).cast(), 1) > 0 {}
+                        libc::close(socket_fd);
+                        libc::_exit(0);
+                    }
+                    libc::_exit(0);
+                }
+                -1 => {}
+                intermediate => {
+                    let mut status = 0;
+                    libc::waitpid(intermediate, &mut status, 0);
+                }
+            }
+            libc::close(wait_end);
+        }
+        // Dropping the socket closes our reference; then closing the pipe wakes the
+        // grandchild, whose reference is the last.
+        drop(self);
+        // SAFETY: release_end is the pipe's write end, owned by this function.
+        unsafe { libc::close(release_end) };
+    }
+
     /// Applies every operation of `batch` atomically: either all take effect or none.
     ///
     /// On failure the error names the first operation the kernel refused and its errno.
@@ -247,4 +296,20 @@ fn own_message(msg: &Incoming<'_>) -> Vec<u8> {
     out.extend_from_slice(&0u32.to_ne_bytes());
     out.extend_from_slice(msg.payload);
     out
+}
+
+/// Closes every descriptor except the two given (for a forked child). Allocation-free,
+/// as code between fork and exec must be.
+///
+/// # Safety
+/// Only for a freshly forked child: other code may still believe it owns those descriptors.
+unsafe fn keep_only(a: i32, b: i32) {
+    let (low, high) = if a < b { (a as u32, b as u32) } else { (b as u32, a as u32) };
+    if low > 0 {
+        libc::syscall(libc::SYS_close_range, 0u32, low - 1, 0u32);
+    }
+    if high > low + 1 {
+        libc::syscall(libc::SYS_close_range, low + 1, high - 1, 0u32);
+    }
+    libc::syscall(libc::SYS_close_range, high + 1, u32::MAX, 0u32);
 }

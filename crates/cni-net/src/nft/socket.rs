@@ -32,6 +32,11 @@ pub struct NetfilterSocket {
 }
 
 impl NetfilterSocket {
+    /// The descriptor, for handing the socket's last reference elsewhere.
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+
     /// Opens a socket in the calling thread's current network namespace.
     pub fn open() -> Result<Self, NftError> {
         // SAFETY: plain socket(2) call; the result is checked before use.

@@ -78,15 +78,15 @@ pub fn add(req: &Request, result: &CniResult, iface: usize) -> Result<(), CniErr
 pub fn del(req: &Request, prev: Option<&CniResult>) -> Result<(), CniError> {
     let keys: Option<Vec<String>> =
         prev.map(|r| r.ips.iter().map(|ip| ip.address.addr().to_string()).collect());
-    nft_attach::detach::<Masquerade>(&mut nft_attach::client()?, &Attachment::of(req), keys.as_deref())
+    nft_attach::detach::<Masquerade>(&mut *nft_attach::client()?, &Attachment::of(req), keys.as_deref())
 }
 
 pub fn check(req: &Request) -> Result<(), CniError> {
-    nft_attach::check_request::<Masquerade>(&mut nft_attach::client()?, req, "masquerade")
+    nft_attach::check_request::<Masquerade>(&mut *nft_attach::client()?, req, "masquerade")
 }
 
 pub fn gc(req: &Request) -> Result<(), CniError> {
-    nft_attach::gc_request::<Masquerade>(&mut nft_attach::client()?, req)
+    nft_attach::gc_request::<Masquerade>(&mut *nft_attach::client()?, req)
 }
 
 /// Undoes [`add`] on drop unless kept: part of ADD's rollback.

@@ -277,9 +277,41 @@ pub fn gc_request<T: DispatchTable>(nft: &mut NftClient, req: &Request) -> Resul
     gc::<T>(nft, &req.conf.name, &valid)
 }
 
+/// An nftables client for a plugin process: dropping it closes the socket without
+/// waiting for the kernel's deferred cleanup (see [`NftClient::close_without_waiting`]),
+/// which saves 6–18 ms per ADD and DEL.
+pub struct Client(Option<NftClient>);
+
+impl From<NftClient> for Client {
+    fn from(nft: NftClient) -> Client {
+        Client(Some(nft))
+    }
+}
+
+impl std::ops::Deref for Client {
+    type Target = NftClient;
+    fn deref(&self) -> &NftClient {
+        self.0.as_ref().expect("present until drop")
+    }
+}
+
+impl std::ops::DerefMut for Client {
+    fn deref_mut(&mut self) -> &mut NftClient {
+        self.0.as_mut().expect("present until drop")
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if let Some(nft) = self.0.take() {
+            nft.close_without_waiting();
+        }
+    }
+}
+
 /// A client in the plugin's (host) namespace.
-pub fn client() -> Result<NftClient, CniError> {
-    NftClient::new().map_err(|e| CniError::internal(format!("nftables: {e}")))
+pub fn client() -> Result<Client, CniError> {
+    NftClient::new().map(Client::from).map_err(|e| CniError::internal(format!("nftables: {e}")))
 }
 
 #[cfg(test)]

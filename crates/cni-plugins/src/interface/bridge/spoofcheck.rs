@@ -51,7 +51,7 @@ impl DispatchTable for SpoofCheck {
 /// Frames from `host_port` must come from `mac`.
 pub fn add(req: &Request, host_port: &str, mac: MacAddr) -> Result<(), CniError> {
     nft_attach::attach::<SpoofCheck>(
-        &mut nft_attach::client()?,
+        &mut *nft_attach::client()?,
         &Attachment::of(req),
         &[host_port.to_string()],
         |chain| {
@@ -65,13 +65,13 @@ pub fn add(req: &Request, host_port: &str, mac: MacAddr) -> Result<(), CniError>
 
 pub fn del(req: &Request, host_port: Option<&str>) -> Result<(), CniError> {
     let keys = host_port.map(|p| vec![p.to_string()]);
-    nft_attach::detach::<SpoofCheck>(&mut nft_attach::client()?, &Attachment::of(req), keys.as_deref())
+    nft_attach::detach::<SpoofCheck>(&mut *nft_attach::client()?, &Attachment::of(req), keys.as_deref())
 }
 
 pub fn check(req: &Request) -> Result<(), CniError> {
-    nft_attach::check_request::<SpoofCheck>(&mut nft_attach::client()?, req, "MAC spoof check")
+    nft_attach::check_request::<SpoofCheck>(&mut *nft_attach::client()?, req, "MAC spoof check")
 }
 
 pub fn gc(req: &Request) -> Result<(), CniError> {
-    nft_attach::gc_request::<SpoofCheck>(&mut nft_attach::client()?, req)
+    nft_attach::gc_request::<SpoofCheck>(&mut *nft_attach::client()?, req)
 }

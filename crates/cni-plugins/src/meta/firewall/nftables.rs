@@ -116,8 +116,10 @@ fn nft_error(what: &str, e: NftError) -> CniError {
     CniError::internal(format!("nftables: {what}: {e}"))
 }
 
-pub fn client() -> Result<NftClient, CniError> {
-    NftClient::new().map_err(|e| CniError::new(ErrorCode::NotAvailable, format!("nftables unavailable: {e}")))
+pub fn client() -> Result<nft_attach::Client, CniError> {
+    NftClient::new()
+        .map(nft_attach::Client::from)
+        .map_err(|e| CniError::new(ErrorCode::NotAvailable, format!("nftables unavailable: {e}")))
 }
 
 /// Creates `bridge cni_firewall` once (same race rule as the inet table: EEXIST is fine).
@@ -326,7 +328,7 @@ pub fn check(req: &Request, policy: IngressPolicy, target: &Target) -> Result<()
 /// one operation that reads the whole table; each stale attachment is removed with the
 /// full key list from its own rules.
 pub fn gc(req: &Request) -> Result<(), CniError> {
-    nft_attach::gc_request::<FirewallTable>(&mut client()?, req)
+    nft_attach::gc_request::<FirewallTable>(&mut *client()?, req)
 }
 
 /// Ready when nf_tables answers in this namespace.

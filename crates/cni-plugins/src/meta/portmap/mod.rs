@@ -25,8 +25,8 @@ use std::collections::HashSet;
 
 pub struct Portmap;
 
-fn nft_client() -> Result<NftClient, CniError> {
-    NftClient::new().map_err(|e| CniError::internal(format!("nftables: {e}")))
+fn nft_client() -> Result<crate::common::nft_attach::Client, CniError> {
+    crate::common::nft_attach::client()
 }
 
 /// Each mapping, for each family the container has an address of and the mapping's
@@ -85,7 +85,7 @@ impl Plugin for Portmap {
         if let (true, Some(v4)) = (conf.snat, ips.v4) {
             host::enable_localnet_routing(&prev, v4)?;
         }
-        rules::install(&mut nft_client()?, &who, &conf, &targets)?;
+        rules::install(&mut *nft_client()?, &who, &conf, &targets)?;
         for t in targets.iter().filter(|t| t.key.protocol == config::Protocol::Udp) {
             host::flush_udp_conntrack(t.key.v6, t.key.host_port);
         }
@@ -96,7 +96,7 @@ impl Plugin for Portmap {
     /// (a DEL that fails on config would block the container's removal for good): the
     /// attachment's chain names its map elements.
     fn del(&self, req: &Request) -> Result<(), CniError> {
-        rules::detach(&mut nft_client()?, &Attachment::of(req).chain_name())
+        rules::detach(&mut *nft_client()?, &Attachment::of(req).chain_name())
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
@@ -105,7 +105,7 @@ impl Plugin for Portmap {
         let ips = ContainerIps::from_result(&prev, &req.ifname);
         let expected: HashSet<DispatchKey> = targets(&conf, &ips).iter().map(|t| t.key).collect();
         let present: HashSet<DispatchKey> =
-            rules::attached_keys(&mut nft_client()?, &Attachment::of(req).chain_name())?
+            rules::attached_keys(&mut *nft_client()?, &Attachment::of(req).chain_name())?
                 .into_iter()
                 .collect();
         let mut missing: Vec<String> = expected.difference(&present).map(DispatchKey::comment).collect();
@@ -130,7 +130,7 @@ impl Plugin for Portmap {
                     .chain_name()
             })
             .collect();
-        rules::gc(&mut nft_client()?, &req.conf.name, &keep)
+        rules::gc(&mut *nft_client()?, &req.conf.name, &keep)
     }
 
     /// Ready when nf_tables answers in this namespace.
