@@ -171,7 +171,10 @@ impl Session {
         let last = self.store.last_reserved(set_index);
         for (range_idx, ip) in NextFit::after(set, last) {
             let range = &set.ranges[range_idx];
-            if !range.is_allocatable(ip) {
+            // A stat first: reserving writes and syncs a file, too costly to spend on every
+            // taken address of a crowded range (61 syncs, ~35 ms, for a full /26). The lock
+            // is held, so the stat is accurate; reserve stays exclusive regardless.
+            if !range.is_allocatable(ip) || self.store.is_taken(ip) {
                 continue;
             }
             if self.store.reserve(ip, container_id, ifname)? {
