@@ -1,0 +1,73 @@
+//! The network configurations the workloads use.
+
+use serde_json::{json, Value};
+use std::path::Path;
+
+/// The bridge every workload's host namespace gets (each run has its own namespace, so
+/// the name never collides).
+pub const BRIDGE: &str = "cnk0";
+pub const NETWORK: &str = "cnkbench";
+pub const SUBNET: &str = "10.88.0.0/16";
+
+/// W1 (`ip_masq`) and W1nm (without): bridge as gateway + host-local.
+pub fn bridge_list(data_dir: &Path, ip_masq: bool) -> Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": NETWORK,
+        "plugins": [bridge_plugin(data_dir, ip_masq, false)],
+    })
+}
+
+/// W2: what podman 4 (CNI backend) writes for its default network.
+pub fn podman_list(data_dir: &Path) -> Value {
+    json!({
+        "cniVersion": "0.4.0",
+        "name": NETWORK,
+        "plugins": [
+            bridge_plugin(data_dir, true, true),
+            {"type": "portmap", "capabilities": {"portMappings": true}},
+            {"type": "firewall", "backend": ""},
+            {"type": "tuning"},
+        ],
+    })
+}
+
+pub const PODMAN_PLUGINS: [&str; 5] = ["bridge", "host-local", "portmap", "firewall", "tuning"];
+pub const BRIDGE_PLUGINS: [&str; 2] = ["bridge", "host-local"];
+
+fn bridge_plugin(data_dir: &Path, ip_masq: bool, podman: bool) -> Value {
+    let mut range = json!({"subnet": SUBNET});
+    if podman {
+        range["gateway"] = json!("10.88.0.1");
+    }
+    let mut plugin = json!({
+        "type": "bridge",
+        "bridge": BRIDGE,
+        "isGateway": true,
+        "ipMasq": ip_masq,
+        "ipam": {
+            "type": "host-local",
+            "routes": [{"dst": "0.0.0.0/0"}],
+            "ranges": [[range]],
+            "dataDir": data_dir,
+        },
+    });
+    if podman {
+        plugin["hairpinMode"] = json!(true);
+    }
+    plugin
+}
+
+/// W4: host-local run on its own (stdin of the IPAM plugin itself).
+pub fn ipam_request(data_dir: &Path, network: &str, subnet: &str) -> Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": network,
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]], "dataDir": data_dir},
+    })
+}
+
+/// The podman-style port mapping of container `index`.
+pub fn port_mapping(index: usize) -> Value {
+    json!([{"hostPort": 20000 + index, "containerPort": 80, "protocol": "tcp"}])
+}

@@ -1,0 +1,92 @@
+//! What a run may leave behind on its host: IP reservations, links, firewall state.
+
+use crate::error::{BenchError, Result};
+use cni_net::netlink::LinkKind;
+use cni_net::Netlink;
+use serde_json::Value;
+use std::net::IpAddr;
+use std::path::Path;
+use std::process::Command;
+
+/// IP reservation files host-local keeps in `<data_dir>/<network>/`.
+pub fn reservations(data_dir: &Path, network: &str) -> Result<usize> {
+    let dir = data_dir.join(network);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(BenchError::io(format!("read {}", dir.display()), e)),
+    };
+    Ok(entries.flatten().filter(|e| e.file_name().to_string_lossy().parse::<IpAddr>().is_ok()).count())
+}
+
+/// veth links in the calling thread's network namespace.
+pub fn veth_links() -> Result<usize> {
+    let mut netlink = Netlink::new().map_err(|e| BenchError::setup("open netlink in host namespace", e))?;
+    let links = netlink.links().map_err(|e| BenchError::setup("list host links", e))?;
+    Ok(links.iter().filter(|l| l.kind == LinkKind::Veth).count())
+}
+
+/// Rules plus set/map elements in the calling thread's namespace's nftables ruleset (this
+/// also sees iptables-nft rules), read with `nft -j list ruleset` as an outside oracle.
+/// `None` when `nft` cannot be run here.
+pub fn ruleset_entries() -> Option<usize> {
+    let output = Command::new("nft").args(["-j", "list", "ruleset"]).output().ok()?;
+    if !output.status.success() {
+        return None;
+    }
+    let json: Value = serde_json::from_slice(&output.stdout).ok()?;
+    Some(count_entries(&json))
+}
+
+/// Counts `rule` objects and the elements of every `set`/`map` in `nft -j` output.
+fn count_entries(json: &Value) -> usize {
+    let Some(items) = json.get("nftables").and_then(Value::as_array) else {
+        return 0;
+    };
+    items
+        .iter()
+        .map(|item| {
+            if item.get("rule").is_some() {
+                1
+            } else if let Some(set) = item.get("set").or_else(|| item.get("map")) {
+                set.get("elem").and_then(Value::as_array).map_or(0, Vec::len)
+            } else {
+                0
+            }
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn counts_rules_and_elements() {
+        let listing = json!({"nftables": [
+            {"metainfo": {}},
+            {"table": {"family": "inet", "name": "t"}},
+            {"chain": {"name": "c"}},
+            {"rule": {"chain": "c"}},
+            {"rule": {"chain": "c"}},
+            {"set": {"name": "s", "elem": ["10.0.0.1", "10.0.0.2"]}},
+            {"map": {"name": "m", "elem": [[80, "10.0.0.1"]]}},
+            {"set": {"name": "empty"}},
+        ]});
+        assert_eq!(count_entries(&listing), 5);
+        assert_eq!(count_entries(&json!({})), 0);
+    }
+
+    #[test]
+    fn reservations_are_ip_named_files_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let net = dir.path().join("net");
+        std::fs::create_dir(&net).unwrap();
+        for name in ["10.0.0.2", "10.0.0.3", "lock", "last_reserved_ip.0", "fd00::2"] {
+            std::fs::write(net.join(name), "x").unwrap();
+        }
+        assert_eq!(reservations(dir.path(), "net").unwrap(), 3);
+        assert_eq!(reservations(dir.path(), "missing").unwrap(), 0);
+    }
+}

@@ -1,0 +1,207 @@
+//! Command-line options.
+
+use std::path::PathBuf;
+
+pub const USAGE: &str = "usage: cni-bench [options]
+  -n N                 containers per workload (default 200; W4 uses 10*N ADDs into a /16)
+  --rounds R           rounds, each running every workload with A then B (default 3; W4
+                       runs in the first round only)
+  --budget SECONDS     start no further round that would end after this (default 540), so a
+                       full run ends within 10 minutes; the first round always runs
+  --workloads LIST     comma-separated subset of W1,W1nm,W2,W3,W4,W5,floor (default: all)
+  --a DIR              plugin directory A (default: the release `cni-plugins` next to this
+                       binary, installed into a temp dir)
+  --plugins-bin FILE   the multi-call binary to install as A (instead of the one next to cni-bench)
+  --b DIR              plugin directory B (default /usr/lib/cni, skipped if absent)
+  --only-a             run A alone (no comparison)
+  --json FILE          write every sample and summary as JSON
+  --smoke              N=20, one round, smaller W4: checks that everything runs
+  -h, --help           this text";
+
+/// A workload's short name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkloadId {
+    W1,
+    W1nm,
+    W2,
+    W3,
+    W4,
+    W5,
+    Floor,
+}
+
+impl WorkloadId {
+    pub const ALL: [WorkloadId; 7] = [
+        WorkloadId::W1,
+        WorkloadId::W1nm,
+        WorkloadId::W2,
+        WorkloadId::W3,
+        WorkloadId::W4,
+        WorkloadId::W5,
+        WorkloadId::Floor,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkloadId::W1 => "W1",
+            WorkloadId::W1nm => "W1nm",
+            WorkloadId::W2 => "W2",
+            WorkloadId::W3 => "W3",
+            WorkloadId::W4 => "W4",
+            WorkloadId::W5 => "W5",
+            WorkloadId::Floor => "floor",
+        }
+    }
+
+    fn parse(text: &str) -> Option<WorkloadId> {
+        WorkloadId::ALL.into_iter().find(|w| w.name().eq_ignore_ascii_case(text))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    pub containers: usize,
+    pub rounds: usize,
+    pub workloads: Vec<WorkloadId>,
+    pub dir_a: Option<PathBuf>,
+    pub plugins_bin: Option<PathBuf>,
+    pub dir_b: Option<PathBuf>,
+    pub only_a: bool,
+    pub json: Option<PathBuf>,
+    pub smoke: bool,
+    pub budget: std::time::Duration,
+}
+
+pub const DEFAULT_CONTAINERS: usize = 200;
+pub const DEFAULT_ROUNDS: usize = 3;
+pub const DEFAULT_BUDGET_SECS: u64 = 540;
+pub const DEFAULT_B: &str = "/usr/lib/cni";
+
+/// What the command line asked for: a run, or the help text.
+#[derive(Debug, PartialEq)]
+pub enum Parsed {
+    Run(Options),
+    Help,
+}
+
+pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
+    let mut options = Options {
+        containers: DEFAULT_CONTAINERS,
+        rounds: DEFAULT_ROUNDS,
+        workloads: WorkloadId::ALL.to_vec(),
+        dir_a: None,
+        plugins_bin: None,
+        dir_b: None,
+        only_a: false,
+        json: None,
+        smoke: false,
+        budget: std::time::Duration::from_secs(DEFAULT_BUDGET_SECS),
+    };
+    let mut containers = None;
+    let mut rounds = None;
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
+        match arg.as_str() {
+            "-h" | "--help" => return Ok(Parsed::Help),
+            "-n" => containers = Some(positive(&value("-n")?, "-n")?),
+            "--rounds" => rounds = Some(positive(&value("--rounds")?, "--rounds")?),
+            "--workloads" => options.workloads = workloads(&value("--workloads")?)?,
+            "--a" => options.dir_a = Some(value("--a")?.into()),
+            "--plugins-bin" => options.plugins_bin = Some(value("--plugins-bin")?.into()),
+            "--b" => options.dir_b = Some(value("--b")?.into()),
+            "--only-a" => options.only_a = true,
+            "--json" => options.json = Some(value("--json")?.into()),
+            "--smoke" => options.smoke = true,
+            "--budget" => {
+                options.budget =
+                    std::time::Duration::from_secs(positive(&value("--budget")?, "--budget")? as u64)
+            }
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if options.smoke {
+        options.containers = 20;
+        options.rounds = 1;
+    }
+    options.containers = containers.unwrap_or(options.containers);
+    options.rounds = rounds.unwrap_or(options.rounds);
+    if options.only_a && options.dir_b.is_some() {
+        return Err("--only-a and --b exclude each other".into());
+    }
+    if options.dir_a.is_some() && options.plugins_bin.is_some() {
+        return Err("--a and --plugins-bin exclude each other".into());
+    }
+    Ok(Parsed::Run(options))
+}
+
+fn positive(text: &str, name: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{name} needs a positive number, got {text:?}")),
+    }
+}
+
+fn workloads(list: &str) -> Result<Vec<WorkloadId>, String> {
+    let mut chosen = Vec::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let id = WorkloadId::parse(part)
+            .ok_or_else(|| format!("unknown workload {part:?} (known: W1,W1nm,W2,W3,W4,W5,floor)"))?;
+        if !chosen.contains(&id) {
+            chosen.push(id);
+        }
+    }
+    if chosen.is_empty() {
+        return Err("--workloads names no workload".into());
+    }
+    Ok(chosen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> Result<Options, String> {
+        match parse(args.iter().map(|s| s.to_string()))? {
+            Parsed::Run(o) => Ok(o),
+            Parsed::Help => Err("help".into()),
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let o = run(&[]).unwrap();
+        assert_eq!((o.containers, o.rounds, o.workloads.len()), (200, 3, 7));
+        assert!(!o.only_a && !o.smoke && o.dir_b.is_none());
+        assert_eq!(o.budget.as_secs(), 540);
+        assert_eq!(run(&["--budget", "60"]).unwrap().budget.as_secs(), 60);
+    }
+
+    #[test]
+    fn smoke_sets_small_values_that_explicit_flags_override() {
+        let o = run(&["--smoke"]).unwrap();
+        assert_eq!((o.containers, o.rounds), (20, 1));
+        let o = run(&["-n", "5", "--smoke"]).unwrap();
+        assert_eq!((o.containers, o.rounds), (5, 1));
+    }
+
+    #[test]
+    fn workload_list_and_dirs() {
+        let o =
+            run(&["--workloads", "w1, W4,floor,W1", "--a", "/x", "--b", "/y", "--json", "o.json"]).unwrap();
+        assert_eq!(o.workloads, vec![WorkloadId::W1, WorkloadId::W4, WorkloadId::Floor]);
+        assert_eq!(o.dir_a, Some(PathBuf::from("/x")));
+        assert_eq!(o.dir_b, Some(PathBuf::from("/y")));
+        assert_eq!(o.json, Some(PathBuf::from("o.json")));
+    }
+
+    #[test]
+    fn errors() {
+        assert!(run(&["-n", "0"]).is_err());
+        assert!(run(&["-n"]).is_err());
+        assert!(run(&["--workloads", "W9"]).is_err());
+        assert!(run(&["--only-a", "--b", "/y"]).is_err());
+        assert!(run(&["--bogus"]).is_err());
+        assert_eq!(parse(["--help".to_string()]), Ok(Parsed::Help));
+    }
+}

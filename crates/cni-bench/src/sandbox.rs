@@ -1,0 +1,168 @@
+//! Hermetic places to run plugins: a throwaway host namespace per run and a pool of
+//! container namespaces, all made before any timing starts and removed afterwards (also
+//! when a run fails or panics, by their guards). Names carry the `cnk` prefix and the
+//! process id, so parallel runs never collide.
+
+use crate::error::{BenchError, Result};
+use cni_net::netns::{create_named, remove_named, DEFAULT_NETNS_DIR};
+use cni_net::{NetNs, Netlink};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+static NEXT_HOST: AtomicUsize = AtomicUsize::new(0);
+
+/// A named network namespace, removed when dropped.
+#[derive(Debug)]
+pub struct OwnedNetns {
+    ns: NetNs,
+    path: PathBuf,
+}
+
+impl OwnedNetns {
+    pub fn create(name: &str) -> Result<OwnedNetns> {
+        let ns = create_named(DEFAULT_NETNS_DIR, name)
+            .map_err(|e| BenchError::setup(format!("create network namespace {name}"), e))?;
+        Ok(OwnedNetns { ns, path: Path::new(DEFAULT_NETNS_DIR).join(name) })
+    }
+
+    pub fn ns(&self) -> &NetNs {
+        &self.ns
+    }
+
+    pub fn path_str(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    /// Runs `f` on a thread inside this namespace: processes it spawns (plugins) start
+    /// there, so what they do to "the host" happens in this namespace.
+    pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T> {
+        self.ns.run(f).map_err(|e| BenchError::setup(format!("enter {}", self.path.display()), e))
+    }
+}
+
+impl Drop for OwnedNetns {
+    fn drop(&mut self) {
+        if let Err(e) = remove_named(&self.path) {
+            eprintln!("cni-bench: cannot remove {}: {e}", self.path.display());
+        }
+    }
+}
+
+/// A fresh "host" for one run: its own network namespace (bridges, nftables, iptables
+/// live there) and temp dirs for host-local's dataDir and libcni's result cache.
+pub struct BenchHost {
+    pub netns: OwnedNetns,
+    pub data_dir: tempfile::TempDir,
+    pub cache_dir: tempfile::TempDir,
+}
+
+impl BenchHost {
+    pub fn create() -> Result<BenchHost> {
+        let seq = NEXT_HOST.fetch_add(1, Ordering::Relaxed);
+        let netns = OwnedNetns::create(&format!("cnk-h{}-{seq}", std::process::id()))?;
+        let temp = |what: &str| {
+            tempfile::Builder::new()
+                .prefix(&format!("cnk-bench-{what}-"))
+                .tempdir()
+                .map_err(|e| BenchError::io(format!("create temp dir for {what}"), e))
+        };
+        Ok(BenchHost { netns, data_dir: temp("data")?, cache_dir: temp("cache")? })
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self.data_dir.path()
+    }
+}
+
+/// Container namespaces reused by every run: a DEL leaves a container namespace as it
+/// found it (only `lo`), and creating thousands of namespaces would measure the kernel's
+/// namespace teardown instead of the plugins. [`ContainerPool::reset_dirty`] replaces any
+/// namespace a run left something in.
+pub struct ContainerPool {
+    containers: Vec<OwnedNetns>,
+    replaced: usize,
+}
+
+impl ContainerPool {
+    pub fn create(count: usize) -> Result<ContainerPool> {
+        let containers = (0..count)
+            .map(|i| OwnedNetns::create(&format!("cnk-c{}-{i}", std::process::id())))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ContainerPool { containers, replaced: 0 })
+    }
+
+    pub fn len(&self) -> usize {
+        self.containers.len()
+    }
+
+    pub fn get(&self, index: usize) -> &OwnedNetns {
+        &self.containers[index]
+    }
+
+    /// Replaces every namespace that holds more than `lo` by a fresh one; returns how many
+    /// there were (a leak of the run that just ended).
+    pub fn reset_dirty(&mut self) -> Result<usize> {
+        let mut dirty = 0;
+        for index in 0..self.containers.len() {
+            if is_clean(self.containers[index].ns())? {
+                continue;
+            }
+            dirty += 1;
+            self.replaced += 1;
+            let name = format!("cnk-c{}-{index}r{}", std::process::id(), self.replaced);
+            // The old namespace is removed when the assignment drops it.
+            self.containers[index] = OwnedNetns::create(&name)?;
+        }
+        Ok(dirty)
+    }
+}
+
+/// True when the namespace has no link but `lo`.
+fn is_clean(ns: &NetNs) -> Result<bool> {
+    let mut netlink = Netlink::in_ns(ns).map_err(|e| BenchError::setup("open netlink in container", e))?;
+    let links = netlink.links().map_err(|e| BenchError::setup("list container links", e))?;
+    Ok(links.iter().all(|l| l.name == "lo"))
+}
+
+/// Removes `cnk-h<pid>-*` / `cnk-c<pid>-*` namespaces of earlier runs whose process is
+/// gone (killed with SIGKILL, say), so they do not pile up.
+pub fn remove_stale_namespaces() {
+    let Ok(entries) = std::fs::read_dir(DEFAULT_NETNS_DIR) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = owner_pid(&name) else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            if let Err(e) = remove_named(entry.path()) {
+                eprintln!("cni-bench: cannot remove stale namespace {name}: {e}");
+            }
+        }
+    }
+}
+
+/// The pid in a bench namespace name (`cnk-h123-0`, `cnk-c123-7`, `cnk-c123-7r2`).
+fn owner_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("cnk-h").or_else(|| name.strip_prefix("cnk-c"))?;
+    let (pid, tail) = rest.split_once('-')?;
+    if tail.is_empty() || !tail.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_bench_names_have_an_owner() {
+        assert_eq!(owner_pid("cnk-h123-0"), Some(123));
+        assert_eq!(owner_pid("cnk-c77-19r2"), Some(77));
+        assert_eq!(owner_pid("cnk-prof-h"), None);
+        assert_eq!(owner_pid("cnk-c77-"), None);
+        assert_eq!(owner_pid("cni-1234"), None);
+    }
+}

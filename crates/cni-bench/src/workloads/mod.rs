@@ -1,0 +1,199 @@
+//! The workloads, and the runner that alternates the plugin sets over rounds.
+
+pub mod chain;
+pub mod exec_cost;
+mod floor;
+mod ipam;
+mod parallel;
+
+pub use chain::ChainWorkload;
+pub use exec_cost::ExecCost;
+pub use floor::run_floor_round;
+pub use ipam::IpamAlone;
+pub use parallel::Parallel;
+
+use crate::error::Result;
+use crate::options::WorkloadId;
+use crate::plugin_set::PluginSet;
+use crate::sandbox::ContainerPool;
+use crate::stats::Timings;
+use serde_json::{Map, Value};
+
+/// What every workload shares: the size, and the container namespaces made up front.
+pub struct BenchContext {
+    pub containers: usize,
+    pub smoke: bool,
+    pub pool: ContainerPool,
+}
+
+/// How the B/A ratio of an operation is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RatioBy {
+    /// Median latency of B over that of A.
+    Median,
+    /// Throughput of A over that of B (parallel phases, where latency is not the point).
+    Throughput,
+}
+
+#[derive(Debug, Clone)]
+pub struct Operation {
+    pub name: String,
+    pub timings: Timings,
+    pub ratio_by: RatioBy,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Status {
+    Ran,
+    Skipped(String),
+    Failed(String),
+}
+
+/// What one plugin set (or the floor) did in one workload, pooled over rounds.
+#[derive(Debug, Clone)]
+pub struct SetOutcome {
+    pub label: String,
+    pub status: Status,
+    pub ops: Vec<Operation>,
+    /// Facts for the JSON (counts, sizes, check results).
+    pub facts: Map<String, Value>,
+    /// Lines for the printed report.
+    pub notes: Vec<String>,
+}
+
+impl SetOutcome {
+    pub fn new(label: &str, skip: Option<String>) -> SetOutcome {
+        SetOutcome {
+            label: label.to_string(),
+            status: skip.map_or(Status::Ran, Status::Skipped),
+            ops: Vec::new(),
+            facts: Map::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// The timings of operation `name` (ratio by median), created on first use.
+    pub fn op(&mut self, name: &str) -> &mut Timings {
+        self.op_by(name, RatioBy::Median)
+    }
+
+    pub fn op_by(&mut self, name: &str, ratio_by: RatioBy) -> &mut Timings {
+        let index = match self.ops.iter().position(|o| o.name == name) {
+            Some(index) => index,
+            None => {
+                self.ops.push(Operation { name: name.to_string(), timings: Timings::default(), ratio_by });
+                self.ops.len() - 1
+            }
+        };
+        &mut self.ops[index].timings
+    }
+
+    pub fn find(&self, name: &str) -> Option<&Operation> {
+        self.ops.iter().find(|o| o.name == name)
+    }
+
+    /// Adds `n` to counter `key` (checks accumulate over rounds).
+    pub fn count(&mut self, key: &str, n: u64) {
+        let old = self.facts.get(key).and_then(Value::as_u64).unwrap_or(0);
+        self.facts.insert(key.to_string(), Value::from(old + n));
+    }
+
+    pub fn fact(&mut self, key: &str, value: impl Into<Value>) {
+        self.facts.insert(key.to_string(), value.into());
+    }
+
+    pub fn note(&mut self, line: impl Into<String>) {
+        let line = line.into();
+        if !self.notes.contains(&line) {
+            self.notes.push(line);
+        }
+    }
+
+    pub fn ran(&self) -> bool {
+        self.status == Status::Ran
+    }
+}
+
+/// A workload run against a plugin set.
+pub trait Workload {
+    fn id(&self) -> WorkloadId;
+    fn title(&self) -> String;
+    /// Plugins the set must have.
+    fn needs(&self) -> Vec<&'static str>;
+    /// How many rounds to run when `requested` were asked for.
+    fn rounds(&self, requested: usize) -> usize {
+        requested
+    }
+    /// One round against `set`.
+    fn run(&self, ctx: &BenchContext, set: &PluginSet, out: &mut SetOutcome) -> Result<()>;
+}
+
+/// A workload's results for every set.
+pub struct WorkloadReport {
+    pub id: WorkloadId,
+    pub title: String,
+    pub outcomes: Vec<SetOutcome>,
+}
+
+/// A workload being run round after round.
+pub struct WorkloadRun {
+    workload: Box<dyn Workload>,
+    report: WorkloadReport,
+}
+
+impl WorkloadRun {
+    pub fn new(workload: Box<dyn Workload>, sets: &[PluginSet]) -> WorkloadRun {
+        let needs = workload.needs();
+        let outcomes = sets.iter().map(|s| SetOutcome::new(s.label, s.skip_reason(&needs))).collect();
+        let report = WorkloadReport { id: workload.id(), title: workload.title(), outcomes };
+        WorkloadRun { workload, report }
+    }
+
+    /// Whether round `round` (1-based) of `rounds` runs this workload.
+    pub fn runs_in(&self, round: usize, rounds: usize) -> bool {
+        round <= self.workload.rounds(rounds)
+    }
+
+    /// Runs round `round` (1-based) of `rounds`: A, then B. Does nothing once the
+    /// workload's own round count is reached.
+    pub fn run_round(&mut self, ctx: &mut BenchContext, sets: &[PluginSet], round: usize, rounds: usize) {
+        if !self.runs_in(round, rounds) {
+            return;
+        }
+        let own_rounds = self.workload.rounds(rounds);
+        let name = self.workload.id().name();
+        for (set, out) in sets.iter().zip(self.report.outcomes.iter_mut()) {
+            if !out.ran() || crate::interrupt::interrupted() {
+                continue;
+            }
+            eprintln!("cni-bench: {name} round {round}/{own_rounds}: set {}", set.label);
+            if let Err(e) = self.workload.run(ctx, set, out) {
+                eprintln!("cni-bench: {name} set {} failed: {e}", set.label);
+                out.status = Status::Failed(e.to_string());
+            }
+            after_run(ctx, out);
+            out.fact("rounds", round as u64);
+        }
+    }
+
+    pub fn finish(self) -> WorkloadReport {
+        self.report
+    }
+}
+
+/// Puts back any container namespace a run left something in, and says so.
+pub fn after_run(ctx: &mut BenchContext, out: &mut SetOutcome) {
+    match ctx.pool.reset_dirty() {
+        Ok(0) => {}
+        Ok(dirty) => {
+            out.count("container_namespaces_left_dirty", dirty as u64);
+            out.note(format!("{dirty} container namespace(s) still held links after DEL (replaced)"));
+        }
+        Err(e) => eprintln!("cni-bench: cannot reset container namespaces: {e}"),
+    }
+}
+
+/// The `i`th container's ID: unique within a run (each run has fresh state dirs).
+pub fn container_id(i: usize) -> String {
+    format!("cnkbench{i:05}")
+}
