@@ -16,7 +16,7 @@
 //! Writes never leave a half-written file behind a valid name: an address file is written
 //! to a temporary name, synced, then hard-linked to its final name — `link(2)` fails with
 //! `EEXIST` exactly like the reference's `O_CREAT|O_EXCL`, so the reservation stays atomic.
-//! `last_reserved_ip.<n>` is replaced with temp + fsync + rename. Temporary files start with
+//! `last_reserved_ip.<n>` is replaced with temp + rename (not synced: it is only a hint). Temporary files start with
 //! `.cni-rs-tmp.` (not an address, so Go's lookups ignore them) and are swept by GC.
 
 use std::fs::{self, File, OpenOptions};
@@ -99,11 +99,16 @@ fn flock_exclusive(file: &File) -> io::Result<()> {
     }
 }
 
-/// Writes `content` to a fresh file at `path` (truncating a stale one) and syncs it.
-fn write_synced(path: &Path, content: &[u8]) -> io::Result<()> {
+/// Writes `content` to a fresh file at `path` (truncating a stale one).
+fn write_unsynced(path: &Path, content: &[u8]) -> io::Result<fs::File> {
     let mut file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o644).open(path)?;
     file.write_all(content)?;
-    file.sync_data()
+    Ok(file)
+}
+
+/// Writes `content` to a fresh file at `path` (truncating a stale one) and syncs it.
+fn write_synced(path: &Path, content: &[u8]) -> io::Result<()> {
+    write_unsynced(path, content)?.sync_data()
 }
 
 /// Reads a small regular file with as few system calls as possible (open, read, close):
@@ -241,11 +246,15 @@ impl Store {
         std::str::from_utf8(&content).ok()?.trim().parse().ok()
     }
 
-    /// Atomically replaces `last_reserved_ip.<range_set>`.
+    /// Atomically replaces `last_reserved_ip.<range_set>` (temp file + rename), without a
+    /// sync: it is only where next-fit starts. A crash can at worst leave it empty, which
+    /// reads as "no hint" and makes the next search start at the range's beginning —
+    /// still correct, since the reservation files (which are synced) decide what is free.
+    /// Saves one fdatasync (0.5–1.5 ms here) on every ADD.
     pub fn set_last_reserved(&self, range_set: usize, ip: IpAddr) -> Result<(), HostLocalError> {
         let path = self.last_reserved_path(range_set);
         let temp = self.temp_path("last");
-        write_synced(&temp, ip.to_string().as_bytes()).and_then(|()| fs::rename(&temp, &path)).map_err(|e| {
+        write_unsynced(&temp, ip.to_string().as_bytes()).and_then(|_| fs::rename(&temp, &path)).map_err(|e| {
             let _ = fs::remove_file(&temp);
             HostLocalError::io(&path, "recording the last reserved address", e)
         })
