@@ -16,8 +16,9 @@
 //! Writes never leave a half-written file behind a valid name: an address file is written
 //! to a temporary name, synced, then hard-linked to its final name — `link(2)` fails with
 //! `EEXIST` exactly like the reference's `O_CREAT|O_EXCL`, so the reservation stays atomic.
-//! `last_reserved_ip.<n>` is replaced with temp + rename (not synced: it is only a hint). Temporary files start with
-//! `.cni-rs-tmp.` (not an address, so Go's lookups ignore them) and are swept by GC.
+//! `last_reserved_ip.<n>` is replaced with temp + rename (not synced: it is only a hint).
+//! Temporary files start with `.cni-rs-tmp.` (not an address, so Go's lookups ignore them)
+//! and are swept by GC.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
