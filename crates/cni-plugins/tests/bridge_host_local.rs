@@ -136,3 +136,23 @@ fn del_without_netns_still_releases_the_address() {
     ok(call("bridge", "DEL", &env.host, Some(&env.containers[0]), &conf).unset("CNI_NETNS").run());
     assert!(reservations(data.path()).is_empty());
 }
+
+#[test]
+fn a_bad_master_fails_add_and_leaves_no_veth_and_no_reservation() {
+    let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    // Something that is not a bridge already has the bridge's name.
+    let mut nl = env.host.netlink().unwrap();
+    let peer_ns = TestNetns::with_prefix(PREFIX).unwrap();
+    nl.add_veth(&cni_net::netlink::VethSpec {
+        link: cni_net::netlink::LinkSpec::new("cnc4"),
+        peer: cni_net::netlink::LinkSpec::new("x").netns(peer_ns.netns()),
+    })
+    .unwrap();
+    let conf = conf("cnc4", "10.64.0.0/24", data.path());
+    let err = call("bridge", "ADD", &env.host, Some(&env.containers[0]), &conf).run().error();
+    assert!(err.msg.contains("not a bridge"), "{}", err.msg);
+    assert_eq!(veths(&env.host), 1, "only the impostor may exist");
+    assert!(env.containers[0].netlink().unwrap().link_by_name("eth0").unwrap().is_none());
+    assert!(reservations(data.path()).is_empty());
+}
