@@ -4,45 +4,15 @@
 //! test binary so that no sibling test competes for the CPU while it measures.)
 
 mod common;
+mod portmap_support;
 
 use cni_testkit::ns::TestNetns;
 use common::{call, ok};
-use serde_json::{json, Value};
+use portmap_support::{conf, per_container_parts, prev_result, ruleset};
+use serde_json::json;
 use std::time::{Duration, Instant};
 
 const PREFIX: &str = "cnm";
-
-/// `nft -j list ruleset` in `ns`, without the version banner.
-fn ruleset(ns: &TestNetns) -> Vec<Value> {
-    let out = ns.command("nft").args(["-j", "list", "ruleset"]).output().unwrap();
-    assert!(out.status.success(), "nft: {}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["nftables"].as_array().unwrap().iter().filter(|o| o.get("metainfo").is_none()).cloned().collect()
-}
-
-/// Attachment chains and map elements in the ruleset.
-fn per_container_parts(ns: &TestNetns) -> (usize, usize) {
-    let objects = ruleset(ns);
-    let chains =
-        objects.iter().filter(|o| o["chain"]["name"].as_str().is_some_and(|n| n.starts_with("cni-"))).count();
-    let elements = objects.iter().filter_map(|o| o["map"]["elem"].as_array()).map(Vec::len).sum();
-    (chains, elements)
-}
-
-fn prev_result(ctr: &TestNetns, address: &str) -> Value {
-    json!({"cniVersion": "1.0.0",
-        "interfaces": [{"name": "eth0", "sandbox": ctr.path().display().to_string()}],
-        "ips": [{"address": address, "interface": 0}]})
-}
-
-fn conf(version: &str, host_port: u16, prev: Option<Value>) -> Value {
-    let mut c = json!({"cniVersion": version, "name": "pmscale", "type": "portmap",
-        "runtimeConfig": {"portMappings": [{"hostPort": host_port, "containerPort": 80}]}});
-    if let Some(prev) = prev {
-        c["prevResult"] = prev;
-    }
-    c
-}
 
 /// The lower quartile: what an operation costs when the machine is not busy with other
 /// work (the tests of other suites run in parallel), so one load spike cannot fail the
