@@ -170,10 +170,13 @@ impl Plugin for Ptp {
         if delegate::has_ipam(req) {
             delegate::ipam_forward(req)?;
         }
+        // The veth first, as in bridge: its teardown would also wait for the RCU callbacks an
+        // nftables commit queues.
+        veth::delete_container_end(req)?;
         if conf.ip_masq {
             masq::del(req, req.prev_result().ok().flatten().as_ref())?;
         }
-        veth::delete_container_end(req)
+        Ok(())
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {

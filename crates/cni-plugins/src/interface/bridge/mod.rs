@@ -170,6 +170,10 @@ impl Plugin for Bridge {
         if delegate::has_ipam(req) {
             delegate::ipam_forward(req)?;
         }
+        // The veth goes before the nftables state: its teardown waits for RCU callbacks, and
+        // would otherwise also wait for the ones the nftables commit just queued (measured:
+        // ~12 ms more per DEL with ipMasq).
+        veth::delete_container_end(req)?;
         let prev = req.prev_result().ok().flatten();
         if conf.ip_masq {
             masq::del(req, prev.as_ref())?;
@@ -178,7 +182,7 @@ impl Plugin for Bridge {
             let host_port = prev.as_ref().and_then(|p| p.interfaces.get(HOST_IFACE)).map(|i| i.name.as_str());
             spoofcheck::del(req, host_port)?;
         }
-        veth::delete_container_end(req)
+        Ok(())
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
