@@ -111,6 +111,16 @@ impl Request {
         })
     }
 
+    /// `prevResult` for a chained plugin's ADD: required from 0.3.0 on (runtimes pass it),
+    /// while before 0.3.0 there was none to pass and `None` means "describe what is there".
+    pub fn chained_prev_result(&self) -> Result<Option<CniResult>, CniError> {
+        match self.prev_result()? {
+            Some(prev) => Ok(Some(prev)),
+            None if self.version >= Version::V0_3_0 => self.require_prev_result().map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// The attachments a GC request says are still in use (`cni.dev/valid-attachments`,
     /// or the older `cni.dev/attachments`).
     pub fn valid_attachments(&self) -> Result<Vec<Attachment>, CniError> {
@@ -171,5 +181,14 @@ mod tests {
         assert_eq!(r.prev_result().unwrap().unwrap().ips[0].address.to_string(), "10.0.0.2/24");
         let r = request(r#"{"cniVersion":"1.1.0","name":"n","type":"t"}"#);
         assert_eq!(r.require_prev_result().unwrap_err().code, 7);
+    }
+
+    #[test]
+    fn chained_prev_result_is_required_from_0_3_0_only() {
+        let mut r = request(r#"{"cniVersion":"0.2.0","name":"n","type":"t"}"#);
+        r.version = Version::V0_2_0;
+        assert!(r.chained_prev_result().unwrap().is_none());
+        r.version = Version::V0_3_0;
+        assert_eq!(r.chained_prev_result().unwrap_err().code, 7);
     }
 }

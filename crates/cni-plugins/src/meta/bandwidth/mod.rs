@@ -153,11 +153,7 @@ impl Bandwidth {
 impl Plugin for Bandwidth {
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
         let conf = config::load(req)?;
-        let prev = match req.prev_result()? {
-            Some(prev) => Some(prev),
-            None if req.version >= Version::V0_3_0 => Some(req.require_prev_result()?),
-            None => None,
-        };
+        let prev = req.chained_prev_result()?;
         let ns = open_container_netns(req)?;
         let mut container = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
         let mut result = match prev {

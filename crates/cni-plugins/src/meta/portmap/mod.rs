@@ -17,7 +17,7 @@ use crate::common::nft_attach::Attachment;
 use crate::common::{open_container_netns, NetResultExt};
 use cni_net::nft::NftClient;
 use cni_net::Netlink;
-use cni_plugin::{CniError, CniResult, ErrorCode, Plugin, Request, Version};
+use cni_plugin::{CniError, CniResult, ErrorCode, Plugin, Request};
 use config::PortMapConf;
 use host::ContainerIps;
 use rules::{DispatchKey, Target};
@@ -66,10 +66,9 @@ fn result_from_container(req: &Request) -> Result<CniResult, CniError> {
 impl Plugin for Portmap {
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
         let conf = PortMapConf::load(req)?;
-        let prev = match req.prev_result()? {
+        let prev = match req.chained_prev_result()? {
             Some(prev) => prev,
-            None if req.version < Version::V0_3_0 => result_from_container(req)?,
-            None => req.require_prev_result()?,
+            None => result_from_container(req)?,
         };
         let ips = ContainerIps::from_result(&prev, &req.ifname);
         let targets = targets(&conf, &ips);

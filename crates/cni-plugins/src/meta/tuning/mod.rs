@@ -12,7 +12,7 @@ pub mod state;
 
 use crate::common::{open_container_netns, open_container_netns_for_del, NetResultExt};
 use cni_net::{NetNs, Netlink};
-use cni_plugin::{CniError, CniResult, Plugin, Request, Version};
+use cni_plugin::{CniError, CniResult, Plugin, Request};
 use config::TuningConf;
 use state::Owner;
 
@@ -78,11 +78,7 @@ impl Tuning {
 impl Plugin for Tuning {
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
         let conf = config::load(req)?;
-        let prev = match req.prev_result()? {
-            Some(prev) => Some(prev),
-            None if req.version >= Version::V0_3_0 => Some(req.require_prev_result()?),
-            None => None,
-        };
+        let prev = req.chained_prev_result()?;
         let ns = open_container_netns(req)?;
         let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
         Self::tune(req, &ns, &mut nl, &conf, prev.is_none())?;
