@@ -161,17 +161,15 @@ fn truncated_and_garbage_files_do_not_break_del_or_gc() {
     fs::write(dir.join("10.0.0.2"), b"").unwrap(); // ctr1's, truncated to nothing
     fs::write(dir.join("10.0.0.3"), b"ctr2\r\neth").unwrap(); // ctr2's, cut short
     fs::write(dir.join("10.0.0.4"), [0xff, 0xfe, 0x00]).unwrap(); // ctr3's, garbage
-                                                                  // DEL with the prevResult releases the emptied file; DEL without it is harmless.
+
+    // DEL with the prevResult releases the emptied file; DEL without it is harmless.
     assert_eq!(host_local::release(&c, "ctr1", "eth0", &[ip("10.0.0.2")]).unwrap(), vec![ip("10.0.0.2")]);
     assert_eq!(host_local::release(&c, "ctr2", "eth0", &[]).unwrap(), Vec::<std::net::IpAddr>::new());
     assert_eq!(host_local::release(&c, "ctr3", "eth0", &[ip("10.0.0.4")]).unwrap(), vec![ip("10.0.0.4")]);
-    // A crashed writer's temporary file.
-    fs::write(dir.join(".cni-rs-tmp.reserve.99999"), b"ctr9\r\neth0").unwrap();
     let outcome = host_local::gc(&c, &[key("ctr4", "eth0")]).unwrap();
     assert_eq!(outcome.released, vec![ip("10.0.0.3")]);
     assert!(outcome.failures.is_empty());
     assert_eq!(ip_files(&dir), vec![ip("10.0.0.5")]);
-    assert!(!dir.join(".cni-rs-tmp.reserve.99999").exists());
     host_local::check(&c, "ctr4", "eth0", &[ip("10.0.0.5")]).unwrap();
 }
 

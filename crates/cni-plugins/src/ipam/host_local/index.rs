@@ -32,8 +32,9 @@
 //! (index files are not fsynced; a crash of the machine invalidates them). At the start of
 //! the next operation the fingerprint is compared: equal means nobody else touched the
 //! directory and the index is complete; different means one full scan rebuilds the index
-//! and the stamp. The stamp is removed before we modify anything and written again at the
-//! end, so an interrupted operation also forces a rebuild.
+//! and the stamp. The stamp's first byte is overwritten (in place: no file is created or
+//! truncated) before we modify anything and the whole stamp written again at the end, so an
+//! interrupted operation also forces a rebuild.
 //!
 //! Residual risk: directory timestamps have the kernel tick's granularity, so a foreign
 //! change is missed only if, within the same tick as our last write, Go both released an
@@ -48,11 +49,12 @@ use std::collections::HashMap;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::net::IpAddr;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use super::error::HostLocalError;
-use super::store::{read_small, Holder, Store, LAST_RESERVED_PREFIX};
+use super::store::{read_small, rewrite_in_place, Holder, Store, LAST_RESERVED_PREFIX};
 
 pub const INDEX_DIR: &str = ".cni-rs-index";
 const STAMP_FILE: &str = "stamp";
@@ -69,16 +71,6 @@ fn index_io<'p>(path: &'p Path, context: &'static str) -> impl FnOnce(io::Error)
     move |e| HostLocalError::io(path, context, e)
 }
 
-fn write_plain(path: &Path, content: &str) -> io::Result<()> {
-    OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o644)
-        .open(path)?
-        .write_all(content.as_bytes())
-}
-
 /// The index entry name of an attachment (`ifname: None` for legacy holders), or `None` if
 /// it cannot be a file name; such attachments are found by scanning.
 fn entry_name(container_id: &str, ifname: Option<&str>) -> Option<String> {
@@ -91,8 +83,14 @@ fn entry_name(container_id: &str, ifname: Option<&str>) -> Option<String> {
     ok.then_some(name)
 }
 
-fn boot_id() -> String {
-    fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()
+/// The kernel's boot ID, read once per process (every operation fingerprints twice).
+fn boot_id() -> &'static str {
+    static BOOT_ID: OnceLock<String> = OnceLock::new();
+    BOOT_ID.get_or_init(|| {
+        fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    })
 }
 
 impl<'a> Index<'a> {
@@ -100,12 +98,18 @@ impl<'a> Index<'a> {
         Index { store, dir: store.dir().join(INDEX_DIR) }
     }
 
-    fn ensure_dir(&self) -> Result<(), HostLocalError> {
-        match fs::create_dir(&self.dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-            Err(e) => Err(HostLocalError::io(&self.dir, "creating the index directory", e)),
+    /// Writes an index file, creating the index directory on first use.
+    fn write_file(&self, path: &Path, content: &str, context: &'static str) -> Result<(), HostLocalError> {
+        let mut result = rewrite_in_place(path, content.as_bytes());
+        if matches!(&result, Err(e) if e.kind() == io::ErrorKind::NotFound) {
+            match fs::create_dir(&self.dir) {
+                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                    return Err(HostLocalError::io(&self.dir, "creating the index directory", e))
+                }
+                _ => result = rewrite_in_place(path, content.as_bytes()),
+            }
         }
+        result.map_err(index_io(path, context))
     }
 
     /// Addresses the index lists for an attachment (unverified).
@@ -143,13 +147,12 @@ impl<'a> Index<'a> {
                 _ => Ok(()),
             };
         }
-        self.ensure_dir()?;
         let mut content = String::from(ENTRY_HEADER);
         for ip in ips {
             content.push_str(&ip.to_string());
             content.push('\n');
         }
-        write_plain(&path, &content).map_err(index_io(&path, "writing an index entry"))
+        self.write_file(&path, &content, "writing an index entry")
     }
 
     /// Adds `ip` to the attachment's entry.
@@ -232,7 +235,9 @@ impl<'a> Index<'a> {
     /// stops half-way forces the next one to rebuild.
     pub fn invalidate(&self) -> Result<(), HostLocalError> {
         let path = self.dir.join(STAMP_FILE);
-        match fs::remove_file(&path) {
+        // Any byte but the header's first makes the stamp differ from every fingerprint.
+        let spoil = OpenOptions::new().write(true).open(&path).and_then(|mut stamp| stamp.write_all(b"-"));
+        match spoil {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
                 Err(HostLocalError::io(&path, "invalidating the index stamp", e))
             }
@@ -242,9 +247,8 @@ impl<'a> Index<'a> {
 
     /// Declares the index complete for the directory as it is now.
     pub fn mark_complete(&self, range_sets: usize) -> Result<(), HostLocalError> {
-        self.ensure_dir()?;
         let path = self.dir.join(STAMP_FILE);
-        write_plain(&path, &self.fingerprint(range_sets)).map_err(index_io(&path, "writing the index stamp"))
+        self.write_file(&path, &self.fingerprint(range_sets), "writing the index stamp")
     }
 
     /// Makes the index list exactly the given allocations (from a scan). Entries that are

@@ -188,7 +188,7 @@ pub struct GcOutcome {
 }
 
 /// GC: releases every allocation of the network whose holder is not in `valid`, including
-/// empty or garbage files, and sweeps temporary files of crashed writers. A legacy file
+/// empty or garbage files. A legacy file
 /// (container ID only) stays if any valid attachment has that container ID.
 pub fn gc(conf: &HostLocalConfig, valid: &[AttachmentKey]) -> Result<GcOutcome, HostLocalError> {
     let valid: HashSet<&AttachmentKey> = valid.iter().collect();
@@ -215,7 +215,6 @@ pub fn gc(conf: &HostLocalConfig, valid: &[AttachmentKey]) -> Result<GcOutcome, 
                 }
             }
         }
-        store.sweep_temp_files()?;
         session.index().rebuild(&kept)?;
         Ok(outcome)
     })

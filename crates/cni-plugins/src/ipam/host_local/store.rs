@@ -13,12 +13,14 @@
 //! Older reference versions wrote only `<containerID>` into an address file; such "legacy"
 //! files are recognised (they belong to every interface of that container).
 //!
-//! Writes never leave a half-written file behind a valid name: an address file is written
-//! to a temporary name, synced, then hard-linked to its final name — `link(2)` fails with
-//! `EEXIST` exactly like the reference's `O_CREAT|O_EXCL`, so the reservation stays atomic.
-//! `last_reserved_ip.<n>` is replaced with temp + rename (not synced: it is only a hint).
-//! Temporary files start with `.cni-rs-tmp.` (not an address, so Go's lookups ignore them)
-//! and are swept by GC.
+//! Writes follow the reference: an address file is created with `O_CREAT|O_EXCL` (the
+//! reservation is atomic: exactly one creator wins) and `last_reserved_ip.<n>` is rewritten
+//! in place. Every reader and writer holds the directory's lock, so nobody sees a file
+//! half-written. Nothing is fsynced, deliberately: a reservation only means something while
+//! the machine is up (a crash of the kernel ends every container that held one), and the
+//! page cache outlives any crash of the plugin itself. A plugin killed between create and
+//! write leaves an empty file; DEL releases it through the prevResult and GC through its
+//! unknown holder. Skipping the sync saves 0.5–1.5 ms per ADD on ext4.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -33,8 +35,6 @@ pub const LOCK_FILE: &str = "lock";
 pub const LAST_RESERVED_PREFIX: &str = "last_reserved_ip.";
 /// Separator between container ID and interface name inside an address file.
 pub const LINE_BREAK: &str = "\r\n";
-/// Prefix of our temporary files inside the network directory.
-pub const TEMP_PREFIX: &str = ".cni-rs-tmp.";
 
 /// Who holds an address, as recorded in its file.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -100,16 +100,18 @@ fn flock_exclusive(file: &File) -> io::Result<()> {
     }
 }
 
-/// Writes `content` to a fresh file at `path` (truncating a stale one).
-fn write_unsynced(path: &Path, content: &[u8]) -> io::Result<fs::File> {
-    let mut file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o644).open(path)?;
+/// Replaces the content of the file at `path` in place, creating it if needed. The file is
+/// shortened only when the new content is shorter: on ext4 every truncation is a journaled
+/// orphan-list update (0.15–0.3 ms measured), while rewriting bytes of an existing block is
+/// a page-cache write.
+pub fn rewrite_in_place(path: &Path, content: &[u8]) -> io::Result<()> {
+    let mut file = OpenOptions::new().write(true).create(true).mode(0o644).open(path)?;
     file.write_all(content)?;
-    Ok(file)
-}
-
-/// Writes `content` to a fresh file at `path` (truncating a stale one) and syncs it.
-fn write_synced(path: &Path, content: &[u8]) -> io::Result<()> {
-    write_unsynced(path, content)?.sync_data()
+    let len = content.len() as u64;
+    if file.metadata()?.len() > len {
+        file.set_len(len)?;
+    }
+    Ok(())
 }
 
 /// Reads a small regular file with as few system calls as possible (open, read, close):
@@ -173,42 +175,19 @@ impl Store {
         self.dir.join(format!("{LAST_RESERVED_PREFIX}{range_set}"))
     }
 
-    fn temp_path(&self, purpose: &str) -> PathBuf {
-        self.dir.join(format!("{TEMP_PREFIX}{purpose}.{}", std::process::id()))
-    }
-
     /// Records `ip` as held by (container_id, ifname) unless someone holds it already.
     /// Returns whether this call reserved it.
     pub fn reserve(&self, ip: IpAddr, container_id: &str, ifname: &str) -> Result<bool, HostLocalError> {
         let target = self.ip_path(ip);
         let content = format!("{}{LINE_BREAK}{ifname}", container_id.trim());
-        let temp = self.temp_path("reserve");
         let io_err = |e| HostLocalError::io(&target, "reserving the address", e);
-        write_synced(&temp, content.as_bytes()).map_err(io_err)?;
-        let linked = fs::hard_link(&temp, &target);
-        let _ = fs::remove_file(&temp);
-        match linked {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
-            // A filesystem without hard links: fall back to the reference's exclusive create
-            // (a crash between create and write then leaves an empty file, which DEL and GC
-            // tolerate).
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EOPNOTSUPP | libc::ENOSYS)) => {
-                self.reserve_exclusive_create(&target, content.as_bytes())
-            }
-            Err(e) => Err(io_err(e)),
-        }
-    }
-
-    fn reserve_exclusive_create(&self, target: &Path, content: &[u8]) -> Result<bool, HostLocalError> {
-        let io_err = |e| HostLocalError::io(target, "reserving the address", e);
-        let mut file = match OpenOptions::new().write(true).create_new(true).mode(0o644).open(target) {
+        let mut file = match OpenOptions::new().write(true).create_new(true).mode(0o644).open(&target) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
             Err(e) => return Err(io_err(e)),
         };
-        if let Err(e) = file.write_all(content).and_then(|()| file.sync_data()) {
-            let _ = fs::remove_file(target);
+        if let Err(e) = file.write_all(content.as_bytes()) {
+            let _ = fs::remove_file(&target);
             return Err(io_err(e));
         }
         Ok(true)
@@ -247,18 +226,13 @@ impl Store {
         std::str::from_utf8(&content).ok()?.trim().parse().ok()
     }
 
-    /// Atomically replaces `last_reserved_ip.<range_set>` (temp file + rename), without a
-    /// sync: it is only where next-fit starts. A crash can at worst leave it empty, which
-    /// reads as "no hint" and makes the next search start at the range's beginning —
-    /// still correct, since the reservation files (which are synced) decide what is free.
-    /// Saves one fdatasync (0.5–1.5 ms here) on every ADD.
+    /// Records where the next search of range set `range_set` starts, in place like the
+    /// reference. A write cut short reads as "no hint", and the search then starts at the
+    /// range's beginning: still correct, since the address files decide what is free.
     pub fn set_last_reserved(&self, range_set: usize, ip: IpAddr) -> Result<(), HostLocalError> {
         let path = self.last_reserved_path(range_set);
-        let temp = self.temp_path("last");
-        write_unsynced(&temp, ip.to_string().as_bytes()).and_then(|_| fs::rename(&temp, &path)).map_err(|e| {
-            let _ = fs::remove_file(&temp);
-            HostLocalError::io(&path, "recording the last reserved address", e)
-        })
+        rewrite_in_place(&path, ip.to_string().as_bytes())
+            .map_err(|e| HostLocalError::io(&path, "recording the last reserved address", e))
     }
 
     /// Every address file with its holder (`None` for garbage content). Costs one read per
@@ -279,21 +253,6 @@ impl Store {
             }
         }
         Ok(found)
-    }
-
-    /// Removes temporary files a crashed writer left behind.
-    pub fn sweep_temp_files(&self) -> Result<usize, HostLocalError> {
-        let io_err = |e| HostLocalError::io(&self.dir, "listing the network directory", e);
-        let mut removed = 0;
-        for entry in fs::read_dir(&self.dir).map_err(io_err)? {
-            let entry = entry.map_err(io_err)?;
-            if entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX)
-                && fs::remove_file(entry.path()).is_ok()
-            {
-                removed += 1;
-            }
-        }
-        Ok(removed)
     }
 }
 
@@ -334,10 +293,11 @@ mod tests {
         assert_eq!(store.last_reserved(0), Some(ip));
         assert!(store.release(ip).unwrap());
         assert!(!store.release(ip).unwrap());
-        let names: Vec<String> = fs::read_dir(tmp.path().join("net"))
+        let mut names: Vec<String> = fs::read_dir(tmp.path().join("net"))
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
-        assert!(!names.iter().any(|n| n.starts_with(TEMP_PREFIX)), "{names:?}");
+        names.sort();
+        assert_eq!(names, ["fd77::2", "last_reserved_ip.0", "lock"]);
     }
 }
