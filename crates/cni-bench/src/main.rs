@@ -88,12 +88,17 @@ fn run(options: &Options) -> Result<()> {
     let started = Instant::now();
     let sets = plugin_sets(options)?;
     for set in &sets {
-        eprintln!("cni-bench: set {} = {}", set.label, set.dir.display());
+        eprintln!("cni-bench: set {} = {} ({} binaries)", set.label, set.dir.display(), set.linkage());
+    }
+    if sets[0].linkage() == "dynamic" {
+        eprintln!("cni-bench: warning: A is linked dynamically; the shipped build is `cargo build-plugins`");
     }
     let load_before = load_average();
     eprintln!("cni-bench: creating {} container namespaces (not timed)", options.containers);
     let pool = sandbox::ContainerPool::create(options.containers)?;
-    let mut ctx = BenchContext { containers: options.containers, smoke: options.smoke, pool };
+    let state = sandbox::state_root(&options.state_dir)?;
+    eprintln!("cni-bench: state (reservations, result caches) in {}", state.path().display());
+    let mut ctx = BenchContext { containers: options.containers, smoke: options.smoke, pool, state };
 
     let (mut runs, mut floor) = workload_runs(options, &sets)?;
     let rounds_done = run_rounds(options, started, &mut ctx, &sets, &mut runs, floor.as_mut());
@@ -102,7 +107,7 @@ fn run(options: &Options) -> Result<()> {
 
     let mut text = String::new();
     for set in &sets {
-        text.push_str(&format!("{}: {}\n", set.label, set.dir.display()));
+        text.push_str(&format!("{}: {} ({} binaries)\n", set.label, set.dir.display(), set.linkage()));
     }
     text.push_str(&format!(
         "N={} rounds={rounds_done} of {} (W4: 1), {} CPUs, load {load_before} before\n\n",

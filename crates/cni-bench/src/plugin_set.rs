@@ -45,6 +45,15 @@ impl PluginSet {
         Ok(PluginSet { label, dir: temp.path().to_path_buf(), _installed: Some(temp) })
     }
 
+    /// How the set's bridge binary is linked: "static", "dynamic" or "unknown".
+    pub fn linkage(&self) -> &'static str {
+        match std::fs::read(self.binary("bridge")).ok().and_then(|elf| has_interpreter(&elf)) {
+            Some(true) => "dynamic",
+            Some(false) => "static",
+            None => "unknown",
+        }
+    }
+
     pub fn binary(&self, plugin: &str) -> PathBuf {
         self.dir.join(plugin)
     }
@@ -98,6 +107,26 @@ impl PluginSet {
     }
 }
 
+/// Whether a 64-bit little-endian ELF file asks for a program interpreter (a `PT_INTERP`
+/// program header), i.e. is dynamically linked; `None` if it is no such ELF file.
+fn has_interpreter(elf: &[u8]) -> Option<bool> {
+    const PT_INTERP: u32 = 3;
+    let u16_at = |at: usize| Some(u16::from_le_bytes(elf.get(at..at + 2)?.try_into().ok()?));
+    let u32_at = |at: usize| Some(u32::from_le_bytes(elf.get(at..at + 4)?.try_into().ok()?));
+    let u64_at = |at: usize| Some(u64::from_le_bytes(elf.get(at..at + 8)?.try_into().ok()?));
+    // Magic, ELFCLASS64, ELFDATA2LSB.
+    if elf.get(..6)? != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    let table = usize::try_from(u64_at(0x20)?).ok()?;
+    let (entry_size, entries) = (usize::from(u16_at(0x36)?), usize::from(u16_at(0x38)?));
+    let mut interpreter = false;
+    for n in 0..entries {
+        interpreter |= u32_at(table + n * entry_size)? == PT_INTERP;
+    }
+    Some(interpreter)
+}
+
 /// The release `cni-plugins` binary built next to this one (`target/release`).
 pub fn sibling_plugins_binary() -> Result<PathBuf> {
     let me = std::env::current_exe().map_err(|e| BenchError::io("find own executable", e))?;
@@ -106,7 +135,7 @@ pub fn sibling_plugins_binary() -> Result<PathBuf> {
         return Ok(candidate);
     }
     Err(BenchError::Plugin(format!(
-        "no cni-plugins binary at {} (build it with `cargo build --release -p cni-plugins`, or pass --a DIR / --plugins-bin FILE)",
+        "no cni-plugins binary at {} (build it with `cargo build-plugins`, or pass --a DIR / --plugins-bin FILE)",
         candidate.display()
     )))
 }
@@ -114,6 +143,31 @@ pub fn sibling_plugins_binary() -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn linkage_is_read_from_the_program_headers() {
+        // An ELF header followed by program headers of the given types (56 bytes each).
+        let elf = |types: &[u32]| {
+            let mut bytes = b"\x7fELF\x02\x01".to_vec();
+            bytes.resize(64, 0);
+            bytes[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
+            bytes[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+            bytes[0x38..0x3a].copy_from_slice(&(types.len() as u16).to_le_bytes());
+            for t in types {
+                let mut header = vec![0u8; 56];
+                header[..4].copy_from_slice(&t.to_le_bytes());
+                bytes.extend(header);
+            }
+            bytes
+        };
+        assert_eq!(has_interpreter(&elf(&[6, 3, 1, 1])), Some(true));
+        assert_eq!(has_interpreter(&elf(&[1, 1, 7])), Some(false));
+        assert_eq!(has_interpreter(&elf(&[6, 3])[..100]), None, "truncated");
+        assert_eq!(has_interpreter(b"#!/bin/sh\n"), None);
+        // This test binary itself is linked dynamically.
+        let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        assert_eq!(has_interpreter(&me), Some(true));
+    }
 
     #[test]
     fn hard_links_count_once_and_missing_plugins_are_named() {

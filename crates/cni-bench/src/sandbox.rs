@@ -48,8 +48,27 @@ impl Drop for OwnedNetns {
     }
 }
 
+/// The directory a whole bench run keeps its on-disk state in: a fresh subdirectory of
+/// `parent`, created if needed, removed with everything in it when dropped.
+pub fn state_root(parent: &Path) -> Result<tempfile::TempDir> {
+    std::fs::create_dir_all(parent).map_err(|e| BenchError::io(format!("create {}", parent.display()), e))?;
+    tempfile::Builder::new()
+        .prefix("cni-bench-")
+        .tempdir_in(parent)
+        .map_err(|e| BenchError::io(format!("create a state dir in {}", parent.display()), e))
+}
+
+/// A temp dir for `what` inside the run's state root.
+pub fn state_dir(root: &Path, what: &str) -> Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(&format!("{what}-"))
+        .tempdir_in(root)
+        .map_err(|e| BenchError::io(format!("create temp dir for {what}"), e))
+}
+
 /// A fresh "host" for one run: its own network namespace (bridges, nftables, iptables
-/// live there) and temp dirs for host-local's dataDir and libcni's result cache.
+/// live there) and dirs for host-local's dataDir and libcni's result cache in the run's
+/// state root.
 pub struct BenchHost {
     pub netns: OwnedNetns,
     pub data_dir: tempfile::TempDir,
@@ -57,16 +76,14 @@ pub struct BenchHost {
 }
 
 impl BenchHost {
-    pub fn create() -> Result<BenchHost> {
+    pub fn create(state_root: &Path) -> Result<BenchHost> {
         let seq = NEXT_HOST.fetch_add(1, Ordering::Relaxed);
         let netns = OwnedNetns::create(&format!("cnk-h{}-{seq}", std::process::id()))?;
-        let temp = |what: &str| {
-            tempfile::Builder::new()
-                .prefix(&format!("cnk-bench-{what}-"))
-                .tempdir()
-                .map_err(|e| BenchError::io(format!("create temp dir for {what}"), e))
-        };
-        Ok(BenchHost { netns, data_dir: temp("data")?, cache_dir: temp("cache")? })
+        Ok(BenchHost {
+            netns,
+            data_dir: state_dir(state_root, "data")?,
+            cache_dir: state_dir(state_root, "cache")?,
+        })
     }
 
     pub fn data_dir(&self) -> &Path {

@@ -52,7 +52,7 @@ impl Workload for ChainWorkload {
     }
 
     fn run(&self, ctx: &BenchContext, set: &PluginSet, out: &mut SetOutcome) -> Result<()> {
-        let host = BenchHost::create()?;
+        let host = BenchHost::create(ctx.state_root())?;
         let config = match self.chain {
             Chain::Bridge { ip_masq } => configs::bridge_list(host.data_dir(), ip_masq),
             Chain::Podman => configs::podman_list(host.data_dir()),

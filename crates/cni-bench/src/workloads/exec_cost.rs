@@ -93,7 +93,7 @@ impl Workload for ExecCost {
 /// ADD with ipMasq, delegating to host-local; the RSS is the larger of the plugin's and
 /// its IPAM child's peaks.
 fn measure_bridge_rss(ctx: &BenchContext, set: &PluginSet, out: &mut SetOutcome) -> Result<()> {
-    let host = BenchHost::create()?;
+    let host = BenchHost::create(ctx.state_root())?;
     let list = configs::bridge_list(host.data_dir(), true);
     let mut request: Value = list["plugins"][0].clone();
     request["name"] = json!(configs::NETWORK);

@@ -19,7 +19,7 @@ const GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
 impl Floor {
     /// One round; the outcome's operations are "ADD" and "DEL" like W1's.
     pub fn run(&self, ctx: &BenchContext, out: &mut SetOutcome) -> Result<()> {
-        let host = BenchHost::create()?;
+        let host = BenchHost::create(ctx.state_root())?;
         let (add, add_wall, del, del_wall) = host.netns.run(|| -> Result<_> {
             let net = |context: &str, e| BenchError::setup(context.to_string(), e);
             let mut netlink = Netlink::new().map_err(|e| net("open netlink", e))?;

@@ -53,10 +53,7 @@ impl Workload for IpamAlone {
     }
 
     fn run(&self, ctx: &BenchContext, set: &PluginSet, out: &mut SetOutcome) -> Result<()> {
-        let data = tempfile::Builder::new()
-            .prefix("cnk-bench-ipam-")
-            .tempdir()
-            .map_err(|e| BenchError::io("create IPAM data dir", e))?;
+        let data = crate::sandbox::state_dir(ctx.state_root(), "ipam")?;
         let ipam = Ipam {
             binary: set.binary("host-local"),
             plugin_dir: set.dir.display().to_string(),

@@ -24,6 +24,14 @@ pub struct BenchContext {
     pub containers: usize,
     pub smoke: bool,
     pub pool: ContainerPool,
+    /// Holds every on-disk state of the run (see [`crate::sandbox::state_root`]).
+    pub state: tempfile::TempDir,
+}
+
+impl BenchContext {
+    pub fn state_root(&self) -> &std::path::Path {
+        self.state.path()
+    }
 }
 
 /// How the B/A ratio of an operation is taken.

@@ -49,7 +49,7 @@ struct Leftovers {
 }
 
 fn run_with_workers(ctx: &BenchContext, set: &PluginSet, workers: usize, out: &mut SetOutcome) -> Result<()> {
-    let host = BenchHost::create()?;
+    let host = BenchHost::create(ctx.state_root())?;
     let list = load_list(&configs::bridge_list(host.data_dir(), true))?;
     let cni = CniConfig::new([set.dir.clone()]).with_cache_dir(host.cache_dir.path());
     let attachments: Vec<RuntimeConf> =
