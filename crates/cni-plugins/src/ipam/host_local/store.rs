@@ -105,7 +105,7 @@ fn flock_exclusive(file: &File) -> io::Result<()> {
 /// orphan-list update (0.15–0.3 ms measured), while rewriting bytes of an existing block is
 /// a page-cache write.
 pub fn rewrite_in_place(path: &Path, content: &[u8]) -> io::Result<()> {
-    let mut file = OpenOptions::new().write(true).create(true).mode(0o644).open(path)?;
+    let mut file = OpenOptions::new().write(true).create(true).truncate(false).mode(0o644).open(path)?;
     file.write_all(content)?;
     let len = content.len() as u64;
     if file.metadata()?.len() > len {
