@@ -30,6 +30,7 @@
 //! # }
 //! ```
 
+mod detach;
 pub mod error;
 pub mod mac;
 pub mod netlink;

@@ -6,7 +6,7 @@ mod common;
 use cni_net::netlink::{IpFamily, LinkKind};
 use cni_testkit::ns::{HostAndContainers, TestNetns};
 use cni_testkit::traffic::{tcp_echo, tcp_echo_server};
-use common::{add, call, ok};
+use common::{add, call, ok, wait_link_gone};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -124,7 +124,36 @@ fn del_is_idempotent_and_works_without_netns() {
     ok(call("bridge", "DEL", &env.host, Some(c), &conf).run());
     ok(call("bridge", "DEL", &env.host, Some(c), &conf).unset("CNI_NETNS").run());
     assert!(c.netlink().unwrap().link_by_name("eth0").unwrap().is_none());
-    assert!(env.host.netlink().unwrap().link_by_name(&host_veth).unwrap().is_none());
+    wait_link_gone(&env.host, &host_veth);
+}
+
+#[test]
+fn del_frees_the_name_at_once_and_the_pair_goes_soon_after() {
+    let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
+    let c = &env.containers[0];
+    let conf = conf("1.0.0", "cnbr", json!([{"address": "10.69.1.2/24"}]));
+    let first = add("bridge", &env.host, c, &conf);
+    ok(call("bridge", "DEL", &env.host, Some(c), &conf).run());
+    // Right after DEL: nothing named eth0, and the container end, if not gone yet, is
+    // down under a parking name with no address left in service.
+    let mut cont = c.netlink().unwrap();
+    assert!(cont.link_by_name("eth0").unwrap().is_none());
+    for link in cont.links().unwrap().iter().filter(|l| l.name != "lo") {
+        assert!(link.name.starts_with("cnidel") && !link.up, "{link:?}");
+    }
+    // A re-ADD at once (what `podman network reload` does) gets eth0 again and works.
+    let second = add("bridge", &env.host, c, &conf);
+    assert_eq!(second["interfaces"][2]["name"], "eth0");
+    echo(c, &env.host, "10.69.1.1:7006");
+    ok(call("bridge", "DEL", &env.host, Some(c), &conf).run());
+    for result in [&first, &second] {
+        wait_link_gone(&env.host, result["interfaces"][1]["name"].as_str().unwrap());
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while cont.links().unwrap().iter().any(|l| l.name != "lo") {
+        assert!(std::time::Instant::now() < deadline, "container ends still there: {:?}", cont.links());
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 #[test]

@@ -5,7 +5,7 @@ mod common;
 use cni_net::netlink::IpFamily;
 use cni_testkit::ns::HostAndContainers;
 use cni_testkit::traffic::{tcp_echo, tcp_echo_server};
-use common::{add, call, ok};
+use common::{add, call, ok, wait_link_gone};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -80,6 +80,13 @@ fn del_twice_and_without_netns_and_check_after_tampering() {
     }
     ok(call("ptp", "DEL", &env.host, Some(c), &conf).unset("CNI_NETNS").run());
     assert!(nl.link_by_name("eth0").unwrap().is_none());
+    let host_veth = conf["prevResult"]["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i.get("sandbox").is_none())
+        .unwrap();
+    wait_link_gone(&env.host, host_veth["name"].as_str().unwrap());
 }
 
 #[test]

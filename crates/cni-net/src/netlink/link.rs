@@ -230,6 +230,27 @@ impl Netlink {
         context(self.request(request, 0), || format!("delete link #{index}"))
     }
 
+    /// Deletes a link by index like [`Netlink::delete_link`], but returns before the
+    /// kernel has finished: the request is sent by a detached grandchild (see
+    /// `crate::detach`), which waits out the device's unregistration (an `rcu_barrier()`,
+    /// ~20 ms) while this process goes on. Meant for a plugin's last step, on a link that
+    /// nothing uses any more, with its name already freed (renamed) if something may
+    /// want it back at once. No error is reported: a link that turns out to be gone
+    /// already is what was wanted, and whoever must know checks the kernel's state. If
+    /// the work cannot be handed off, the link is deleted here, synchronously.
+    pub fn delete_link_in_background(&mut self, index: u32) -> Result<()> {
+        let Some(fd) = self.transport.raw_fd() else { return self.delete_link(index) };
+        // No NLM_F_ACK: nobody reads the answer (an error still queues one, which this
+        // socket's later exchanges skip by sequence number).
+        let request = RouteNetlinkMessage::DelLink(link_message(LinkRef::Index(index)));
+        let bytes =
+            super::codec::encode_request(request, netlink_packet_core::NLM_F_REQUEST, self.next_sequence());
+        match crate::detach::detach(fd, crate::detach::Tail::Send(&bytes)) {
+            Some(_) => Ok(()),
+            None => self.delete_link(index),
+        }
+    }
+
     /// Deletes a link by name; a missing link is [`Error::LinkNotFound`].
     pub fn delete_link_by_name(&mut self, name: &str) -> Result<()> {
         validate_link_name(name)?;

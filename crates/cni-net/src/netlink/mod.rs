@@ -79,7 +79,7 @@ impl Netlink {
         }
     }
 
-    fn next_sequence(&mut self) -> u32 {
+    pub(crate) fn next_sequence(&mut self) -> u32 {
         self.sequence = self.sequence.wrapping_add(1);
         self.sequence
     }

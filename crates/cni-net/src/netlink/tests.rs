@@ -48,6 +48,10 @@ impl Transport for FakeKernel {
     fn leave_group(&mut self, _group: u32) -> io::Result<()> {
         Ok(())
     }
+
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
 }
 
 fn fake(answers: Vec<Script>) -> (Netlink, Arc<Mutex<u32>>) {

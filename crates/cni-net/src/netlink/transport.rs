@@ -18,6 +18,8 @@ pub(crate) trait Transport: Send {
     /// Joins a multicast group (RTNLGRP_* number, not the legacy bitmask).
     fn join_group(&mut self, group: u32) -> io::Result<()>;
     fn leave_group(&mut self, group: u32) -> io::Result<()>;
+    /// The socket's descriptor, for work handed to another process (`None` for fakes).
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd>;
 }
 
 /// A real NETLINK_ROUTE socket, bound to the network namespace of the thread that created it.
@@ -84,6 +86,10 @@ impl Transport for KernelSocket {
 
     fn leave_group(&mut self, group: u32) -> io::Result<()> {
         self.socket.drop_membership(group)
+    }
+
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.socket.as_raw_fd())
     }
 }
 

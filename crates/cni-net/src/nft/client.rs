@@ -55,41 +55,11 @@ impl NftClient {
     /// zombie. Costs two forks (~0.3 ms). Meant for short-lived callers such as plugins; if
     /// forking fails the socket is closed here, the slow way.
     pub fn close_without_waiting(self) {
-        let socket_fd = self.sock.raw_fd();
-        let mut pipe = [0i32; 2];
-        // SAFETY: pipe2 writes two descriptors into the array it is given.
-        if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return;
-        }
-        let [wait_end, release_end] = pipe;
-        // SAFETY: between fork and _exit the children only make async-signal-safe system
-        // calls (fork, close_range, read, close, _exit), so forking a process that may have
-        // other threads is sound; the parent only waits for the intermediate child.
-        unsafe {
-            match libc::fork() {
-                0 => {
-                    if libc::fork() == 0 {
-                        keep_only(socket_fd, wait_end);
-                        let mut byte = 0u8;
-                        while libc::read(wait_end, (&mut byte as *mut u8).cast(), 1) > 0 {}
-                        libc::close(socket_fd);
-                        libc::_exit(0);
-                    }
-                    libc::_exit(0);
-                }
-                -1 => {}
-                intermediate => {
-                    let mut status = 0;
-                    libc::waitpid(intermediate, &mut status, 0);
-                }
-            }
-            libc::close(wait_end);
-        }
-        // Dropping the socket closes our reference; then closing the pipe wakes the
-        // grandchild, whose reference is the last.
+        let handoff = crate::detach::detach(self.sock.raw_fd(), crate::detach::Tail::CloseAfterCaller);
+        // Our reference goes first; then the handoff releases the grandchild, whose
+        // reference is the last.
         drop(self);
-        // SAFETY: release_end is the pipe's write end, owned by this function.
-        unsafe { libc::close(release_end) };
+        drop(handoff);
     }
 
     /// Applies every operation of `batch` atomically: either all take effect or none.
@@ -296,20 +266,4 @@ fn own_message(msg: &Incoming<'_>) -> Vec<u8> {
     out.extend_from_slice(&0u32.to_ne_bytes());
     out.extend_from_slice(msg.payload);
     out
-}
-
-/// Closes every descriptor except the two given (for a forked child). Allocation-free,
-/// as code between fork and exec must be.
-///
-/// # Safety
-/// Only for a freshly forked child: other code may still believe it owns those descriptors.
-unsafe fn keep_only(a: i32, b: i32) {
-    let (low, high) = if a < b { (a as u32, b as u32) } else { (b as u32, a as u32) };
-    if low > 0 {
-        libc::syscall(libc::SYS_close_range, 0u32, low - 1, 0u32);
-    }
-    if high > low + 1 {
-        libc::syscall(libc::SYS_close_range, low + 1, high - 1, 0u32);
-    }
-    libc::syscall(libc::SYS_close_range, high + 1, u32::MAX, 0u32);
 }

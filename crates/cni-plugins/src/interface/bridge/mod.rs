@@ -170,9 +170,8 @@ impl Plugin for Bridge {
         if delegate::has_ipam(req) {
             delegate::ipam_forward(req)?;
         }
-        // The veth goes before the nftables state: its teardown waits for RCU callbacks, and
-        // would otherwise also wait for the ones the nftables commit just queued (measured:
-        // ~12 ms more per DEL with ipMasq).
+        // The veth is taken out of service first (its deletion then continues in the
+        // background), so no traffic leaves through masquerade rules about to go.
         veth::delete_container_end(req)?;
         let prev = req.prev_result().ok().flatten();
         if conf.ip_masq {
