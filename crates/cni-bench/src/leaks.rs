@@ -19,6 +19,25 @@ pub fn reservations(data_dir: &Path, network: &str) -> Result<usize> {
     Ok(entries.flatten().filter(|e| e.file_name().to_string_lossy().parse::<IpAddr>().is_ok()).count())
 }
 
+/// How long teardown that plugins hand to background processes may take before what is
+/// left counts as leaked: our bridge and ptp DEL take the container end out of service
+/// and leave the veth pair's deletion (~20 ms of kernel time) to a detached process.
+pub const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Re-evaluates `done` every 5 ms until it holds or `deadline` passes; returns its last
+/// answer.
+pub fn settled(deadline: std::time::Instant, mut done: impl FnMut() -> Result<bool>) -> Result<bool> {
+    loop {
+        if done()? {
+            return Ok(true);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// veth links in the calling thread's network namespace.
 pub fn veth_links() -> Result<usize> {
     let mut netlink = Netlink::new().map_err(|e| BenchError::setup("open netlink in host namespace", e))?;

@@ -116,12 +116,14 @@ impl ContainerPool {
         &self.containers[index]
     }
 
-    /// Replaces every namespace that holds more than `lo` by a fresh one; returns how many
-    /// there were (a leak of the run that just ended).
+    /// Replaces every namespace that still holds more than `lo` once background teardown
+    /// had [`crate::leaks::SETTLE`] to finish by a fresh one; returns how many there were
+    /// (a leak of the run that just ended).
     pub fn reset_dirty(&mut self) -> Result<usize> {
+        let deadline = std::time::Instant::now() + crate::leaks::SETTLE;
         let mut dirty = 0;
         for index in 0..self.containers.len() {
-            if is_clean(self.containers[index].ns())? {
+            if crate::leaks::settled(deadline, || is_clean(self.containers[index].ns()))? {
                 continue;
             }
             dirty += 1;

@@ -76,9 +76,14 @@ fn run_with_workers(ctx: &BenchContext, set: &PluginSet, workers: usize, out: &m
                 .map_err(|e| BenchError::cni(format!("DEL {}", rt.container_id), e))?;
             Ok(Vec::new())
         })?;
+        let mut veths = 0;
+        leaks::settled(Instant::now() + leaks::SETTLE, || {
+            veths = leaks::veth_links()?;
+            Ok(veths == 0)
+        })?;
         let leftovers = Leftovers {
             reservations: leaks::reservations(&data_dir, configs::NETWORK)?,
-            veths: leaks::veth_links()?,
+            veths,
             ruleset_entries: match (baseline_rules, leaks::ruleset_entries()) {
                 (Some(before), Some(after)) => Some(after.saturating_sub(before)),
                 _ => None,
