@@ -23,8 +23,9 @@ pub(crate) enum Tail<'a> {
     /// Whoever needs to know the outcome looks at the kernel's state afterwards.
     Send(&'a [u8]),
     /// Waits until the caller drops the returned [`Handoff`] (after dropping its own
-    /// reference to the descriptor), then closes the descriptor: the grandchild's is then
-    /// the last reference.
+    /// reference to the descriptor), then until the next close tick (see
+    /// [`CLOSE_TICK_NS`]), then closes the descriptor: the grandchild's is then the last
+    /// reference.
     CloseAfterCaller,
 }
 
@@ -57,6 +58,7 @@ pub(crate) fn detach(fd: RawFd, tail: Tail<'_>) -> Option<Handoff> {
                         Tail::CloseAfterCaller => {
                             let mut byte = 0u8;
                             while libc::read(wait_end, (&mut byte as *mut u8).cast(), 1) > 0 {}
+                            sleep_until_close_tick();
                         }
                     }
                     libc::close(fd);
@@ -78,6 +80,37 @@ pub(crate) fn detach(fd: RawFd, tail: Tail<'_>) -> Option<Handoff> {
         OwnedFd::from_raw_fd(release_end)
     });
     forked.then_some(Handoff { _release: release })
+}
+
+/// Close ticks: every [`Tail::CloseAfterCaller`] grandchild on the machine closes its
+/// descriptor at the next multiple of this on the system-wide monotonic clock.
+///
+/// Why: releasing an nfnetlink socket flushes the namespace's pending nf_tables
+/// destruction *while holding its commit mutex*, and that destruction waits for an RCU
+/// grace period when the commit deleted anything. A release right after each DEL's commit
+/// (as plugins in a chain do, one after the other) thus blocked the next plugin's commit
+/// for a grace period: 8–10 ms of each of firewall, portmap and bridge DEL in the podman
+/// chain. Released together, the first release of a tick waits for the flush and the
+/// others find nothing pending, so commits are blocked once per tick at most, not once
+/// per plugin. A grandchild lives at most this long plus [`CLOSE_MIN_WAIT_NS`].
+const CLOSE_TICK_NS: i64 = 100_000_000;
+/// The least a grandchild waits before its tick: about one grace period, so that its own
+/// commit's destruction has usually run by then.
+const CLOSE_MIN_WAIT_NS: i64 = 10_000_000;
+
+/// Sleeps until the next close tick at least [`CLOSE_MIN_WAIT_NS`] away.
+///
+/// # Safety
+/// Async-signal-safe (clock_gettime, clock_nanosleep), for a forked child.
+unsafe fn sleep_until_close_tick() {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now);
+    let now_ns = now.tv_sec * 1_000_000_000 + now.tv_nsec;
+    let target = (now_ns + CLOSE_MIN_WAIT_NS) / CLOSE_TICK_NS * CLOSE_TICK_NS + CLOSE_TICK_NS;
+    let until = libc::timespec { tv_sec: target / 1_000_000_000, tv_nsec: target % 1_000_000_000 };
+    while libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &until, std::ptr::null_mut())
+        == libc::EINTR
+    {}
 }
 
 /// Closes every descriptor except `a` and `b` (`-1` for none).

@@ -50,10 +50,12 @@ impl NftClient {
     /// grace period: 6–18 ms measured here, per plugin, on every DEL. The commits have
     /// already taken effect; only memory reclaim is pending. So a detached grandchild takes
     /// the last reference: it waits (on a pipe) until this process has dropped its own,
-    /// then releases the socket in the background and exits. It keeps no other descriptor
-    /// (no stdout pipe, no lock), is re-parented to init, and never becomes this process's
-    /// zombie. Costs two forks (~0.3 ms). Meant for short-lived callers such as plugins; if
-    /// forking fails the socket is closed here, the slow way.
+    /// then releases the socket in the background, together with every other plugin's at
+    /// the next 100 ms tick (the release holds the commit mutex; see `crate::detach`), and
+    /// exits. It keeps no other descriptor (no stdout pipe, no lock), is re-parented to
+    /// init, and never becomes this process's zombie. Costs two forks (~0.3 ms). Meant for
+    /// short-lived callers such as plugins; if forking fails the socket is closed here, the
+    /// slow way.
     pub fn close_without_waiting(self) {
         let handoff = crate::detach::detach(self.sock.raw_fd(), crate::detach::Tail::CloseAfterCaller);
         // Our reference goes first; then the handoff releases the grandchild, whose
