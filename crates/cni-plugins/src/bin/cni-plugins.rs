@@ -14,6 +14,8 @@ const USAGE: &str = "usage: cni-plugins <plugin> | install <dir> | --list | --he
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let invoked_as = args.first().map(|a| basename(a)).unwrap_or_default();
+    // bridge delegating to host-local (a link to this binary) then runs it in process.
+    cni_plugin::delegate::run_own_plugins_in_process(|name| registry::find(name).map(|e| (e.make)()));
     if let Some(entry) = registry::find(&invoked_as) {
         cni_plugin::run(&*(entry.make)());
     }
