@@ -1,20 +1,19 @@
 //! Finding and running plugin binaries.
 //!
 //! A plugin runs in its own process group so that, on timeout, it and everything it
-//! started can be killed together. Its stdin is written and its stdout/stderr read on
-//! helper threads, so a plugin that never reads its input, or a child that keeps the
-//! output pipes open after the plugin exited, can never hang the caller.
+//! started can be killed together. Its stdin is written and its stdout/stderr read by one
+//! poll loop on the calling thread (non-blocking pipes, and a pidfd for the exit), so a
+//! plugin that never reads its input, or a child that keeps the output pipes open after
+//! the plugin exited, can never hang the caller — and no thread is started per plugin.
 
 use crate::error::{Error, Result};
 use cni_types::validate::validate_plugin_type;
 use cni_types::CniError;
-use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// The variables libcni sets itself; inherited values of these never reach a plugin.
@@ -63,21 +62,20 @@ impl PluginRun<'_> {
             .stderr(Stdio::piped())
             .process_group(0);
         let mut child = self.spawn_retrying_busy(&mut command)?;
+        let mut io = PluginIo::new(&mut child, self.stdin);
+        let pidfd = pidfd_open(child.id());
 
-        let input = self.stdin.to_vec();
-        if let Some(mut pipe) = child.stdin.take() {
-            // Detached: a plugin that exits without reading closes the pipe (EPIPE), and
-            // one that hangs is killed below, which also ends this write.
-            std::thread::spawn(move || {
-                let _ = pipe.write_all(&input);
-            });
-        }
-        let stdout = PipeReader::spawn(child.stdout.take());
-        let stderr = PipeReader::spawn(child.stderr.take());
-
-        let status = match wait_until(&mut child, self.deadline) {
-            Ok(Some(status)) => status,
-            Ok(None) => {
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) => {}
+                Err(e) => {
+                    kill_group_and_reap(&mut child);
+                    return Err(Error::io(format!("waiting for plugin {:?}", self.plugin_type), e));
+                }
+            }
+            let now = Instant::now();
+            if now >= self.deadline {
                 kill_group_and_reap(&mut child);
                 return Err(Error::Timeout {
                     plugin_type: self.plugin_type.to_string(),
@@ -85,14 +83,17 @@ impl PluginRun<'_> {
                     timeout: self.timeout,
                 });
             }
-            Err(e) => {
-                kill_group_and_reap(&mut child);
-                return Err(Error::io(format!("waiting for plugin {:?}", self.plugin_type), e));
-            }
+            io.poll(pidfd.as_ref(), self.deadline - now);
         };
         let grace = Instant::now() + PIPE_GRACE;
-        let stdout = stdout.collect(grace);
-        let stderr = stderr.collect(grace);
+        while io.output_open() {
+            let now = Instant::now();
+            if now >= grace {
+                break;
+            }
+            io.poll(None, grace - now);
+        }
+        let (stdout, stderr) = (io.stdout.buffer, io.stderr.buffer);
         if status.success() {
             return Ok(stdout);
         }
@@ -168,26 +169,6 @@ fn kill_group_and_reap(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// Waits for the child to exit until `deadline`; `None` when the deadline passed first.
-fn wait_until(child: &mut Child, deadline: Instant) -> std::io::Result<Option<ExitStatus>> {
-    let pidfd = pidfd_open(child.id());
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(Some(status));
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return Ok(None);
-        }
-        let remaining = deadline - now;
-        match &pidfd {
-            Some(fd) => wait_readable(fd, remaining),
-            // Without pidfds (old kernels) fall back to polling.
-            None => std::thread::sleep(remaining.min(Duration::from_millis(5))),
-        }
-    }
-}
-
 fn pidfd_open(pid: u32) -> Option<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
@@ -198,47 +179,110 @@ fn pidfd_open(pid: u32) -> Option<OwnedFd> {
     Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-/// Waits until a pidfd becomes readable (the process exited) or `timeout` passes.
-fn wait_readable(fd: &OwnedFd, timeout: Duration) {
-    let mut pollfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    let millis = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
-    // SAFETY: pollfd is one valid, initialised element.
-    unsafe {
-        libc::poll(&mut pollfd, 1, millis);
-    }
+/// A plugin's stdin being written and its stdout and stderr being read, without blocking.
+struct PluginIo<'a> {
+    stdin: Option<ChildStdin>,
+    input: &'a [u8],
+    stdout: Output<ChildStdout>,
+    stderr: Output<ChildStderr>,
 }
 
-/// Reads a pipe to its end on a helper thread.
-struct PipeReader {
-    buffer: Arc<Mutex<Vec<u8>>>,
-    done: mpsc::Receiver<()>,
+/// An output pipe and what came out of it so far; `pipe` is `None` once it closed.
+struct Output<P> {
+    pipe: Option<P>,
+    buffer: Vec<u8>,
 }
 
-impl PipeReader {
-    fn spawn(pipe: Option<impl Read + Send + 'static>) -> PipeReader {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let (tx, done) = mpsc::channel();
-        let shared = buffer.clone();
-        if let Some(mut pipe) = pipe {
-            std::thread::spawn(move || {
-                let mut chunk = [0u8; 8192];
-                loop {
-                    match pipe.read(&mut chunk) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => {
-                            shared.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(&chunk[..n])
-                        }
-                    }
-                }
-                let _ = tx.send(());
-            });
+impl<P: Read + AsRawFd> Output<P> {
+    fn new(pipe: Option<P>) -> Output<P> {
+        if let Some(p) = &pipe {
+            set_nonblocking(p.as_raw_fd());
         }
-        PipeReader { buffer, done }
+        Output { pipe, buffer: Vec::new() }
     }
 
-    /// What was read, once the pipe closed or `until` passed (whichever is first).
-    fn collect(self, until: Instant) -> Vec<u8> {
-        let _ = self.done.recv_timeout(until.saturating_duration_since(Instant::now()));
-        std::mem::take(&mut *self.buffer.lock().unwrap_or_else(|e| e.into_inner()))
+    /// Reads what is there; closes the pipe at its end (or on an error).
+    fn read_available(&mut self) {
+        let Some(pipe) = &mut self.pipe else { return };
+        let mut chunk = [0u8; 8192];
+        loop {
+            match pipe.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        self.pipe = None;
+    }
+}
+
+impl<'a> PluginIo<'a> {
+    fn new(child: &mut Child, input: &'a [u8]) -> PluginIo<'a> {
+        let stdin = child.stdin.take();
+        if let Some(pipe) = &stdin {
+            set_nonblocking(pipe.as_raw_fd());
+        }
+        let mut io = PluginIo {
+            stdin,
+            input,
+            stdout: Output::new(child.stdout.take()),
+            stderr: Output::new(child.stderr.take()),
+        };
+        io.write_available();
+        io
+    }
+
+    fn output_open(&self) -> bool {
+        self.stdout.pipe.is_some() || self.stderr.pipe.is_some()
+    }
+
+    /// Writes what the pipe takes; closes it when all is written, or when the plugin
+    /// stopped reading (EPIPE: a plugin need not read its input).
+    fn write_available(&mut self) {
+        let Some(pipe) = &mut self.stdin else { return };
+        while !self.input.is_empty() {
+            match pipe.write(self.input) {
+                Ok(n) => self.input = &self.input[n..],
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        self.stdin = None;
+    }
+
+    /// Waits up to `timeout` for a pipe to be ready or `exit` (a pidfd) to signal, then
+    /// moves whatever data can move.
+    fn poll(&mut self, exit: Option<&OwnedFd>, timeout: Duration) {
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(4);
+        let mut watch = |fd: Option<RawFd>, events: libc::c_short| {
+            if let Some(fd) = fd {
+                fds.push(libc::pollfd { fd, events, revents: 0 });
+            }
+        };
+        watch(self.stdin.as_ref().map(AsRawFd::as_raw_fd), libc::POLLOUT);
+        watch(self.stdout.pipe.as_ref().map(AsRawFd::as_raw_fd), libc::POLLIN);
+        watch(self.stderr.pipe.as_ref().map(AsRawFd::as_raw_fd), libc::POLLIN);
+        watch(exit.map(AsRawFd::as_raw_fd), libc::POLLIN);
+        // Without a pidfd (old kernels) the exit is noticed by polling every 5 ms.
+        let timeout = if exit.is_some() { timeout } else { timeout.min(Duration::from_millis(5)) };
+        let millis = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: `fds` is a valid array of initialised pollfd structures of that length.
+        unsafe {
+            libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, millis);
+        }
+        self.write_available();
+        self.stdout.read_available();
+        self.stderr.read_available();
+    }
+}
+
+fn set_nonblocking(fd: RawFd) {
+    // SAFETY: fcntl on a descriptor this process owns; no memory is passed.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
     }
 }
