@@ -4,7 +4,10 @@
 //! reference plugin's layout (`mac`, `promisc`, `mtu`, `allmulti`, `txQLen`), so a record
 //! written by the Go plugin is restored by ours and the other way round. We add `sysctl`
 //! (original values by key, which the Go plugin ignores): DEL restores sysctls too.
-//! Writes are atomic (temp file, fsync, rename): a crash never leaves half a record.
+//! Writes are atomic (temp file, rename): no reader ever sees half a record. They are not
+//! fsynced: a record describes interfaces that do not survive the machine, and its home
+//! (/run) is normally a tmpfs that does not either. (The syncs cost ~1 ms per ADD where
+//! /run is on disk.)
 
 use cni_plugin::CniError;
 use serde::{Deserialize, Serialize};
@@ -112,10 +115,7 @@ pub fn store(path: &Path, record: &Originals) -> Result<(), CniError> {
         let mut file =
             std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
         file.write_all(&data)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        // The rename is durable once the directory is synced.
-        std::fs::File::open(dir)?.sync_all()
+        std::fs::rename(&tmp, path)
     };
     write().map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
