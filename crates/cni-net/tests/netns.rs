@@ -22,6 +22,13 @@ fn run_enters_the_namespace_and_panics_leave_the_caller_where_it_was() {
     assert_ne!(inside, before);
     assert_eq!(thread_netns_inode(), before);
 
+    // Nested: back home for a while, then inside again, then home.
+    let home = NetNs::current().unwrap();
+    let (nested, after_nested) =
+        test_ns.run(|| (home.run(thread_netns_inode).unwrap(), thread_netns_inode())).unwrap();
+    assert_eq!((nested, after_nested), (before, target_inode));
+    assert_eq!(thread_netns_inode(), before);
+
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         test_ns.run(|| -> () { panic!("closure failed inside namespace") }).unwrap();
     }));

@@ -87,7 +87,7 @@ impl TestNetns {
         Netlink::in_ns(&self.ns)
     }
 
-    /// Runs `f` inside the namespace (on a scoped thread; see [`NetNs::run`]).
+    /// Runs `f` inside the namespace (see [`NetNs::run`]).
     pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> cni_net::Result<T> {
         self.ns.run(f)
     }

@@ -1,9 +1,9 @@
 //! A small synchronous rtnetlink layer.
 //!
 //! [`Netlink`] is one NETLINK_ROUTE socket. A socket is bound to the network namespace of
-//! the thread that created it, for its whole life: [`Netlink::in_ns`] creates the socket on a
-//! scoped thread inside the target namespace, after which the host thread can configure both
-//! sides (host and container) with two handles, without ever entering a namespace itself.
+//! the thread that created it, for its whole life: [`Netlink::in_ns`] creates the socket
+//! inside the target namespace (see [`crate::NetNs::run`]), after which the thread can
+//! configure both sides (host and container) with two handles from its own namespace.
 //!
 //! Every change is a request with `NLM_F_ACK`, answered by exactly one `NLMSG_ERROR`; every
 //! listing is a dump that is always read to its `NLMSG_DONE` and retried when the kernel marks
