@@ -107,18 +107,20 @@ pub fn ensure_table<T: DispatchTable>(nft: &mut NftClient) -> Result<(), CniErro
 /// Adds an attachment's chain with `rules` (built for that chain), its tag rules and its
 /// map elements for `keys`, in one atomic batch. A chain left by an earlier ADD of the same
 /// attachment is replaced.
+///
+/// The batch is committed optimistically: it creates the chain exclusively, so it fails
+/// (changing nothing) if the table is missing (the first attachment on this host) or the
+/// chain exists (a retried ADD). Only then are the table made and the old chain removed
+/// before a second attempt — the usual ADD costs one round trip to the kernel, not three.
 pub fn attach<T: DispatchTable>(
     nft: &mut NftClient,
     who: &Attachment,
     keys: &[String],
     rules: impl FnOnce(&str) -> Vec<RuleBuilder>,
 ) -> Result<(), CniError> {
-    ensure_table::<T>(nft)?;
     let chain = who.chain_name();
-    // Start clean: a retried ADD must not stack a second set of rules.
-    detach::<T>(nft, who, None)?;
     let mut batch = Batch::new();
-    batch.add_chain(&Chain::regular(T::FAMILY, T::TABLE, chain.clone()));
+    batch.create_chain(&Chain::regular(T::FAMILY, T::TABLE, chain.clone()));
     let tag = network_tag(&who.network);
     let tags: Vec<String> =
         if keys.is_empty() { vec![tag] } else { keys.iter().map(|k| format!("{tag} key={k}")).collect() };
@@ -132,7 +134,16 @@ pub fn attach<T: DispatchTable>(
             batch.add_elements(&set, &[element]);
         }
     }
-    nft.commit(&batch).map_err(|e| nft_error(&format!("add rules for {}", who.container_id), e)).map(drop)
+    let failed = |e| nft_error(&format!("add rules for {}", who.container_id), e);
+    match nft.commit(&batch) {
+        Ok(_) => return Ok(()),
+        Err(e) if e.is_not_found() || e.is_already_exists() => {}
+        Err(e) => return Err(failed(e)),
+    }
+    ensure_table::<T>(nft)?;
+    // Start clean: a retried ADD must not stack a second set of rules.
+    detach::<T>(nft, who, None)?;
+    nft.commit(&batch).map_err(failed).map(drop)
 }
 
 /// Removes an attachment's elements and chain. `keys` come from prevResult when there is
