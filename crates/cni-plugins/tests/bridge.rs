@@ -6,7 +6,7 @@ mod common;
 use cni_net::netlink::{IpFamily, LinkKind};
 use cni_testkit::ns::{HostAndContainers, TestNetns};
 use cni_testkit::traffic::{tcp_echo, tcp_echo_server};
-use common::{add, call, ok, wait_link_gone};
+use common::{add, call, eventually, ok, wait_link_gone};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -149,11 +149,7 @@ fn del_frees_the_name_at_once_and_the_pair_goes_soon_after() {
     for result in [&first, &second] {
         wait_link_gone(&env.host, result["interfaces"][1]["name"].as_str().unwrap());
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(2);
-    while cont.links().unwrap().iter().any(|l| l.name != "lo") {
-        assert!(std::time::Instant::now() < deadline, "container ends still there: {:?}", cont.links());
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    eventually("container ends still there", || cont.links().unwrap().iter().all(|l| l.name == "lo"));
 }
 
 #[test]

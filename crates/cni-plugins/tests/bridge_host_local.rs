@@ -5,7 +5,7 @@ mod common;
 
 use cni_net::netlink::LinkKind;
 use cni_testkit::ns::{HostAndContainers, TestNetns};
-use common::{call, ok};
+use common::{call, eventually, ok};
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::path::Path;
@@ -71,7 +71,7 @@ fn fifty_concurrent_adds_on_one_bridge_then_fifty_dels() {
             s.spawn(move || ok(call("bridge", "DEL", host, Some(c), conf).run()));
         }
     });
-    assert_eq!(veths(&env.host), 0, "veths left after DEL");
+    eventually("veths left after DEL", || veths(&env.host) == 0);
     assert!(reservations(data.path()).is_empty(), "reservations left: {:?}", reservations(data.path()));
     let names: Vec<String> =
         env.host.netlink().unwrap().links().unwrap().into_iter().map(|l| l.name).collect();

@@ -80,13 +80,21 @@ pub fn ok(out: PluginOutput) {
     assert!(out.success(), "plugin failed ({}): {}\nstderr: {}", out.status, out.stdout, out.stderr);
 }
 
-/// Waits (up to 2 s) until no link named `name` exists in `ns`: DEL hands the deletion of
-/// a veth pair to a background process, so the pair disappears shortly after DEL returns.
-pub fn wait_link_gone(ns: &TestNetns, name: &str) {
+/// Waits (up to 2 s) until `done` holds, failing with `what` otherwise. DEL hands the
+/// deletion of a veth pair to a background process, so the pair disappears shortly after
+/// DEL returns.
+pub fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    let mut netlink = ns.netlink().unwrap();
-    while netlink.link_by_name(name).unwrap().is_some() {
-        assert!(std::time::Instant::now() < deadline, "{name} still exists in {} 2 s after DEL", ns.name());
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "2 s after DEL: {what}");
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+}
+
+/// Waits (up to 2 s) until no link named `name` exists in `ns`.
+pub fn wait_link_gone(ns: &TestNetns, name: &str) {
+    let mut netlink = ns.netlink().unwrap();
+    eventually(&format!("{name} still exists in {}", ns.name()), || {
+        netlink.link_by_name(name).unwrap().is_none()
+    });
 }
