@@ -62,7 +62,7 @@ fn go_allocates_ours_sees_and_releases_and_vice_versa() {
     assert!(!dir.join("10.9.0.4").exists());
     assert!(!dir.join("fd00:1::1:0:0:4").exists());
     // Go's recursive walk read our index files and left them alone.
-    assert!(dir.join(".cni-rs-index/c2:eth0").exists());
+    assert!(dir.join(".cni-rs-index/table").exists());
     assert!(dir.join(".cni-rs-index/stamp").exists());
     assert!(host_local::check(&conf, "c3", "eth0", &[]).is_err());
     assert!(host_local::release(&conf, "c3", "eth0", &[]).unwrap().is_empty());

@@ -233,11 +233,20 @@ fn an_interrupted_operation_forces_a_rebuild() {
     host_local::allocate(&c, "ctr1", "eth0").unwrap();
     host_local::allocate(&c, "ctr2", "eth0").unwrap();
     let index = tmp.path().join("crash/.cni-rs-index");
-    // As if a process died after removing the stamp and while rewriting an entry.
+    // As if a process died after spoiling the stamp and while rewriting the table.
     fs::remove_file(index.join("stamp")).unwrap();
-    fs::write(index.join("ctr1:eth0"), "cni-rs host-local attach").unwrap();
-    fs::remove_file(index.join("ctr2:eth0")).unwrap();
+    fs::write(index.join("table"), "cni-rs host-local index ta").unwrap();
     assert_eq!(host_local::release(&c, "ctr1", "eth0", &[]).unwrap(), vec![ip("10.0.0.2")]);
     assert_eq!(host_local::release(&c, "ctr2", "eth0", &[]).unwrap(), vec![ip("10.0.0.3")]);
     assert!(index.join("stamp").exists());
+    // The rebuilt table lists nothing any more, and files of the older one-file-per-
+    // attachment layout are removed by a rebuild.
+    fs::write(index.join("ctr9:eth0"), "cni-rs host-local attachment index v1\n10.0.0.9\n").unwrap();
+    fs::remove_file(index.join("stamp")).unwrap();
+    host_local::allocate(&c, "ctr3", "eth0").unwrap();
+    let names: Vec<String> = fs::read_dir(&index)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!names.contains(&"ctr9:eth0".to_string()), "{names:?}");
 }

@@ -5,12 +5,13 @@
 //! # Layout
 //! ```text
 //! <dataDir>/<network>/.cni-rs-index/
-//!     <containerID>:<ifname>     "cni-rs host-local attachment index v1\n<ip>\n<ip>\n"
-//!     <containerID>:             same, for legacy files that record only the container ID
-//!     stamp                      fingerprint of the directory when the index was last
-//!                                known to be complete (see below)
+//!     table      attachment key -> addresses, one fixed-size slot per attachment (see
+//!                `table.rs`); keys are `<containerID>:<ifname>`, and `<containerID>:`
+//!                for legacy files that record only the container ID
+//!     stamp      fingerprint of the directory when the index was last known to be
+//!                complete (see below)
 //! ```
-//! `:` appears in neither container IDs nor interface names, so names cannot collide.
+//! `:` appears in neither container IDs nor interface names, so keys cannot collide.
 //!
 //! # Why the Go plugin is not confused
 //! Go's `GetByID`/`ReleaseByID` walk the network directory recursively, read every file and
@@ -45,21 +46,23 @@
 //! In a directory only we write to, ADD, DEL and CHECK thus cost a constant number of file
 //! operations; after Go has written, the first operation pays one scan.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use super::error::HostLocalError;
-use super::store::{read_small, rewrite_in_place, Holder, Store, LAST_RESERVED_PREFIX};
+use super::store::{rewrite_in_place, Holder, Store, LAST_RESERVED_PREFIX};
+use super::table::{self, SlotTable};
 
 pub const INDEX_DIR: &str = ".cni-rs-index";
 const STAMP_FILE: &str = "stamp";
-const ENTRY_HEADER: &str = "cni-rs host-local attachment index v1\n";
-const STAMP_HEADER: &str = "cni-rs host-local index stamp v1\n";
+const TABLE_FILE: &str = "table";
+/// v2: the table replaced one file per attachment (v1), whose files a rebuild removes.
+const STAMP_HEADER: &str = "cni-rs host-local index stamp v2\n";
 
 /// The attachment index of one locked network directory.
 pub struct Index<'a> {
@@ -71,15 +74,14 @@ fn index_io<'p>(path: &'p Path, context: &'static str) -> impl FnOnce(io::Error)
     move |e| HostLocalError::io(path, context, e)
 }
 
-/// The index entry name of an attachment (`ifname: None` for legacy holders), or `None` if
-/// it cannot be a file name; such attachments are found by scanning.
+/// The index key of an attachment (`ifname: None` for legacy holders), or `None` if its
+/// entry could not fit a table slot (even with two IPv6 addresses); such attachments are
+/// found by scanning.
 fn entry_name(container_id: &str, ifname: Option<&str>) -> Option<String> {
     let name = format!("{}:{}", container_id.trim(), ifname.unwrap_or(""));
-    let bad = |s: &str| s.contains('/') || s.contains('\0') || s.contains(char::is_whitespace);
-    let ok = !container_id.trim().is_empty()
-        && !container_id.trim().starts_with('.')
-        && !bad(&name)
-        && name.len() <= 255;
+    let widest: [IpAddr; 2] =
+        [Ipv6Addr::new(0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff).into(); 2];
+    let ok = !container_id.trim().is_empty() && !name.contains('\0') && table::fits(&name, &widest);
     ok.then_some(name)
 }
 
@@ -98,35 +100,34 @@ impl<'a> Index<'a> {
         Index { store, dir: store.dir().join(INDEX_DIR) }
     }
 
-    /// Writes an index file, creating the index directory on first use.
-    fn write_file(&self, path: &Path, content: &str, context: &'static str) -> Result<(), HostLocalError> {
-        let mut result = rewrite_in_place(path, content.as_bytes());
+    /// Writes the stamp, creating the index directory on first use.
+    fn write_stamp(&self, content: &str) -> Result<(), HostLocalError> {
+        let path = self.dir.join(STAMP_FILE);
+        let mut result = rewrite_in_place(&path, content.as_bytes());
         if matches!(&result, Err(e) if e.kind() == io::ErrorKind::NotFound) {
             match fs::create_dir(&self.dir) {
                 Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
                     return Err(HostLocalError::io(&self.dir, "creating the index directory", e))
                 }
-                _ => result = rewrite_in_place(path, content.as_bytes()),
+                _ => result = rewrite_in_place(&path, content.as_bytes()),
             }
         }
-        result.map_err(index_io(path, context))
+        result.map_err(index_io(&path, "writing the index stamp"))
+    }
+
+    fn table_path(&self) -> PathBuf {
+        self.dir.join(TABLE_FILE)
     }
 
     /// Addresses the index lists for an attachment (unverified).
     fn read_entry(&self, container_id: &str, ifname: Option<&str>) -> Vec<IpAddr> {
-        let Some(name) = entry_name(container_id, ifname) else {
+        let Some(key) = entry_name(container_id, ifname) else {
             return Vec::new();
         };
-        let Ok(content) = read_small(&self.dir.join(name)) else {
-            return Vec::new();
-        };
-        let content = String::from_utf8_lossy(&content);
-        content
-            .strip_prefix(ENTRY_HEADER)
-            .unwrap_or("")
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect()
+        match SlotTable::open(&self.table_path()) {
+            Ok(Some(table)) => table.get(&key).unwrap_or_default(),
+            _ => Vec::new(),
+        }
     }
 
     fn write_entry(
@@ -135,24 +136,28 @@ impl<'a> Index<'a> {
         ifname: Option<&str>,
         ips: &[IpAddr],
     ) -> Result<(), HostLocalError> {
-        let Some(name) = entry_name(container_id, ifname) else {
+        let Some(key) = entry_name(container_id, ifname) else {
             return Ok(());
         };
-        let path = self.dir.join(name);
-        if ips.is_empty() {
-            return match fs::remove_file(&path) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                    Err(HostLocalError::io(&path, "removing an index entry", e))
-                }
-                _ => Ok(()),
-            };
+        let path = self.table_path();
+        let table = match SlotTable::open(&path).map_err(index_io(&path, "opening the index table"))? {
+            Some(table) => table,
+            None if ips.is_empty() => return Ok(()),
+            None => self.create_table(&BTreeMap::new())?,
+        };
+        table.set(&path, &key, ips).map_err(index_io(&path, "writing the index table"))
+    }
+
+    /// Writes a fresh table, creating the index directory on first use.
+    fn create_table(&self, entries: &BTreeMap<String, Vec<IpAddr>>) -> Result<SlotTable, HostLocalError> {
+        let path = self.table_path();
+        match fs::create_dir(&self.dir) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                return Err(HostLocalError::io(&self.dir, "creating the index directory", e))
+            }
+            _ => {}
         }
-        let mut content = String::from(ENTRY_HEADER);
-        for ip in ips {
-            content.push_str(&ip.to_string());
-            content.push('\n');
-        }
-        self.write_file(&path, &content, "writing an index entry")
+        SlotTable::create(&path, entries).map_err(index_io(&path, "writing the index table"))
     }
 
     /// Adds `ip` to the attachment's entry.
@@ -247,38 +252,26 @@ impl<'a> Index<'a> {
 
     /// Declares the index complete for the directory as it is now.
     pub fn mark_complete(&self, range_sets: usize) -> Result<(), HostLocalError> {
-        let path = self.dir.join(STAMP_FILE);
-        self.write_file(&path, &self.fingerprint(range_sets), "writing the index stamp")
+        self.write_stamp(&self.fingerprint(range_sets))
     }
 
-    /// Makes the index list exactly the given allocations (from a scan). Entries that are
-    /// already right are only read, not rewritten, so that catching up after a foreign
-    /// writer costs reads, plus writes only for what changed.
+    /// Makes the index list exactly the given allocations (from a scan): a fresh table,
+    /// and nothing else in the index directory but the stamp (files of the v1 layout go).
     pub fn rebuild(&self, allocations: &[(IpAddr, Option<Holder>)]) -> Result<(), HostLocalError> {
         self.invalidate()?;
-        let mut wanted: HashMap<String, (&Holder, Vec<IpAddr>)> = HashMap::new();
+        let mut wanted: BTreeMap<String, Vec<IpAddr>> = BTreeMap::new();
         for (ip, holder) in allocations {
             let Some(holder) = holder else { continue };
-            let Some(name) = entry_name(&holder.container_id, holder.ifname.as_deref()) else {
-                continue;
-            };
-            wanted.entry(name).or_insert_with(|| (holder, Vec::new())).1.push(*ip);
-        }
-        if let Ok(entries) = fs::read_dir(&self.dir) {
-            for entry in entries.flatten() {
-                let name = entry.file_name();
-                let name = name.to_string_lossy();
-                if name != STAMP_FILE && !wanted.contains_key(name.as_ref()) {
-                    let _ = fs::remove_file(entry.path());
-                }
+            if let Some(key) = entry_name(&holder.container_id, holder.ifname.as_deref()) {
+                wanted.entry(key).or_default().push(*ip);
             }
         }
-        for (holder, mut ips) in wanted.into_values() {
-            let mut listed = self.read_entry(&holder.container_id, holder.ifname.as_deref());
-            listed.sort();
-            ips.sort();
-            if listed != ips {
-                self.write_entry(&holder.container_id, holder.ifname.as_deref(), &ips)?;
+        self.create_table(&wanted)?;
+        if let Ok(entries) = fs::read_dir(&self.dir) {
+            for entry in entries.flatten() {
+                if !matches!(entry.file_name().to_str(), Some(STAMP_FILE | TABLE_FILE)) {
+                    let _ = fs::remove_file(entry.path());
+                }
             }
         }
         Ok(())
@@ -294,9 +287,10 @@ mod tests {
         assert_eq!(entry_name("a.b", Some("c")).unwrap(), "a.b:c");
         assert_eq!(entry_name("a", Some("b.c")).unwrap(), "a:b.c");
         assert_eq!(entry_name("ctr", None).unwrap(), "ctr:");
-        assert_eq!(entry_name("..", Some("x")), None);
-        assert_eq!(entry_name("a/b", Some("x")), None);
-        assert_eq!(entry_name(&"x".repeat(300), Some("eth0")), None);
+        assert_eq!(entry_name("", Some("x")), None);
+        assert_eq!(entry_name("a b", Some("x")), None);
+        assert!(entry_name(&"x".repeat(64), Some("eth0")).is_some());
+        assert_eq!(entry_name(&"x".repeat(200), Some("eth0")), None);
     }
 
     #[test]

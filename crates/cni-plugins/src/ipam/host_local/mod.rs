@@ -20,6 +20,7 @@ pub mod index;
 pub mod plugin;
 pub mod range;
 pub mod store;
+mod table;
 
 use std::collections::HashSet;
 use std::net::IpAddr;
