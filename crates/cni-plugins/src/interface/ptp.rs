@@ -170,8 +170,8 @@ impl Plugin for Ptp {
         if delegate::has_ipam(req) {
             delegate::ipam_forward(req)?;
         }
-        // The veth first, as in bridge: its teardown would also wait for the RCU callbacks an
-        // nftables commit queues.
+        // As in bridge: the veth is taken out of service first (its deletion continues in
+        // the background), so no traffic leaves through masquerade rules about to go.
         veth::delete_container_end(req)?;
         if conf.ip_masq {
             masq::del(req, req.prev_result().ok().flatten().as_ref())?;
