@@ -46,6 +46,22 @@ impl Batch {
         self.ops.is_empty()
     }
 
+    /// Whether the batch deletes anything (tables, chains, rules, sets or elements): only
+    /// such commits leave the kernel destruction work to finish after an RCU grace period.
+    pub(crate) fn removes_anything(&self) -> bool {
+        const REMOVALS: [u16; 8] = [
+            NFT_MSG_DELTABLE,
+            NFT_MSG_DELCHAIN,
+            NFT_MSG_DELRULE,
+            NFT_MSG_DELSET,
+            NFT_MSG_DELSETELEM,
+            NFT_MSG_DESTROYTABLE,
+            NFT_MSG_DESTROYCHAIN,
+            NFT_MSG_DESTROYSET,
+        ];
+        self.ops.iter().any(|op| REMOVALS.iter().any(|&msg| op.msg_type == nft_type(msg)))
+    }
+
     fn push(
         &mut self,
         msg: u16,
