@@ -180,32 +180,45 @@ fn remove_chain<T: DispatchTable>(nft: &mut NftClient, chain: &str, keys: &[Stri
             }
         }
     }
-    // One batch when every element is there (the usual case); element by element when some
-    // is already gone, since a missing element fails a whole batch.
+    delete_chain_and_elements(nft, T::FAMILY, T::TABLE, chain, &elements)
+}
+
+/// Success when `result` failed only because what it removes is already gone.
+pub fn ignore_missing<T>(result: Result<T, NftError>, what: &str) -> Result<(), CniError> {
+    match result {
+        Err(e) if !e.is_not_found() => Err(nft_error(what, e)),
+        _ => Ok(()),
+    }
+}
+
+/// Deletes `elements` and then `chain` (flushed first). One batch when every piece is
+/// there (the usual case); piece by piece when some is already gone, since a missing piece
+/// fails a whole batch. Missing pieces are fine: DEL is idempotent.
+pub fn delete_chain_and_elements(
+    nft: &mut NftClient,
+    family: Family,
+    table: &str,
+    chain: &str,
+    elements: &[(SetRef, SetElement)],
+) -> Result<(), CniError> {
     let mut batch = Batch::new();
-    for (set, element) in &elements {
+    for (set, element) in elements {
         batch.delete_elements(set, std::slice::from_ref(element));
     }
-    batch.flush_chain(T::FAMILY, T::TABLE, chain);
-    batch.delete_chain(T::FAMILY, T::TABLE, chain);
+    batch.flush_chain(family, table, chain);
+    batch.delete_chain(family, table, chain);
     match nft.commit(&batch) {
         Ok(_) => Ok(()),
         Err(e) if e.is_not_found() => {
-            for (set, element) in &elements {
+            for (set, element) in elements {
                 let mut one = Batch::new();
                 one.delete_elements(set, std::slice::from_ref(element));
-                match nft.commit(&one) {
-                    Err(e) if !e.is_not_found() => return Err(nft_error("delete map element", e)),
-                    _ => {}
-                }
+                ignore_missing(nft.commit(&one), "delete map element")?;
             }
             let mut tail = Batch::new();
-            tail.flush_chain(T::FAMILY, T::TABLE, chain);
-            tail.delete_chain(T::FAMILY, T::TABLE, chain);
-            match nft.commit(&tail) {
-                Err(e) if !e.is_not_found() => Err(nft_error("delete the attachment's chain", e)),
-                _ => Ok(()),
-            }
+            tail.flush_chain(family, table, chain);
+            tail.delete_chain(family, table, chain);
+            ignore_missing(nft.commit(&tail), "delete the attachment's chain")
         }
         Err(e) => Err(nft_error("delete the attachment's rules", e)),
     }

@@ -40,7 +40,7 @@
 //! released. That is per DEL, not per container on the host (and `nft` pays it too).
 
 use super::config::{PortMapConf, Protocol};
-use crate::common::nft_attach::Attachment;
+use crate::common::nft_attach::{self, ignore_missing, Attachment};
 use cni_net::nft::{
     priority, Batch, Chain, ChainType, CmpOp, Expr, Family, Field, Hook, KeyType, KeyValue, MapData, MetaKey,
     NftClient, NftError, Register, RuleBuilder, Set, SetElement, SetRef, Table, Verdict,
@@ -391,36 +391,7 @@ pub fn detach(nft: &mut NftClient, chain: &str) -> Result<(), CniError> {
         return Ok(());
     }
     let elements: Vec<_> = keys.iter().map(|k| k.element(chain)).collect();
-    let mut batch = Batch::new();
-    for (set, element) in &elements {
-        batch.delete_elements(set, std::slice::from_ref(element));
-    }
-    batch.flush_chain(FAMILY, TABLE, chain);
-    batch.delete_chain(FAMILY, TABLE, chain);
-    match nft.commit(&batch) {
-        Ok(_) => Ok(()),
-        Err(e) if e.is_not_found() => {
-            // Some piece was already gone (or there is no table); a missing piece fails a
-            // whole batch, so remove what is left piece by piece.
-            for (set, element) in &elements {
-                let mut one = Batch::new();
-                one.delete_elements(set, std::slice::from_ref(element));
-                ignore_missing(nft.commit(&one), "delete a port mapping element")?;
-            }
-            let mut tail = Batch::new();
-            tail.flush_chain(FAMILY, TABLE, chain);
-            tail.delete_chain(FAMILY, TABLE, chain);
-            ignore_missing(nft.commit(&tail), "delete the attachment's chain")
-        }
-        Err(e) => Err(nft_error("delete port mappings", e)),
-    }
-}
-
-fn ignore_missing<T>(result: Result<T, NftError>, what: &str) -> Result<(), CniError> {
-    match result {
-        Err(e) if !e.is_not_found() => Err(nft_error(what, e)),
-        _ => Ok(()),
-    }
+    nft_attach::delete_chain_and_elements(nft, FAMILY, TABLE, chain, &elements)
 }
 
 /// Removes the attachments of `network` whose chain is not in `keep`; then, when no
