@@ -39,7 +39,10 @@ fn own_plugin(binary: &Path, plugin_type: &str) -> Option<Box<dyn Plugin>> {
     static THIS_EXECUTABLE: OnceLock<Option<(u64, u64)>> = OnceLock::new();
     let own = OWN_PLUGINS.get()?;
     let identity = |path: &Path| std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
-    let this = THIS_EXECUTABLE.get_or_init(|| identity(Path::new("/proc/self/exe")));
+    // The path /proc/self/exe names, rather than the magic link itself: the same file
+    // (a replaced or deleted binary simply does not match), and valgrind, which emulates
+    // the link, then profiles the in-process path (`tools/link-order.py` relies on that).
+    let this = THIS_EXECUTABLE.get_or_init(|| std::env::current_exe().ok().and_then(|exe| identity(&exe)));
     (this.is_some() && identity(binary) == *this).then(|| own(plugin_type)).flatten()
 }
 
