@@ -265,3 +265,26 @@ fn waiting_for_a_link_times_out_when_it_never_gets_carrier() {
     raiser.join().unwrap();
     assert!(ready.carrier);
 }
+
+#[test]
+fn a_link_deleted_in_the_background_goes_and_leaves_no_child() {
+    let ns = TestNetns::new().unwrap();
+    let mut nl = ns.netlink().unwrap();
+    for round in 0..3 {
+        let veth = nl
+            .add_veth(&VethSpec { link: LinkSpec::new("cntbg0"), peer: LinkSpec::new("cntbg0p") })
+            .unwrap()
+            .unwrap();
+        nl.delete_link_in_background(veth.index).unwrap();
+        // The detached grandchild is nobody's child here; the intermediate one was reaped.
+        let children = std::fs::read_to_string("/proc/thread-self/children").unwrap_or_default();
+        assert_eq!(children.trim(), "", "round {round}: a child is left behind");
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while nl.link_by_name("cntbg0").unwrap().is_some() || nl.link_by_name("cntbg0p").unwrap().is_some() {
+            assert!(Instant::now() < deadline, "round {round}: the pair is still there after 2 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    // The socket the request went out on still works.
+    assert!(nl.link_by_name("lo").unwrap().is_some());
+}
