@@ -44,7 +44,7 @@ def run(*args, **kwargs):
 def build() -> None:
     """The shipping build without `--symbol-ordering-file` and `-C strip=symbols`."""
     run("cargo", "rustc", "--release", "-p", "cni-plugins", "--bin", "cni-plugins", "--",
-        "-C", "target-feature=+crt-static", cwd=ROOT)
+        "-C", "target-feature=+crt-static", "-C", "relocation-model=static", cwd=ROOT)
 
 
 def code_symbols(binary: Path) -> dict[str, str]:
