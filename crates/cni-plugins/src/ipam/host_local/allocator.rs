@@ -29,6 +29,7 @@ pub struct Allocation {
 /// A locked network directory with its attachment index, kept complete (see `index.rs`).
 pub struct Session {
     store: Store,
+    index: Index,
     range_sets: usize,
 }
 
@@ -36,7 +37,7 @@ impl Session {
     /// Locks the directory and makes sure the index is complete, rebuilding it with one scan
     /// if a foreign writer (or an interrupted operation) changed the directory.
     pub fn open(store: Store, range_sets: usize) -> Result<Session, HostLocalError> {
-        let session = Session { store, range_sets };
+        let session = Session { index: Index::new(&store), store, range_sets };
         let index = session.index();
         if !index.is_complete(range_sets) {
             let allocations = session.store.scan()?;
@@ -50,8 +51,8 @@ impl Session {
         &self.store
     }
 
-    pub fn index(&self) -> Index<'_> {
-        Index::new(&self.store)
+    pub fn index(&self) -> &Index {
+        &self.index
     }
 
     /// To call before modifying the directory (see `Index::invalidate`).

@@ -46,6 +46,7 @@
 //! In a directory only we write to, ADD, DEL and CHECK thus cost a constant number of file
 //! operations; after Go has written, the first operation pays one scan.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
@@ -65,9 +66,15 @@ const TABLE_FILE: &str = "table";
 const STAMP_HEADER: &str = "cni-rs host-local index stamp v2\n";
 
 /// The attachment index of one locked network directory.
-pub struct Index<'a> {
-    store: &'a Store,
+pub struct Index {
+    /// The network directory.
+    network_dir: PathBuf,
+    /// Its index directory.
     dir: PathBuf,
+    /// The table as last opened, kept for the operation's next lookup (an ADD looks its
+    /// attachment up, then records the new address: one open instead of four). Dropped
+    /// whenever the table is written, which may replace the file.
+    table: RefCell<Option<SlotTable>>,
 }
 
 fn index_io<'p>(path: &'p Path, context: &'static str) -> impl FnOnce(io::Error) -> HostLocalError + 'p {
@@ -95,9 +102,10 @@ fn boot_id() -> &'static str {
     })
 }
 
-impl<'a> Index<'a> {
-    pub fn new(store: &'a Store) -> Index<'a> {
-        Index { store, dir: store.dir().join(INDEX_DIR) }
+impl Index {
+    pub fn new(store: &Store) -> Index {
+        let network_dir = store.dir().to_path_buf();
+        Index { dir: network_dir.join(INDEX_DIR), network_dir, table: RefCell::new(None) }
     }
 
     /// Writes the stamp, creating the index directory on first use.
@@ -124,10 +132,11 @@ impl<'a> Index<'a> {
         let Some(key) = entry_name(container_id, ifname) else {
             return Vec::new();
         };
-        match SlotTable::open(&self.table_path()) {
-            Ok(Some(table)) => table.get(&key).unwrap_or_default(),
-            _ => Vec::new(),
+        let mut cached = self.table.borrow_mut();
+        if cached.is_none() {
+            *cached = SlotTable::open(&self.table_path()).ok().flatten();
         }
+        cached.as_ref().map(|table| table.get(&key).unwrap_or_default()).unwrap_or_default()
     }
 
     fn write_entry(
@@ -140,7 +149,12 @@ impl<'a> Index<'a> {
             return Ok(());
         };
         let path = self.table_path();
-        let table = match SlotTable::open(&path).map_err(index_io(&path, "opening the index table"))? {
+        let cached = self.table.borrow_mut().take();
+        let opened = match cached {
+            Some(table) => Some(table),
+            None => SlotTable::open(&path).map_err(index_io(&path, "opening the index table"))?,
+        };
+        let table = match opened {
             Some(table) => table,
             None if ips.is_empty() => return Ok(()),
             None => self.create_table(&BTreeMap::new())?,
@@ -151,6 +165,7 @@ impl<'a> Index<'a> {
     /// Writes a fresh table, creating the index directory on first use.
     fn create_table(&self, entries: &BTreeMap<String, Vec<IpAddr>>) -> Result<SlotTable, HostLocalError> {
         let path = self.table_path();
+        self.table.borrow_mut().take();
         match fs::create_dir(&self.dir) {
             Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
                 return Err(HostLocalError::io(&self.dir, "creating the index directory", e))
@@ -207,12 +222,12 @@ impl<'a> Index<'a> {
     fn fingerprint(&self, range_sets: usize) -> String {
         let mut out = String::from(STAMP_HEADER);
         out.push_str(&format!("boot {}\n", boot_id()));
-        match fs::metadata(self.store.dir()) {
+        match fs::metadata(&self.network_dir) {
             Ok(m) => out.push_str(&format!("dir {} {}.{:09}\n", m.ino(), m.mtime(), m.mtime_nsec())),
             Err(_) => out.push_str("dir ?\n"),
         }
         for n in 0..range_sets {
-            let path = self.store.dir().join(format!("{LAST_RESERVED_PREFIX}{n}"));
+            let path = self.network_dir.join(format!("{LAST_RESERVED_PREFIX}{n}"));
             match (fs::metadata(&path), fs::read(&path)) {
                 (Ok(m), Ok(content)) => out.push_str(&format!(
                     "last {n} {} {}.{:09} {} {}\n",
