@@ -148,7 +148,9 @@ fn dispatch(
         return Ok(Some(serde_json::to_string(&plugin.version_info()).expect("version info serialises")));
     }
 
-    let mut stdin_bytes = Vec::new();
+    // Room for a typical configuration with its prevResult up front: read_to_end on an
+    // empty buffer probes with 32-byte reads and doubles, six system calls for 2 KiB.
+    let mut stdin_bytes = Vec::with_capacity(16 * 1024);
     stdin
         .read_to_end(&mut stdin_bytes)
         .map_err(|e| CniError::io(format!("error reading from stdin: {e}")))?;

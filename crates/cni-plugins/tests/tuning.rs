@@ -333,3 +333,18 @@ fn gc_drops_records_of_gone_attachments_of_this_network_only() {
     assert!(!exists("cnu-b"));
     assert!(foreign.exists(), "records without an owner (the Go plugin's) are left alone");
 }
+
+#[test]
+fn nothing_to_tune_passes_the_result_through_and_still_needs_the_netns() {
+    let s = Setup::new();
+    let before = snapshot(&s);
+    let conf = s.conf("1.0.0", json!({}));
+    let result = s.call("ADD", &conf).run().json();
+    assert_eq!(result["ips"], s.prev_result("1.0.0")["ips"]);
+    assert_eq!(result["interfaces"], s.prev_result("1.0.0")["interfaces"]);
+    assert_eq!(snapshot(&s), before);
+    assert!(!s.record().exists(), "no record for nothing changed");
+    let missing = s.call("ADD", &conf).netns("/run/netns/cnu-no-such-ns").run().error();
+    assert!(missing.msg.contains("cnu-no-such-ns"), "{missing:?}");
+    assert!(s.call("DEL", &conf).run().success());
+}

@@ -80,6 +80,15 @@ impl Plugin for Tuning {
         let conf = config::load(req)?;
         let prev = req.chained_prev_result()?;
         let ns = open_container_netns(req)?;
+        let prev = match prev {
+            // Nothing to tune (podman's default chain ends with such a tuning): the
+            // namespace is checked above, no record is needed, the result passes through.
+            Some(mut result) if conf.sysctls.is_empty() && !conf.changes_link() => {
+                update_result(&mut result, &req.ifname, &conf);
+                return Ok(result);
+            }
+            prev => prev,
+        };
         let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
         Self::tune(req, &ns, &mut nl, &conf, prev.is_none())?;
         let mut result = match prev {
