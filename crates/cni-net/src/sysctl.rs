@@ -70,7 +70,16 @@ pub fn write_in(ns: &NetNs, key: &str, value: &str) -> Result<()> {
 /// Turns off IPv6 duplicate address detection on `interface` in `ns`, so addresses added
 /// later are usable at once instead of after 1–2 s of DAD.
 pub fn disable_ipv6_dad(ns: &NetNs, interface: &str) -> Result<()> {
-    write_in(ns, &format!("net/ipv6/conf/{interface}/accept_dad"), "0")
+    ns.run(|| disable_ipv6_dad_here(interface))?
+}
+
+/// [`disable_ipv6_dad`] in the calling thread's namespace. Where IPv6 is off there is no
+/// such setting, and nothing to do.
+pub fn disable_ipv6_dad_here(interface: &str) -> Result<()> {
+    match write(&format!("net/ipv6/conf/{interface}/accept_dad"), "0") {
+        Err(e) if e.is_not_found() => Ok(()),
+        other => other,
+    }
 }
 
 /// Enables IPv4 forwarding (`net.ipv4.ip_forward=1`) in `ns`.

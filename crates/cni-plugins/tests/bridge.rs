@@ -91,6 +91,27 @@ fn dual_stack_traffic_without_waiting_for_dad() {
 }
 
 #[test]
+fn a_new_bridge_can_solicit_neighbours_at_once() {
+    // The kernel solicits neighbours for forwarded IPv6 packets from the bridge's
+    // link-local address; while that is tentative (DAD, 1-2 s after the bridge gains
+    // carrier), connections forwarded to a new container fail with EHOSTUNREACH.
+    let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
+    add("bridge", &env.host, &env.containers[0], &conf("1.0.0", "cnb7", json!([{"address": "fd68::2/64"}])));
+    let shown = env.host.ip_json(&["-6", "addr", "show", "dev", "cnb7"]);
+    let addresses = shown[0]["addr_info"].as_array().unwrap();
+    let link_local: Vec<&Value> = addresses.iter().filter(|a| a["scope"] == "link").collect();
+    assert!(!link_local.is_empty(), "no link-local address on the bridge: {shown}");
+    assert!(link_local.iter().all(|a| a.get("tentative").is_none()), "tentative right after ADD: {shown}");
+    assert!(
+        env.host.ip_json(&["-d", "link", "show", "dev", "cnb7"])[0]["flags"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("LOWER_UP")),
+        "the bridge has no carrier, so DAD has not even started"
+    );
+}
+
+#[test]
 fn result_shape_per_version_family() {
     let env = HostAndContainers::with_prefix(PREFIX, 3).unwrap();
     let addrs = ["10.68.0.2/24", "10.68.0.3/24", "10.68.0.4/24"];

@@ -62,6 +62,30 @@ fn container_reaches_the_host_and_routes_go_through_the_gateway() {
 }
 
 #[test]
+fn ipv6_between_containers_works_right_after_add() {
+    // Routed through the host: the host solicits the neighbour from the host end's
+    // link-local address, which must not be tentative (DAD) when ADD returns.
+    let env = HostAndContainers::with_prefix(PREFIX, 2).unwrap();
+    let (a, b) = (&env.containers[0], &env.containers[1]);
+    let v6 = |address: &str| {
+        let mut c = conf("1.0.0", json!([{"address": address, "gateway": "fd80::1"}]));
+        c["ipam"]["routes"] = json!([{"dst": "::/0"}]);
+        c
+    };
+    add("ptp", &env.host, a, &v6("fd80::2/64"));
+    let rb = add("ptp", &env.host, b, &v6("fd80::3/64"));
+    let host_end = rb["interfaces"][0]["name"].as_str().unwrap();
+    let shown = env.host.ip_json(&["-6", "addr", "show", "dev", host_end]);
+    let addresses = shown[0]["addr_info"].as_array().unwrap();
+    assert!(addresses.iter().all(|a| a.get("tentative").is_none()), "tentative after ADD: {shown}");
+    let to_b: SocketAddr = "[fd80::3]:7103".parse().unwrap();
+    let _server = tcp_echo_server(b.netns(), to_b).unwrap();
+    let started = std::time::Instant::now();
+    tcp_echo(a.netns(), to_b, b"routed ipv6", Duration::from_secs(5)).unwrap();
+    assert!(started.elapsed() < Duration::from_millis(900), "took {:?}", started.elapsed());
+}
+
+#[test]
 fn del_twice_and_without_netns_and_check_after_tampering() {
     let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
     let c = &env.containers[0];

@@ -150,3 +150,15 @@ pub fn result_from_link(nl: &mut Netlink, link: &Link, sandbox: &str) -> Result<
         ..Default::default()
     })
 }
+
+/// Turns off IPv6 duplicate address detection on a link this plugin created on the host
+/// (a bridge, ptp's host end), before it is up.
+///
+/// Why: the kernel solicits neighbours for forwarded IPv6 packets from the outgoing
+/// link's link-local address, and that address goes through DAD whenever the link gains
+/// carrier: for 1-2 s no solicitation is sent, so the first IPv6 connections forwarded to
+/// a new container failed with EHOSTUNREACH. The link is ours and its link-local address
+/// derived from its own MAC; the gateway addresses on it skip DAD already.
+pub fn skip_link_local_dad(link: &str) -> Result<(), CniError> {
+    cni_net::sysctl::disable_ipv6_dad_here(link).or_cni(&format!("disable IPv6 DAD on {link}"))
+}

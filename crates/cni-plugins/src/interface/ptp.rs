@@ -127,6 +127,9 @@ impl Ptp {
                 container_mac: None,
             },
         )?;
+        if result.ips.iter().any(|ip| ip.address.addr().is_ipv6()) {
+            crate::common::iface::skip_link_local_dad(&host_veth.link.name)?;
+        }
         host_nl.set_link_up(host_veth.link.index).or_cni("set host veth up")?;
         for ip in &mut result.ips {
             ip.interface = Some(CONTAINER_IFACE);

@@ -34,7 +34,10 @@ fn ensure_bridge(nl: &mut Netlink, conf: &BridgeConf) -> Result<Link, CniError> 
                 spec = spec.mtu(mtu);
             }
             match nl.add_bridge(&spec, &BridgeOptions::default()) {
-                Ok(Some(link)) => link,
+                Ok(Some(link)) => {
+                    iface::skip_link_local_dad(&link.name)?;
+                    link
+                }
                 Err(e) if e.is_already_exists() => nl.require_link(&conf.bridge).or_cni("look up bridge")?,
                 Ok(None) => return Err(CniError::internal("bridge was not created in this namespace")),
                 Err(e) => {
