@@ -42,8 +42,8 @@
 use super::config::{PortMapConf, Protocol};
 use crate::common::nft_attach::{self, ignore_missing, Attachment};
 use cni_net::nft::{
-    priority, Batch, Chain, ChainType, CmpOp, Expr, Family, Field, Hook, KeyType, KeyValue, MapData, MetaKey,
-    NftClient, NftError, Register, RuleBuilder, Set, SetElement, SetRef, Table, Verdict,
+    priority, Batch, Chain, ChainType, CmpOp, Expr, Family, Field, Hook, KeyType, KeyValue, ListedRule,
+    MapData, MetaKey, NftClient, NftError, Register, RuleBuilder, Set, SetElement, SetRef, Table, Verdict,
 };
 use cni_plugin::CniError;
 use ipnet::IpNet;
@@ -268,20 +268,28 @@ fn comment_network(comment: &str) -> Option<&str> {
     comment.strip_prefix(CHAIN_COMMENT_PREFIX)?.split(' ').next()
 }
 
-/// The dispatch keys recorded in an attachment's chain (`None`: no such chain content).
+/// The dispatch keys recorded in an attachment's chain (none if there is no such chain).
 pub fn attached_keys(nft: &mut NftClient, chain: &str) -> Result<Vec<DispatchKey>, CniError> {
-    let listed = match nft.list_rules(FAMILY, TABLE, chain) {
-        Ok(rules) => rules,
-        Err(e) if e.is_not_found() => Vec::new(),
-        Err(e) => return Err(nft_error("list the attachment's chain", e)),
-    };
+    Ok(keys_of(&chain_rules(nft, chain)?))
+}
+
+/// The rules of an attachment's chain; none if there is no such chain.
+fn chain_rules(nft: &mut NftClient, chain: &str) -> Result<Vec<ListedRule>, CniError> {
+    match nft.list_rules(FAMILY, TABLE, chain) {
+        Ok(rules) => Ok(rules),
+        Err(e) if e.is_not_found() => Ok(Vec::new()),
+        Err(e) => Err(nft_error("list the attachment's chain", e)),
+    }
+}
+
+fn keys_of(listed: &[ListedRule]) -> Vec<DispatchKey> {
     let mut keys = Vec::new();
     for key in listed.iter().filter_map(|r| r.rule.comment.as_deref().and_then(DispatchKey::parse_comment)) {
         if !keys.contains(&key) {
             keys.push(key);
         }
     }
-    Ok(keys)
+    keys
 }
 
 /// Why an attachment could not be added.
@@ -317,18 +325,20 @@ fn attach(
 ) -> Result<(), AttachError> {
     let chain = who.chain_name();
     let rules = attachment_rules(conf, &chain, targets)?;
-    // A repeated ADD replaces what an earlier one left rather than stacking rules.
-    let old_keys = attached_keys(nft, &chain)?;
+    // A repeated ADD replaces what an earlier one left rather than stacking rules. Only
+    // then does the batch delete anything: a commit that deletes makes this plugin's
+    // socket release wait for the next close tick (see `NftClient::close_without_waiting`).
+    let earlier = chain_rules(nft, &chain)?;
     let mut batch = Batch::new();
-    if old_keys.is_empty() {
+    if earlier.is_empty() {
         batch.add_chain(&Chain::regular(FAMILY, TABLE, chain.clone()).with_comment(chain_comment(who)));
     } else {
-        for key in &old_keys {
+        for key in &keys_of(&earlier) {
             let (set, element) = key.element(&chain);
             batch.delete_elements(&set, &[element]);
         }
+        batch.flush_chain(FAMILY, TABLE, &chain);
     }
-    batch.flush_chain(FAMILY, TABLE, &chain);
     for r in &rules {
         batch.add_rule(r);
     }
