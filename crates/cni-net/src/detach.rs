@@ -113,11 +113,11 @@ pub(crate) fn detach(fd: RawFd, tail: Tail<'_>) -> Option<Handoff> {
 /// does the work itself (`tools/link-order.py` profiles plugins so).
 const INTERMEDIATE_FLAGS: libc::c_int = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
 
-/// `waitpid` for the intermediate child, across signals.
+/// `waitpid` for the intermediate child, across signals; `false` if it cannot be waited
+/// for.
 ///
 /// # Safety
 /// `pid` is our child.
-/// `false` if it cannot be waited for.
 unsafe fn wait_for(pid: libc::pid_t, status: &mut libc::c_int) -> bool {
     loop {
         match libc::waitpid(pid, status, 0) {
