@@ -1,31 +1,34 @@
-//! Handing the tail of an operation to a detached grandchild process.
+//! Handing the tail of an operation to a detached helper process.
 //!
 //! Some kernel operations are complete, as far as anyone can observe, well before the
 //! system call that made them returns: the call then only waits for RCU callbacks to run
 //! (`rcu_barrier()` when a network device is unregistered, ~20 ms with HZ=250; the flush of
 //! nf_tables' deferred destruction when an nfnetlink socket is released, 6–18 ms). A
 //! plugin's caller waits for the plugin to exit, so a short-lived plugin hands such a wait
-//! to a grandchild: the intermediate child exits at once (reaped here, so the grandchild
-//! is re-parented to init and never becomes our zombie), and the grandchild keeps one
-//! descriptor and no other (no stdout pipe the runtime reads to EOF, no lock).
+//! to a helper process that keeps one descriptor and no other (no stdout pipe the runtime
+//! reads to EOF, no lock) and outlives the plugin if need be (it is then re-parented to
+//! init, or the runtime's subreaper, which reaps it).
 //!
-//! Both children are `clone(CLONE_VM)` processes: they share this process's memory
-//! instead of copying its page tables as `fork()` does. Forking twice cost ~0.4 ms of
-//! every nftables plugin's ADD (page tables copied, copy-on-write faults in the caller
-//! afterwards, the copies torn down again): W2 ADD 9.5 -> 8.3 ms measured without it. A
-//! side effect: when the plugin exits, its memory is torn down by the grandchild, later.
+//! The helper is started with one `clone(CLONE_VM)` and nothing waited for: it shares
+//! this process's memory instead of copying its page tables as `fork()` does, and this
+//! process goes on at once. (Forking twice, as daemons do, cost ~0.4 ms of every nftables
+//! plugin's ADD; a vfork-like intermediate child that started the helper and exited still
+//! cost ~0.2 ms, most of it this process waiting to be woken on a 2-CPU VM.) Its exit
+//! sends no signal; a helper that ends before this process does is reaped by the next
+//! [`detach`] or, at the latest, when this process exits.
 //!
-//! Sharing memory has rules. The grandchild runs while this process goes on, so it
-//! touches nothing of ours: it works from a [`Job`] copied, before the clone, into a
-//! mapping of its own that also holds its stack; it makes system calls directly, not
-//! through libc (whose `errno` is our thread's); and it unmaps that mapping and exits in
-//! one instruction sequence that no longer needs a stack. The intermediate child calls
-//! libc's `clone` while we are suspended (see [`INTERMEDIATE_FLAGS`]). If anything fails,
-//! nothing was handed off and the caller does the work itself.
+//! Sharing memory has rules. The helper runs while this process goes on, so it touches
+//! nothing of ours: it works from a [`Job`] copied, before the clone, into a mapping of
+//! its own that also holds its stack; it makes system calls directly, not through libc
+//! (whose `errno` is our thread's); and it unmaps that mapping and exits in one
+//! instruction sequence that no longer needs a stack. If anything fails, nothing was
+//! handed off and the caller does the work itself — as under valgrind, which refuses
+//! memory-sharing clones other than threads and vfork (`tools/link-order.py` profiles
+//! plugins so).
 
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
-/// What the grandchild does with the descriptor it keeps.
+/// What the helper does with the descriptor it keeps.
 pub(crate) enum Tail<'a> {
     /// Sends `request` (one datagram, at most [`MAX_REQUEST`] bytes) and closes the
     /// descriptor. For netlink requests the kernel does the work inside `send` itself, so
@@ -35,37 +38,36 @@ pub(crate) enum Tail<'a> {
     Send(&'a [u8]),
     /// Waits until the caller drops the returned [`Handoff`] (after dropping its own
     /// reference to the descriptor), then, `on_tick`, until the next close tick (see
-    /// [`CLOSE_TICK_NS`]), then closes the descriptor: the grandchild's is then the last
+    /// [`CLOSE_TICK_NS`]), then closes the descriptor: the helper's is then the last
     /// reference. Without `on_tick` it closes at once: a release with nothing to flush
-    /// holds the commit mutex only briefly, and grandchildren sleeping until a tick were
+    /// holds the commit mutex only briefly, and helpers sleeping until a tick were
     /// measured to slow an ADD-only workload (podman chain ADD, last 20 of 200 vs first 20:
     /// 1.21x with ticks, 1.07x without).
     CloseAfterCaller { on_tick: bool },
 }
 
-/// A grandchild took over. Dropping this releases a [`Tail::CloseAfterCaller`] grandchild.
+/// A helper took over. Dropping this releases a [`Tail::CloseAfterCaller`] helper.
 pub(crate) struct Handoff {
     _release: Option<OwnedFd>,
 }
 
 /// The largest request [`Tail::Send`] takes (a link deletion is ~40 bytes).
 const MAX_REQUEST: usize = 1024;
-/// The grandchild's mapping: its [`Job`] at the bottom, the intermediate child's stack at
-/// the top, its own in between.
+/// The helper's mapping: its [`Job`] at the bottom, its stack above.
 const AREA: usize = 64 * 1024;
 
 /// Everything the children need, in their own mapping.
 #[repr(C)]
 struct Job {
     fd: RawFd,
-    /// The pipe end a [`Tail::CloseAfterCaller`] grandchild reads to EOF; -1 for Send.
+    /// The pipe end a [`Tail::CloseAfterCaller`] helper reads to EOF; -1 for Send.
     wait_end: RawFd,
     on_tick: bool,
     request_len: usize,
     request: [u8; MAX_REQUEST],
 }
 
-/// Runs `tail` on `fd` in a detached grandchild. `None` if it could not be detached: then
+/// Runs `tail` on `fd` in a detached helper. `None` if it could not be detached: then
 /// nothing was done and the caller does the work itself.
 pub(crate) fn detach(fd: RawFd, tail: Tail<'_>) -> Option<Handoff> {
     if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
@@ -90,54 +92,37 @@ pub(crate) fn detach(fd: RawFd, tail: Tail<'_>) -> Option<Handoff> {
         });
         (&mut (*job).request)[..request.len()].copy_from_slice(request);
     }
-    // SAFETY: see the module documentation; the intermediate child runs on the top of the
-    // area and reads only the Job.
-    let pid = unsafe { libc::clone(intermediate, area.top(), INTERMEDIATE_FLAGS, area.job().cast()) };
+    reap_finished_helpers();
+    // SAFETY: see the module documentation; the helper runs on the top of the area and
+    // reads only the Job. Exit signal 0: its end concerns nobody.
+    let pid = unsafe { libc::clone(helper, area.top(), libc::CLONE_VM, area.job().cast()) };
     if pid <= 0 {
         return None; // `area` and `pipe` are released on drop.
     }
-    let mut status = 0;
-    // SAFETY: `pid` is our child. If it cannot be waited for (SIGCHLD ignored, inherited
-    // from the runtime, reaps it), the grandchild is assumed to run, as with fork.
-    if unsafe { wait_for(pid, &mut status) } && !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
-        return None; // It could not start the grandchild.
-    }
-    area.give_to_grandchild();
+    running_helpers().push(pid);
+    area.give_to_helper();
     Some(Handoff { _release: pipe.map(Pipe::into_release_end) })
 }
 
-/// The intermediate child shares our memory and, as with `vfork`, we are suspended until
-/// it exits (we would wait for it anyway). Being vfork-like also lets it run under
-/// valgrind, which supports no other memory-sharing clone of a process: there it becomes a
-/// fork whose own clone of the grandchild fails, so nothing is handed off and the caller
-/// does the work itself (`tools/link-order.py` profiles plugins so).
-const INTERMEDIATE_FLAGS: libc::c_int = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
-
-/// `waitpid` for the intermediate child, across signals; `false` if it cannot be waited
-/// for.
-///
-/// # Safety
-/// `pid` is our child.
-unsafe fn wait_for(pid: libc::pid_t, status: &mut libc::c_int) -> bool {
-    loop {
-        match libc::waitpid(pid, status, 0) {
-            -1 if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => continue,
-            result => return result == pid,
-        }
-    }
+/// Helpers started by this process that may not have been reaped yet.
+fn running_helpers() -> std::sync::MutexGuard<'static, Vec<libc::pid_t>> {
+    static HELPERS: std::sync::Mutex<Vec<libc::pid_t>> = std::sync::Mutex::new(Vec::new());
+    HELPERS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The intermediate child: starts the grandchild on the lower part of the area and exits
-/// (status 1 if it could not), while its parent waits for it.
-extern "C" fn intermediate(job: *mut libc::c_void) -> libc::c_int {
-    let stack_top = (job as usize + AREA / 2) as *mut libc::c_void;
-    // SAFETY: the grandchild's stack [Job end, AREA/2) is unused; see the module docs.
-    let pid = unsafe { libc::clone(grandchild, stack_top, libc::CLONE_VM | libc::SIGCHLD, job) };
-    i32::from(pid <= 0)
+/// Reaps the helpers that have exited, so that a long-lived process (a test, a runtime
+/// using this crate) collects no zombies. A plugin process exits before it matters.
+fn reap_finished_helpers() {
+    running_helpers().retain(|&pid| {
+        // SAFETY: `pid` is a child of ours that nothing else waits for; __WCLONE because
+        // its exit signal is not SIGCHLD.
+        let reaped = unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG | libc::__WCLONE) };
+        reaped == 0 // still running; otherwise reaped now, or not ours to reap any more
+    });
 }
 
-/// The grandchild. Only direct system calls on its own memory (see the module docs).
-extern "C" fn grandchild(job: *mut libc::c_void) -> libc::c_int {
+/// The helper. Only direct system calls on its own memory (see the module docs).
+extern "C" fn helper(job: *mut libc::c_void) -> libc::c_int {
     // SAFETY: the Job was written before the first clone and is never changed.
     let job = unsafe { &*(job as *const Job) };
     unsafe {
@@ -163,7 +148,7 @@ extern "C" fn grandchild(job: *mut libc::c_void) -> libc::c_int {
     }
 }
 
-/// Close ticks: every [`Tail::CloseAfterCaller`] grandchild on the machine whose client
+/// Close ticks: every [`Tail::CloseAfterCaller`] helper on the machine whose client
 /// deleted something closes its descriptor at the next multiple of this on the
 /// system-wide monotonic clock.
 ///
@@ -174,16 +159,16 @@ extern "C" fn grandchild(job: *mut libc::c_void) -> libc::c_int {
 /// for a grace period: 8–10 ms of each of firewall, portmap and bridge DEL in the podman
 /// chain. Released together, the first release of a tick waits for the flush and the
 /// others find nothing pending, so commits are blocked once per tick at most, not once
-/// per plugin. A grandchild lives at most this long plus [`CLOSE_MIN_WAIT_NS`].
+/// per plugin. A helper lives at most this long plus [`CLOSE_MIN_WAIT_NS`].
 const CLOSE_TICK_NS: i64 = 100_000_000;
-/// The least a grandchild waits before its tick: about one grace period, so that its own
+/// The least a helper waits before its tick: about one grace period, so that its own
 /// commit's destruction has usually run by then.
 const CLOSE_MIN_WAIT_NS: i64 = 10_000_000;
 
 /// Sleeps until the next close tick at least [`CLOSE_MIN_WAIT_NS`] away.
 ///
 /// # Safety
-/// Direct system calls only, for the grandchild.
+/// Direct system calls only, for the helper.
 unsafe fn sleep_until_close_tick() {
     let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     let clock = libc::CLOCK_MONOTONIC as usize;
@@ -198,7 +183,7 @@ unsafe fn sleep_until_close_tick() {
 /// Closes every descriptor except `a` and `b` (`-1` for none).
 ///
 /// # Safety
-/// Only for the grandchild, which owns nothing else.
+/// Only for the helper, which owns nothing else.
 unsafe fn keep_only(a: RawFd, b: RawFd) {
     let mut keep = [a, b];
     keep.sort_unstable();
@@ -213,12 +198,12 @@ unsafe fn keep_only(a: RawFd, b: RawFd) {
     sys::call(libc::SYS_close_range, [next, u32::MAX as usize, 0, 0, 0, 0]);
 }
 
-/// The grandchild's mapping; unmapped on drop unless given away.
+/// The helper's mapping; unmapped on drop unless given away.
 struct Area(*mut u8);
 
 impl Area {
     fn new() -> Option<Area> {
-        const _: () = assert!(std::mem::size_of::<Job>() + 16 * 1024 <= AREA / 2);
+        const _: () = assert!(std::mem::size_of::<Job>() + 16 * 1024 <= AREA);
         // SAFETY: an anonymous private mapping, owned by the returned Area.
         let ptr = unsafe {
             libc::mmap(
@@ -242,8 +227,8 @@ impl Area {
         unsafe { self.0.add(AREA).cast() }
     }
 
-    /// The grandchild unmaps it when it is done.
-    fn give_to_grandchild(self) {
+    /// The helper unmaps it when it is done.
+    fn give_to_helper(self) {
         std::mem::forget(self);
     }
 }
@@ -255,7 +240,7 @@ impl Drop for Area {
     }
 }
 
-/// The pipe whose EOF releases a [`Tail::CloseAfterCaller`] grandchild.
+/// The pipe whose EOF releases a [`Tail::CloseAfterCaller`] helper.
 struct Pipe {
     wait_end: RawFd,
     release_end: RawFd,
@@ -269,7 +254,7 @@ impl Pipe {
             .then_some(Pipe { wait_end: ends[0], release_end: ends[1] })
     }
 
-    /// The grandchild has its copy of the wait end; ours goes, the release end is kept.
+    /// The helper has its copy of the wait end; ours goes, the release end is kept.
     fn into_release_end(self) -> OwnedFd {
         let release_end = self.release_end;
         // SAFETY: both descriptors are this Pipe's; forget stops Drop closing them again.
@@ -291,7 +276,7 @@ impl Drop for Pipe {
     }
 }
 
-/// System calls without libc, for the grandchild: the result, or `-errno`.
+/// System calls without libc, for the helper: the result, or `-errno`.
 mod sys {
     #[cfg(target_arch = "x86_64")]
     pub(super) unsafe fn call(number: libc::c_long, args: [usize; 6]) -> isize {

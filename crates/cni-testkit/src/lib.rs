@@ -10,6 +10,7 @@
 //! - [`binaries`]: finds (building if needed) the workspace's binaries from a test.
 
 pub mod binaries;
+pub mod children;
 pub mod ns;
 pub mod runner;
 pub mod test_plugin;

@@ -231,7 +231,7 @@ impl Netlink {
     }
 
     /// Deletes a link by index like [`Netlink::delete_link`], but returns before the
-    /// kernel has finished: the request is sent by a detached grandchild (see
+    /// kernel has finished: the request is sent by a detached helper process (see
     /// `crate::detach`), which waits out the device's unregistration (an `rcu_barrier()`,
     /// ~20 ms) while this process goes on. Meant for a plugin's last step, on a link that
     /// nothing uses any more, with its name already freed (renamed) if something may

@@ -50,18 +50,18 @@ impl NftClient {
     /// Releasing the last reference to an nfnetlink socket makes the kernel flush the
     /// deferred destruction of earlier nf_tables commits (anyone's), which waits for an RCU
     /// grace period: 6–18 ms measured here, per plugin, on every DEL. The commits have
-    /// already taken effect; only memory reclaim is pending. So a detached grandchild takes
-    /// the last reference: it waits (on a pipe) until this process has dropped its own,
-    /// then releases the socket in the background — if this client's commits deleted
+    /// already taken effect; only memory reclaim is pending. So a detached helper process
+    /// takes the last reference: it waits (on a pipe) until this process has dropped its
+    /// own, then releases the socket in the background — if this client's commits deleted
     /// anything, together with every other plugin's at the next 100 ms tick (the release
-    /// holds the commit mutex; see `crate::detach`), else at once — and exits. It keeps no other descriptor (no stdout pipe, no lock), is re-parented to
-    /// init, and never becomes this process's zombie. Costs two forks (~0.3 ms). Meant for
-    /// short-lived callers such as plugins; if forking fails the socket is closed here, the
-    /// slow way.
+    /// holds the commit mutex; see `crate::detach`), else at once — and exits. It keeps no
+    /// other descriptor (no stdout pipe, no lock) and shares this process's memory, so
+    /// starting it costs one `clone` and no wait. Meant for short-lived callers such as
+    /// plugins; if it cannot be started the socket is closed here, the slow way.
     pub fn close_without_waiting(self) {
         let tail = crate::detach::Tail::CloseAfterCaller { on_tick: self.removed };
         let handoff = crate::detach::detach(self.sock.raw_fd(), tail);
-        // Our reference goes first; then the handoff releases the grandchild, whose
+        // Our reference goes first; then the handoff releases the helper, whose
         // reference is the last.
         drop(self);
         drop(handoff);

@@ -115,7 +115,7 @@ pub fn result_interface(link: &Link, sandbox: &str) -> cni_types::Interface {
 /// here — down, which removes its routes and IPv6 addresses and drops the host end's
 /// carrier, then renamed out of the way so the name is free for an immediate re-ADD
 /// (`podman network reload` does DEL then ADD) — and leaves the deletion itself to a
-/// detached grandchild. The pair is gone a few tens of milliseconds after DEL returns.
+/// detached helper process. The pair is gone a few tens of milliseconds after DEL returns.
 pub fn delete_container_end(req: &cni_plugin::Request) -> Result<(), CniError> {
     let Some(ns) = super::open_container_netns_for_del(req)? else { return Ok(()) };
     let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;

@@ -1,0 +1,27 @@
+//! The calling thread's child processes, for tests of code that starts helpers.
+
+use std::time::{Duration, Instant};
+
+/// This thread's children (zombies included), by pid.
+pub fn of_this_thread() -> Vec<u32> {
+    let list = std::fs::read_to_string("/proc/thread-self/children").unwrap_or_default();
+    list.split_whitespace().map(|pid| pid.parse().expect("a pid")).collect()
+}
+
+/// Whether process `pid` has exited (a zombie, or gone).
+pub fn has_exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses and may hold any byte.
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+/// Waits until `pid` has exited; panics after `limit`.
+pub fn wait_until_exited(pid: u32, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while !has_exited(pid) {
+        assert!(Instant::now() < deadline, "process {pid} still runs after {limit:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
