@@ -256,3 +256,39 @@ fn gc_and_status_answer() {
     ok(call("bridge", "STATUS", &env.host, None, &c).run());
     ok(call("bridge", "GC", &env.host, None, &c).run());
 }
+
+#[test]
+fn a_taken_container_name_is_refused_and_leaves_nothing() {
+    let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
+    let c = &env.containers[0];
+    let first = conf("1.0.0", "cnbt", json!([{"address": "10.74.0.2/24"}]));
+    add("bridge", &env.host, c, &first);
+    let host_veths = || {
+        let links = env.host.netlink().unwrap().links().unwrap();
+        links.into_iter().filter(|l| l.kind == LinkKind::Veth).count()
+    };
+    assert_eq!(host_veths(), 1);
+    // Same interface name, another attachment: the name is taken in the container.
+    let second = json!({"cniVersion": "1.0.0", "name": "othernet", "type": "bridge", "bridge": "cnbt",
+        "ipam": {"type": "static", "addresses": [{"address": "10.74.0.3/24"}]}});
+    let err = call("bridge", "ADD", &env.host, Some(c), &second).run().error();
+    assert!(err.msg.contains("eth0") && err.msg.contains("already exists"), "{}", err.msg);
+    assert_eq!(host_veths(), 1, "the failed ADD left a veth behind");
+}
+
+#[test]
+fn result_macs_are_the_kernels_with_and_without_a_gateway() {
+    let env = HostAndContainers::with_prefix(PREFIX, 2).unwrap();
+    for (i, gateway) in [true, false].into_iter().enumerate() {
+        let bridge = format!("cnbm{i}");
+        let mut conf = conf("1.0.0", &bridge, json!([{"address": format!("10.75.{i}.2/24")}]));
+        conf["isGateway"] = json!(gateway);
+        let r = add("bridge", &env.host, &env.containers[i], &conf);
+        let mut host = env.host.netlink().unwrap();
+        for (index, name) in [(0, bridge.as_str()), (1, r["interfaces"][1]["name"].as_str().unwrap())] {
+            let link = host.link_by_name(name).unwrap().unwrap();
+            assert_eq!(r["interfaces"][index]["name"], name);
+            assert_eq!(r["interfaces"][index]["mac"], link.mac.unwrap().to_string(), "gateway {gateway}");
+        }
+    }
+}

@@ -50,12 +50,8 @@ pub fn create_pair(
     container: &mut Netlink,
     req: &VethRequest<'_>,
 ) -> Result<(HostVeth, Link), CniError> {
-    if container.link_by_name(req.container_ifname).or_cni("look up container interface")?.is_some() {
-        return Err(CniError::internal(format!(
-            "container veth name provided ({}) already exists",
-            req.container_ifname
-        )));
-    }
+    // No look-up first: a name taken in the container fails the creation (EEXIST), which
+    // is told apart from a collision of our random host name below.
     let mut attempts = 0;
     let host_link = loop {
         let bytes: [u8; 4] = random_bytes();

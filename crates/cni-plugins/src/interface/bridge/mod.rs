@@ -110,10 +110,12 @@ impl Bridge {
         for gw in &bridge_addresses {
             gateway::ensure_address(&mut host_nl, &bridge, *gw, conf.force_address)?;
         }
+        let mut bridge_pinned = false;
         if !bridge_addresses.is_empty() {
             // Pin the bridge's MAC: otherwise it follows the lowest port MAC as ports churn.
             if let Some(mac) = bridge.mac {
                 host_nl.set_link_mac(bridge.index, mac).or_cni("pin bridge MAC")?;
+                bridge_pinned = true;
             }
         }
         for v4 in [true, false] {
@@ -127,14 +129,15 @@ impl Bridge {
                 .or_cni("wait for the bridge port")?;
         }
 
-        let bridge_now = host_nl.require_link(&bridge.name).or_cni("look up bridge")?;
-        let host_now = host_nl
-            .link_by_index(host_veth.link.index)
-            .or_cni("look up host veth")?
-            .unwrap_or(host_veth.link.clone());
+        // An unpinned bridge's MAC may have followed the new port's; the veth's stays.
+        let bridge_now = if bridge_pinned {
+            bridge.clone()
+        } else {
+            host_nl.require_link(&bridge.name).or_cni("look up bridge")?
+        };
         result.interfaces = vec![
             veth::result_interface(&bridge_now, ""),
-            veth::result_interface(&host_now, ""),
+            veth::result_interface(&host_veth.link, ""),
             veth::result_interface(&cont_link, &req.netns),
         ];
         if let Some(dns) = &conf.dns {
@@ -147,7 +150,7 @@ impl Bridge {
             if conf.ip_masq { Some(masq::add_guarded(req, &result, CONTAINER_IFACE)?) } else { None };
         if conf.mac_spoof_check {
             let mac = cont_link.mac.ok_or_else(|| CniError::internal("container interface has no MAC"))?;
-            spoofcheck::add(req, &host_now.name, mac)?;
+            spoofcheck::add(req, &host_veth.link.name, mac)?;
         }
         if let Some(guard) = masq_guard {
             guard.keep();
