@@ -54,6 +54,11 @@ def code_symbols(binary: Path) -> dict[str, str]:
             if len(parts) == 3 and parts[1] in "tTwWi"}
 
 
+# valgrind cannot run the memory-sharing helper processes cni_net::detach starts; with this
+# set, plugins do that work themselves.
+NO_HELPERS = "CNI_RS_NO_HELPER_PROCESSES"
+
+
 def write_wrappers(real: Path, wrappers: Path, profiles: Path) -> None:
     """CNI_PATH for cnitool: each plugin runs under callgrind, and finds its delegates (host-local)
     in the real directory, where they are this same executable and so run in process."""
@@ -61,7 +66,7 @@ def write_wrappers(real: Path, wrappers: Path, profiles: Path) -> None:
         script = wrappers / name
         script.write_text(
             "#!/bin/sh\n"
-            f"CNI_PATH={real} exec valgrind -q --tool=callgrind --demangle=no --dump-instr=no "
+            f"CNI_PATH={real} {NO_HELPERS}=1 exec valgrind -q --tool=callgrind --demangle=no --dump-instr=no "
             f"--callgrind-out-file={profiles}/$CNI_COMMAND.{name}.%p {real}/{name}\n")
         script.chmod(0o755)
 

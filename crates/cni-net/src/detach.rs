@@ -22,9 +22,9 @@
 //! its own that also holds its stack; it makes system calls directly, not through libc
 //! (whose `errno` is our thread's); and it unmaps that mapping and exits in one
 //! instruction sequence that no longer needs a stack. If anything fails, nothing was
-//! handed off and the caller does the work itself — as under valgrind, which refuses
-//! memory-sharing clones other than threads and vfork (`tools/link-order.py` profiles
-//! plugins so).
+//! handed off and the caller does the work itself; so too when [`NO_HELPERS_VAR`] is set
+//! (for valgrind, which ends a program that makes a memory-sharing clone other than a
+//! thread or a vfork; `tools/link-order.py` profiles plugins so).
 
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
@@ -67,10 +67,16 @@ struct Job {
     request: [u8; MAX_REQUEST],
 }
 
+/// Set (to anything) in a plugin's environment, it starts no helper processes and waits
+/// for the kernel's clean-up itself.
+pub const NO_HELPERS_VAR: &str = "CNI_RS_NO_HELPER_PROCESSES";
+
 /// Runs `tail` on `fd` in a detached helper. `None` if it could not be detached: then
 /// nothing was done and the caller does the work itself.
 pub(crate) fn detach(fd: RawFd, tail: Tail<'_>) -> Option<Handoff> {
-    if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
+    if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64"))
+        || std::env::var_os(NO_HELPERS_VAR).is_some()
+    {
         return None;
     }
     let (request, pipe, on_tick) = match tail {

@@ -38,6 +38,7 @@ pub mod netns;
 pub mod nft;
 pub mod sysctl;
 
+pub use detach::NO_HELPERS_VAR;
 pub use error::{Error, NetlinkError, Result};
 pub use mac::MacAddr;
 pub use netlink::{Link, Netlink};
