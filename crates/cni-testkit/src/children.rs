@@ -9,7 +9,7 @@ pub fn of_this_thread() -> Vec<u32> {
 }
 
 /// Whether process `pid` has exited (a zombie, or gone).
-pub fn has_exited(pid: u32) -> bool {
+fn has_exited(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the command name, which is in parentheses and may hold any byte.
         Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')),

@@ -71,7 +71,7 @@ pub fn create_pair(
                 return Err(CniError::internal("veth host end was not created in the host namespace"))
             }
             Err(e) if e.is_already_exists() && attempts < 8 => {
-                // Either our random name collided or the container name appeared meanwhile.
+                // The container already has that name, or our random host name collided.
                 if container
                     .link_by_name(req.container_ifname)
                     .or_cni("look up container interface")?
