@@ -1,7 +1,7 @@
 //! podman 4.3 with its CNI backend, private in every respect.
 //!
 //! A private `containers.conf` (given in `CONTAINERS_CONF`) selects the CNI backend, points
-//! `cni_plugin_dirs` only at the plugin directory under test and `network_config_dir` at a
+//! `cni_sdk_dirs` only at the plugin directory under test and `network_config_dir` at a
 //! temp dir; storage (`--root`, `--runroot`) and libpod's tmp dir are temp dirs too, and
 //! every command runs in an [`EngineHost`], so the machine's podman is never involved.
 
@@ -198,7 +198,7 @@ fn containers_conf(dir: &Path, plugin_dir: &Path) -> String {
     writeln!(conf, "log_driver = \"k8s-file\"").unwrap();
     writeln!(conf, "[network]").unwrap();
     writeln!(conf, "network_backend = \"cni\"").unwrap();
-    writeln!(conf, "cni_plugin_dirs = [{:?}]", plugin_dir.display().to_string()).unwrap();
+    writeln!(conf, "cni_sdk_dirs = [{:?}]", plugin_dir.display().to_string()).unwrap();
     writeln!(conf, "network_config_dir = {:?}", dir.join("networks").display().to_string()).unwrap();
     writeln!(conf, "[engine]").unwrap();
     writeln!(conf, "runtime = \"crun\"").unwrap();

@@ -1,6 +1,6 @@
 //! The table of plugins the multi-call binary knows, by the name a runtime calls them.
 
-use cni_plugin::Plugin;
+use cni_sdk::Plugin;
 
 /// A plugin's name (its `type` in a configuration) and how to make it.
 pub struct Entry {

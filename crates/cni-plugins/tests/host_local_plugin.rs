@@ -27,7 +27,7 @@ fn invoke(command: &str, container_id: &str, stdin: &Value, cni_args: &str) -> (
     let input = serde_json::to_vec(stdin).unwrap();
     let mut stdout = Vec::new();
     let mut stderr = Vec::new();
-    let code = cni_plugin::run_with(&HostLocal, &lookup, &mut input.as_slice(), &mut stdout, &mut stderr);
+    let code = cni_sdk::run_with(&HostLocal, &lookup, &mut input.as_slice(), &mut stdout, &mut stderr);
     let out = if stdout.iter().all(u8::is_ascii_whitespace) {
         Value::Null
     } else {

@@ -15,9 +15,9 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let invoked_as = args.first().map(|a| basename(a)).unwrap_or_default();
     // bridge delegating to host-local (a link to this binary) then runs it in process.
-    cni_plugin::delegate::run_own_plugins_in_process(|name| registry::find(name).map(|e| (e.make)()));
+    cni_sdk::delegate::run_own_plugins_in_process(|name| registry::find(name).map(|e| (e.make)()));
     if let Some(entry) = registry::find(&invoked_as) {
-        cni_plugin::run(&*(entry.make)());
+        cni_sdk::run(&*(entry.make)());
     }
     match args.get(1).map(String::as_str) {
         Some("--list") => {
@@ -44,7 +44,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Some(name) => match registry::find(name) {
-            Some(entry) => cni_plugin::run(&*(entry.make)()),
+            Some(entry) => cni_sdk::run(&*(entry.make)()),
             None => {
                 eprintln!("cni-plugins: unknown plugin {name:?} (see --list)");
                 ExitCode::FAILURE

@@ -3,7 +3,7 @@
 use super::NetResultExt;
 use cni_net::netlink::{AddressFlags, IpFamily, Route as KernelRoute, RouteScope};
 use cni_net::{Link, Netlink};
-use cni_plugin::{CniError, CniResult};
+use cni_sdk::{CniError, CniResult};
 use cni_types::Route;
 use std::net::IpAddr;
 

@@ -11,7 +11,7 @@ use cni_net::nft::{
     priority, Batch, Chain, ChainType, Family, Field, Hook, KeyType, KeyValue, MapData, RuleBuilder, Set,
     SetElement, SetRef, Verdict,
 };
-use cni_plugin::{CniError, CniResult, Request};
+use cni_sdk::{CniError, CniResult, Request};
 use std::net::IpAddr;
 
 pub struct Masquerade;

@@ -8,7 +8,7 @@ pub mod nft_attach;
 pub mod veth;
 
 use cni_net::NetNs;
-use cni_plugin::{CniError, ErrorCode, Request};
+use cni_sdk::{CniError, ErrorCode, Request};
 
 /// Attaches CNI meaning to cni-net failures.
 pub trait NetResultExt<T> {

@@ -14,7 +14,7 @@
 //! listing only those chains.
 
 use cni_net::nft::{Batch, Chain, Family, ListedRule, NftClient, NftError, RuleBuilder, SetElement, SetRef};
-use cni_plugin::{CniError, Request};
+use cni_sdk::{CniError, Request};
 
 /// FNV-1a over NUL-separated parts: short, stable names and tags.
 fn hash16(parts: &[&str]) -> String {

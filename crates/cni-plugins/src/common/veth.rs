@@ -5,7 +5,7 @@
 use super::{random_bytes, NetResultExt};
 use cni_net::netlink::{LinkSpec, VethSpec};
 use cni_net::{Link, MacAddr, NetNs, Netlink};
-use cni_plugin::CniError;
+use cni_sdk::CniError;
 
 /// The host end of a new pair. Dropping it without [`HostVeth::keep`] deletes the pair.
 pub struct HostVeth {
@@ -112,7 +112,7 @@ pub fn result_interface(link: &Link, sandbox: &str) -> cni_types::Interface {
 /// carrier, then renamed out of the way so the name is free for an immediate re-ADD
 /// (`podman network reload` does DEL then ADD) — and leaves the deletion itself to a
 /// detached helper process. The pair is gone a few tens of milliseconds after DEL returns.
-pub fn delete_container_end(req: &cni_plugin::Request) -> Result<(), CniError> {
+pub fn delete_container_end(req: &cni_sdk::Request) -> Result<(), CniError> {
     let Some(ns) = super::open_container_netns_for_del(req)? else { return Ok(()) };
     let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
     let Some(link) = nl.link_by_name(&req.ifname).or_cni("look up container interface")? else {

@@ -2,7 +2,7 @@
 
 use crate::common::{open_container_netns, open_container_netns_for_del, NetResultExt};
 use cni_net::Netlink;
-use cni_plugin::{CniError, CniResult, Plugin, Request};
+use cni_sdk::{CniError, CniResult, Plugin, Request};
 use cni_types::{Interface, IpConfig};
 
 pub struct Loopback;

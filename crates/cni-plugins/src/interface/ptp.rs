@@ -10,7 +10,7 @@ use crate::common::veth::{self, VethRequest};
 use crate::common::{masq, open_container_netns, NetResultExt};
 use cni_net::netlink::{AddressFlags, Route as KernelRoute, RouteScope};
 use cni_net::{Link, NetNs, Netlink};
-use cni_plugin::{delegate, CniError, CniResult, Plugin, Request};
+use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};
 use cni_types::Dns;
 use ipnet::IpNet;
 use serde::Deserialize;

@@ -4,7 +4,7 @@
 //! `GATEWAY=` paired by position), then `args.cni.ips`, then `runtimeConfig.ips`. It keeps
 //! no state, so DEL and GC have nothing to release.
 
-use cni_plugin::{CniError, CniResult, Plugin, Request};
+use cni_sdk::{CniError, CniResult, Plugin, Request};
 use cni_types::{Dns, IpConfig, Route};
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -43,7 +43,7 @@ fn parse_cidr(field: &str, text: &str) -> Result<IpNet, CniError> {
 }
 
 fn string_list(field: &str, value: Option<&serde_json::Value>) -> Result<Vec<String>, CniError> {
-    value.map_or(Ok(Vec::new()), |v| cni_plugin::config::parse_value(field, v))
+    value.map_or(Ok(Vec::new()), |v| cni_sdk::config::parse_value(field, v))
 }
 
 /// Every address to hand out, in precedence order, without repeats.

@@ -1,6 +1,6 @@
 //! The scriptable test plugin (see `cni_testkit::test_plugin` for what it can be told).
 
-use cni_plugin::{run_with, CniError, CniResult, Plugin, Request, VersionInfo};
+use cni_sdk::{run_with, CniError, CniResult, Plugin, Request, VersionInfo};
 use cni_testkit::test_plugin::{record, Behaviour, Invocation};
 use cni_types::args::CniArgs;
 use serde_json::Value;

@@ -1,6 +1,6 @@
 //! The bridge plugin's configuration, parsed and validated in one place.
 
-use cni_plugin::{CniError, Request};
+use cni_sdk::{CniError, Request};
 use cni_types::Dns;
 use serde::Deserialize;
 
@@ -77,7 +77,7 @@ impl BridgeConf {
                 self.vlan
             )));
         }
-        if self.disable_container_interface && cni_plugin::delegate::has_ipam(req) {
+        if self.disable_container_interface && cni_sdk::delegate::has_ipam(req) {
             return Err(CniError::invalid_config("cannot use ipam when disableContainerInterface is set"));
         }
         // Refused, never silently ignored, until this build can honour them.

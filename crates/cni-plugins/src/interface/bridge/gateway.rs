@@ -5,7 +5,7 @@ use super::config::BridgeConf;
 use crate::common::NetResultExt;
 use cni_net::netlink::{AddressFlags, IpFamily};
 use cni_net::{Link, Netlink};
-use cni_plugin::{CniError, CniResult};
+use cni_sdk::{CniError, CniResult};
 use cni_types::Route;
 use ipnet::IpNet;
 use std::net::IpAddr;

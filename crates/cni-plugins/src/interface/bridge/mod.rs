@@ -14,7 +14,7 @@ use crate::common::veth::{self, VethRequest};
 use crate::common::{masq, open_container_netns, NetResultExt};
 use cni_net::netlink::{BridgeOptions, LinkCondition, LinkKind, LinkSpec};
 use cni_net::{Link, MacAddr, NetNs, Netlink};
-use cni_plugin::{delegate, CniError, CniResult, Plugin, Request};
+use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};
 use config::BridgeConf;
 use std::time::Duration;
 
@@ -72,7 +72,7 @@ fn attach_host_end(nl: &mut Netlink, host: &Link, bridge: &Link, conf: &BridgeCo
 }
 
 fn requested_mac(req: &Request) -> Result<Option<MacAddr>, CniError> {
-    cni_plugin::args::requested_mac(req)?
+    cni_sdk::args::requested_mac(req)?
         .map(|m| {
             m.parse::<MacAddr>().map_err(|_| CniError::invalid_config(format!("invalid MAC address {m:?}")))
         })

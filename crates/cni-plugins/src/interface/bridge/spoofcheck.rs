@@ -11,7 +11,7 @@ use cni_net::nft::{
     SetRef, Verdict,
 };
 use cni_net::MacAddr;
-use cni_plugin::{CniError, Request};
+use cni_sdk::{CniError, Request};
 
 pub struct SpoofCheck;
 

@@ -7,7 +7,7 @@
 //! - [`index`]: the per-attachment index that keeps ADD/DEL/CHECK from scanning every
 //!   allocation, and why it is safe next to the Go plugin.
 //! - [`allocator`]: next-fit allocation within a range set.
-//! - [`plugin`]: the [`cni_plugin::Plugin`] implementation ([`plugin::HostLocal`]).
+//! - [`plugin`]: the [`cni_sdk::Plugin`] implementation ([`plugin::HostLocal`]).
 //!
 //! The functions below are the plugin-facing API; each locks the network directory for its
 //! whole duration (as the reference does), so concurrent plugin processes — ours or Go's —

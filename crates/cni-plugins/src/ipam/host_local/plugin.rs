@@ -6,7 +6,7 @@
 
 use std::net::IpAddr;
 
-use cni_plugin::{CniError, CniResult, Plugin, Request};
+use cni_sdk::{CniError, CniResult, Plugin, Request};
 use cni_types::{Dns, IpConfig, Route};
 
 use super::config::HostLocalConfig;

@@ -7,7 +7,7 @@
 //! container, the configuration for every container of the network. (The reference plugin
 //! lets configured keys win; we follow the project-wide precedence, runtimeConfig last.)
 
-use cni_plugin::{CniError, Request};
+use cni_sdk::{CniError, Request};
 use serde::Deserialize;
 
 /// One direction's limit: a rate in bits per second and a bucket in bits.
@@ -87,7 +87,7 @@ pub fn load(req: &Request) -> Result<BandwidthConf, CniError> {
     let configured: Entry = req.config()?;
     let runtime: Option<Entry> = match req.conf.runtime_config("bandwidth") {
         None | Some(serde_json::Value::Null) => None,
-        Some(value) => Some(cni_plugin::config::parse_value("runtimeConfig.bandwidth", value)?),
+        Some(value) => Some(cni_sdk::config::parse_value("runtimeConfig.bandwidth", value)?),
     };
     let conf = from_entry(&configured, "")?;
     match runtime {

@@ -14,7 +14,7 @@ pub mod shaping;
 use crate::common::{open_container_netns, open_container_netns_for_del, NetResultExt};
 use cni_net::netlink::{LinkKind, LinkSpec};
 use cni_net::{Link, Netlink};
-use cni_plugin::{CniError, CniResult, Plugin, Request, Version};
+use cni_sdk::{CniError, CniResult, Plugin, Request, Version};
 use cni_types::Interface;
 use config::BandwidthConf;
 use sha2::{Digest, Sha512};

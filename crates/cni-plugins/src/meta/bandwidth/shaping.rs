@@ -18,7 +18,7 @@ use crate::common::NetResultExt;
 use cni_net::netlink::tc::{QdiscKind, QdiscSpec, RedirectFilter, TbfParams, TcHandle};
 use cni_net::netlink::LinkKind;
 use cni_net::{Link, Netlink};
-use cni_plugin::CniError;
+use cni_sdk::CniError;
 use std::time::Duration;
 
 use super::config::Limit;

@@ -1,7 +1,7 @@
 //! The firewall plugin's configuration: `backend`, `ingressPolicy`,
 //! `iptablesAdminChainName` (and the reference's `firewalldZone`, accepted and unused).
 
-use cni_plugin::{CniError, ErrorCode, Request};
+use cni_sdk::{CniError, ErrorCode, Request};
 use serde::Deserialize;
 
 /// The default admin chain of the iptables backend (the reference's name).
@@ -109,7 +109,7 @@ mod tests {
     use super::*;
 
     fn parse_json(json: &str) -> Result<FirewallConf, CniError> {
-        parse(cni_plugin::config::parse_config::<RawConf>(json.as_bytes())?)
+        parse(cni_sdk::config::parse_config::<RawConf>(json.as_bytes())?)
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub mod iptables;
 pub mod nftables;
 pub mod target;
 
-use cni_plugin::{CniError, CniResult, Plugin, Request};
+use cni_sdk::{CniError, CniResult, Plugin, Request};
 use config::Backend;
 use target::Target;
 

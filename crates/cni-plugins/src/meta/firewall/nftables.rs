@@ -44,7 +44,7 @@ use cni_net::nft::{
     ct_state, priority, Batch, Chain, ChainPolicy, ChainType, Family, Field, Hook, KeyType, KeyValue,
     ListedRule, MapData, NftClient, NftError, RuleBuilder, Set, SetElement, SetRef, Table, Verdict,
 };
-use cni_plugin::{CniError, ErrorCode, Request};
+use cni_sdk::{CniError, ErrorCode, Request};
 
 use super::config::IngressPolicy;
 use super::target::Target;

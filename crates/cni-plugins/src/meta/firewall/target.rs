@@ -1,6 +1,6 @@
 //! What the firewall needs to know about an attachment, read from the previous result.
 
-use cni_plugin::{CniError, CniResult};
+use cni_sdk::{CniError, CniResult};
 use std::net::IpAddr;
 
 use super::config::IngressPolicy;
@@ -61,7 +61,7 @@ pub fn policy_name(policy: IngressPolicy) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cni_plugin::Version;
+    use cni_sdk::Version;
 
     #[test]
     fn bridge_result_gives_bridge_port_and_ips() {

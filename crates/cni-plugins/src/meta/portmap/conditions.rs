@@ -10,7 +10,7 @@
 //! the reference's form) or one string with spaces (`["-s 10.0.0.0/8"]`).
 
 use cni_net::nft::RuleBuilder;
-use cni_plugin::{CniError, ErrorCode};
+use cni_sdk::{CniError, ErrorCode};
 use ipnet::IpNet;
 use std::net::IpAddr;
 

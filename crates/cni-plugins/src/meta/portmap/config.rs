@@ -6,7 +6,7 @@
 //! and the `portMappings` capability in `runtimeConfig`.
 
 use super::conditions::Conditions;
-use cni_plugin::{CniError, ErrorCode, Request};
+use cni_sdk::{CniError, ErrorCode, Request};
 use serde::Deserialize;
 use std::fmt;
 use std::net::IpAddr;
@@ -188,7 +188,7 @@ impl PortMapConf {
     /// Parses a configuration given as JSON (for tests of the rule builders).
     #[cfg(test)]
     pub fn from_value(value: serde_json::Value) -> Result<PortMapConf, CniError> {
-        Self::from_raw(cni_plugin::config::parse_value("config", &value)?)
+        Self::from_raw(cni_sdk::config::parse_value("config", &value)?)
     }
 
     fn from_raw(raw: RawConf) -> Result<PortMapConf, CniError> {

@@ -7,7 +7,7 @@ use cni_net::netlink::{IpFamily, MAIN_TABLE};
 use cni_net::nft::conntrack::ConntrackClient;
 use cni_net::nft::{proto, Family};
 use cni_net::Netlink;
-use cni_plugin::{CniError, CniResult};
+use cni_sdk::{CniError, CniResult};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// The container's address of each family that mappings lead to.
@@ -111,7 +111,7 @@ mod tests {
                         {"address": "10.0.0.5/24", "interface": 2},
                         {"address": "10.0.0.6/24", "interface": 2},
                         {"address": "fd00::5/64", "interface": 2}]}),
-            cni_plugin::Version::V1_0_0,
+            cni_sdk::Version::V1_0_0,
         )
         .unwrap();
         let ips = ContainerIps::from_result(&result, "eth0");

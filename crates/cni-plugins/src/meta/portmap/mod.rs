@@ -17,7 +17,7 @@ use crate::common::nft_attach::Attachment;
 use crate::common::{open_container_netns, NetResultExt};
 use cni_net::nft::NftClient;
 use cni_net::Netlink;
-use cni_plugin::{CniError, CniResult, ErrorCode, Plugin, Request};
+use cni_sdk::{CniError, CniResult, ErrorCode, Plugin, Request};
 use config::PortMapConf;
 use host::ContainerIps;
 use rules::{DispatchKey, Target};

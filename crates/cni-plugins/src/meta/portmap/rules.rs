@@ -45,7 +45,7 @@ use cni_net::nft::{
     priority, Batch, Chain, ChainType, CmpOp, Expr, Family, Field, Hook, KeyType, KeyValue, ListedRule,
     MapData, MetaKey, NftClient, NftError, Register, RuleBuilder, Set, SetElement, SetRef, Table, Verdict,
 };
-use cni_plugin::CniError;
+use cni_sdk::CniError;
 use ipnet::IpNet;
 use std::collections::HashSet;
 use std::net::IpAddr;

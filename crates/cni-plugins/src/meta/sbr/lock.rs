@@ -1,6 +1,6 @@
 //! An exclusive lock on the container's namespace file, held while sbr works in it.
 
-use cni_plugin::CniError;
+use cni_sdk::CniError;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 

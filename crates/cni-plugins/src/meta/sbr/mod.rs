@@ -16,7 +16,7 @@ mod tables;
 
 use crate::common::{open_container_netns, open_container_netns_for_del, NetResultExt};
 use cni_net::Netlink;
-use cni_plugin::{CniError, CniResult, Plugin, Request};
+use cni_sdk::{CniError, CniResult, Plugin, Request};
 use ipnet::IpNet;
 use serde::Deserialize;
 use std::net::IpAddr;

@@ -4,7 +4,7 @@ use super::{SourceAddress, FIRST_TABLE};
 use crate::common::NetResultExt;
 use cni_net::netlink::{IpFamily, Route, Rule, MAIN_TABLE};
 use cni_net::{NetNs, Netlink};
-use cni_plugin::CniError;
+use cni_sdk::CniError;
 use std::collections::BTreeSet;
 
 /// Tables the kernel reserves (unspec, default, main, local): never emptied by DEL.

@@ -5,7 +5,7 @@
 //! `runtimeConfig.mac` (the `mac` capability).
 
 use cni_net::MacAddr;
-use cni_plugin::{CniError, Request};
+use cni_sdk::{CniError, Request};
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use std::fmt;
@@ -54,7 +54,7 @@ impl<'de> Deserialize<'de> for SysctlList {
 }
 
 /// The keys that may also come from `args.cni` (`mac` is read by
-/// [`cni_plugin::args::requested_mac`] with the other MAC sources).
+/// [`cni_sdk::args::requested_mac`] with the other MAC sources).
 #[derive(Debug, Default, Deserialize)]
 struct Overrides {
     #[serde(default)]
@@ -202,7 +202,7 @@ pub fn data_dir(req: &Request) -> Result<PathBuf, CniError> {
 pub fn load(req: &Request) -> Result<TuningConf, CniError> {
     let raw: RawConf = req.config()?;
     let args: Overrides = match req.conf.args_cni() {
-        Some(a) => cni_plugin::config::parse_value("args.cni", &serde_json::Value::Object(a.clone()))?,
+        Some(a) => cni_sdk::config::parse_value("args.cni", &serde_json::Value::Object(a.clone()))?,
         None => Overrides::default(),
     };
     if req.ifname.contains('/') {
@@ -224,7 +224,7 @@ pub fn load(req: &Request) -> Result<TuningConf, CniError> {
     check_allowlist(&sysctls)?;
 
     // The MAC: own key < CNI_ARGS MAC < args.cni.mac < runtimeConfig.mac.
-    let mac = match cni_plugin::args::requested_mac(req)? {
+    let mac = match cni_sdk::args::requested_mac(req)? {
         Some(m) => Some(parse_mac("mac", &m)?),
         None => raw.mac.as_deref().filter(|m| !m.is_empty()).map(|m| parse_mac("mac", m)).transpose()?,
     };

@@ -6,7 +6,7 @@ use super::config::{SysctlSetting, TuningConf};
 use super::state::Originals;
 use crate::common::NetResultExt;
 use cni_net::{sysctl, Link, MacAddr, NetNs, Netlink};
-use cni_plugin::CniError;
+use cni_sdk::CniError;
 
 /// Sysctl values compare equal when their words do: the kernel prints some multi-value
 /// keys (`tcp_rmem`) with tabs where the configuration has spaces.
@@ -26,9 +26,9 @@ fn read_sysctls(ns: &NetNs, settings: &[SysctlSetting]) -> Result<Vec<String>, C
         .map(|(s, r)| {
             r.map_err(|e| {
                 let code = if e.is_not_found() {
-                    cni_plugin::ErrorCode::InvalidConfig
+                    cni_sdk::ErrorCode::InvalidConfig
                 } else {
-                    cni_plugin::ErrorCode::Internal
+                    cni_sdk::ErrorCode::Internal
                 };
                 CniError::new(
                     code,

@@ -12,7 +12,7 @@ pub mod state;
 
 use crate::common::{open_container_netns, open_container_netns_for_del, NetResultExt};
 use cni_net::{NetNs, Netlink};
-use cni_plugin::{CniError, CniResult, Plugin, Request};
+use cni_sdk::{CniError, CniResult, Plugin, Request};
 use config::TuningConf;
 use state::Owner;
 

@@ -9,7 +9,7 @@
 //! (/run) is normally a tmpfs that does not either. (The syncs cost ~1 ms per ADD where
 //! /run is on disk.)
 
-use cni_plugin::CniError;
+use cni_sdk::CniError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use cni_plugin::{CniError, ErrorCode};
+use cni_sdk::{CniError, ErrorCode};
 
 /// Directories searched after PATH: runtimes often start plugins with a minimal PATH.
 const SBIN_DIRS: [&str; 4] = ["/usr/sbin", "/sbin", "/usr/local/sbin", "/usr/bin"];

@@ -17,7 +17,7 @@ pub mod rules;
 
 use std::net::IpAddr;
 
-use cni_plugin::CniError;
+use cni_sdk::CniError;
 
 use super::config::FirewallConf;
 use super::target::Target;

@@ -2,7 +2,7 @@
 //! unchanged (or an empty result when it is first in the chain). It shows the whole
 //! surface a plugin author writes: one struct, one trait impl, one `run` call.
 
-use cni_plugin::{CniError, CniResult, Plugin, Request};
+use cni_sdk::{CniError, CniResult, Plugin, Request};
 
 struct Passthrough;
 
@@ -25,5 +25,5 @@ impl Plugin for Passthrough {
 }
 
 fn main() {
-    cni_plugin::run(&Passthrough)
+    cni_sdk::run(&Passthrough)
 }

@@ -1,6 +1,6 @@
 //! A panic inside plugin code still ends as a CNI error object (code 999) and exit 1.
 
-use cni_plugin::{run_with, CniError, CniResult, Plugin, Request};
+use cni_sdk::{run_with, CniError, CniResult, Plugin, Request};
 
 struct Panicking;
 

@@ -1,7 +1,7 @@
 //! Delegation to this very executable runs the delegate in process; delegation to any
 //! other binary executes it. Either way the upper plugin sees the same result or error.
 
-use cni_plugin::{delegate, run_with, CniError, CniResult, ErrorCode, Plugin, Request};
+use cni_sdk::{delegate, run_with, CniError, CniResult, ErrorCode, Plugin, Request};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
