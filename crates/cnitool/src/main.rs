@@ -3,6 +3,7 @@
 
 mod cli;
 mod commands;
+#[cfg(feature = "demo")]
 mod demo;
 
 use cli::{Command, Invocation};
@@ -45,7 +46,12 @@ fn run(command: Command, ctx: &Context) -> Result<(), Failure> {
         Command::List { network } => commands::list(ctx, network.as_deref()),
         Command::Validate { network } => commands::validate(ctx, &network),
         Command::Version { plugin_type } => commands::version(ctx, plugin_type.as_deref()),
+        #[cfg(feature = "demo")]
         Command::Demo { network } => demo::demo(ctx, network.as_deref()),
+        #[cfg(not(feature = "demo"))]
+        Command::Demo { .. } => {
+            Err(Failure("this cnitool was built without the `demo` feature".into()))
+        }
     }
 }
 
