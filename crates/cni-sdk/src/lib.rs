@@ -1,9 +1,9 @@
 //! The SDK a CNI plugin is written with.
 //!
 //! A plugin implements [`Plugin`] and calls [`run`] from `main`. The SDK reads the CNI_*
-//! environment and stdin, validates them exactly as the reference does (see the table in
-//! REFERENCE.md), dispatches the verb, prints the result converted to the request's
-//! `cniVersion`, and turns every failure — a panic included — into an error JSON on
+//! environment and stdin, validates them exactly as the reference does (the table in
+//! `docs/compatibility.md`), dispatches the verb, prints the result converted to the
+//! request's `cniVersion`, and turns every failure — a panic included — into an error JSON on
 //! stdout with exit code 1. Logs go to stderr only.
 //!
 //! [`delegate`] runs another plugin (an IPAM plugin) with the same environment, with a

@@ -99,7 +99,7 @@ fn pretty<T: serde::Serialize>(value: &T) -> String {
     String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
-/// Which variables each verb needs (REFERENCE.md's table).
+/// Which variables each verb needs (docs/compatibility.md, "Plugin environment").
 fn required_vars(command: Option<Command>) -> &'static [&'static str] {
     match command {
         Some(Command::Add | Command::Check) => {

@@ -1,5 +1,6 @@
-//! The SDK's validation table (REFERENCE.md, "Environment per verb"), one test per rule,
-//! run against a real plugin binary built on the SDK (the `passthrough` example).
+//! The SDK's validation table (docs/compatibility.md, "Plugin environment, per verb"), one
+//! test per rule, run against a real plugin binary built on the SDK (the `passthrough`
+//! example).
 
 use serde_json::Value;
 use std::io::Write;

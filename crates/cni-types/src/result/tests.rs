@@ -29,7 +29,7 @@ fn sample() -> CniResult {
 }
 
 /// What of `model` survives being printed in `version` and read back, written from the
-/// rules in REFERENCE.md independently of the implementation.
+/// rules in docs/compatibility.md independently of the implementation.
 fn survives(model: &CniResult, version: Version) -> Option<CniResult> {
     match version.family() {
         ResultFamily::V1 => Some(model.clone()),
