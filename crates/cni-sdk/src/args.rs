@@ -2,7 +2,7 @@
 //! precedence: CNI_ARGS < `args.cni` < `runtimeConfig`.
 
 use crate::Request;
-use cni_types::CniError;
+use cni_types::{CniError, ErrorCode};
 use std::net::IpAddr;
 
 /// An address a runtime asks for: `10.1.2.3` or `10.1.2.3/24` (the prefix is ignored by
@@ -22,8 +22,12 @@ fn string_list(field: &str, value: &serde_json::Value) -> Result<Vec<String>, Cn
 pub fn requested_ips(req: &Request) -> Result<Vec<IpAddr>, CniError> {
     let mut ips = Vec::new();
     if let Some(list) = req.args.get("IP") {
-        for item in list.split(',').filter(|s| !s.trim().is_empty()) {
-            ips.push(parse_ip("CNI_ARGS IP", item)?);
+        // `IP=` and `IP=a,,b` are malformed, not "no address": refused like any bad address.
+        // Code 4, not 7: CNI_ARGS is part of the environment, not the config.
+        for item in list.split(',') {
+            let ip = parse_ip("CNI_ARGS IP", item)
+                .map_err(|e| CniError::new(ErrorCode::InvalidEnvironment, e.msg))?;
+            ips.push(ip);
         }
     }
     if let Some(v) = req.conf.args_cni().and_then(|a| a.get("ips")) {
@@ -88,6 +92,15 @@ mod tests {
         );
         let got: Vec<String> = requested_ips(&r).unwrap().iter().map(|i| i.to_string()).collect();
         assert_eq!(got, ["10.0.0.2", "10.0.0.4", "10.0.0.3"]);
+    }
+
+    #[test]
+    fn empty_or_malformed_cni_args_ip_is_code_4() {
+        for args in ["IP=", "IP=10.0.0.2,,10.0.0.3", "IP=10.0.0.2,", "IP=ten"] {
+            let e = requested_ips(&req(r#"{"name":"n","type":"t"}"#, args)).unwrap_err();
+            assert_eq!(e.code, 4, "{args}");
+            assert!(e.msg.contains("CNI_ARGS IP"), "{args}: {}", e.msg);
+        }
     }
 
     #[test]

@@ -210,8 +210,10 @@ fn netns_that_is_the_plugins_own_is_code_8_unless_overridden() {
 
 #[test]
 fn bad_cni_args_is_code_4() {
-    let err = expect_error(run(&with(full_env("ADD"), "CNI_ARGS", "IP"), CONF), 4);
-    assert!(err["msg"].as_str().unwrap().contains("CNI_ARGS"));
+    for args in ["IP", ";;;", "IgnoreUnknown=1;;K=V", "K=V;", "=V"] {
+        let err = expect_error(run(&with(full_env("ADD"), "CNI_ARGS", args), CONF), 4);
+        assert!(err["msg"].as_str().unwrap().contains("CNI_ARGS"), "{args}: {err}");
+    }
 }
 
 #[test]

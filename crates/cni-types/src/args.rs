@@ -9,18 +9,28 @@ pub struct CniArgs {
 }
 
 impl CniArgs {
-    /// Parses `K=V;K=V`. Empty segments (a trailing `;`) are allowed; a segment without
-    /// `=` is an error (code 4: CNI_ARGS comes from the environment).
+    /// Parses `K=V;K=V` strictly, as the reference does: every pair has a non-empty key
+    /// and an `=` (the value may be empty, and may itself contain `=`); an empty pair
+    /// (`;;`, a leading or trailing `;`) is refused. An empty string is no pairs. Errors
+    /// are code 4 (CNI_ARGS comes from the environment) and name the bad pair.
     pub fn parse(s: &str) -> Result<CniArgs, CniError> {
+        if s.is_empty() {
+            return Ok(CniArgs::default());
+        }
         let mut pairs = Vec::new();
-        for segment in s.split(';').filter(|seg| !seg.is_empty()) {
-            let Some((k, v)) = segment.split_once('=') else {
-                return Err(CniError::new(
-                    ErrorCode::InvalidEnvironment,
-                    format!("invalid CNI_ARGS pair {segment:?}: expected KEY=VALUE"),
-                ));
-            };
-            pairs.push((k.to_string(), v.to_string()));
+        for (position, segment) in s.split(';').enumerate() {
+            match segment.split_once('=') {
+                Some((k, v)) if !k.is_empty() => pairs.push((k.to_string(), v.to_string())),
+                _ => {
+                    return Err(CniError::new(
+                        ErrorCode::InvalidEnvironment,
+                        format!(
+                            "invalid CNI_ARGS pair {segment:?} (pair {} of {s:?}): expected KEY=VALUE",
+                            position + 1
+                        ),
+                    ))
+                }
+            }
         }
         Ok(CniArgs { pairs })
     }
@@ -78,14 +88,27 @@ mod tests {
     }
 
     #[test]
-    fn value_may_contain_equals() {
-        let a = CniArgs::parse("K=a=b;").unwrap();
+    fn value_may_contain_equals_or_be_empty() {
+        let a = CniArgs::parse("K=a=b;E=").unwrap();
         assert_eq!(a.get("K"), Some("a=b"));
+        assert_eq!(a.get("E"), Some(""));
     }
 
     #[test]
-    fn bad_pair_is_code_4() {
-        assert_eq!(CniArgs::parse("IP").unwrap_err().code, 4);
+    fn bad_pairs_are_code_4_naming_the_pair() {
+        for (args, bad) in [
+            ("IP", "\"IP\""),
+            (";;;", "\"\""),
+            ("A=1;;B=2", "\"\""),
+            ("A=1;", "\"\""),
+            (";A=1", "\"\""),
+            ("=1", "\"=1\""),
+            ("A=1;B", "\"B\""),
+        ] {
+            let e = CniArgs::parse(args).unwrap_err();
+            assert_eq!(e.code, 4, "{args}");
+            assert!(e.msg.contains(&format!("pair {bad}")), "{args}: {}", e.msg);
+        }
     }
 
     #[test]

@@ -49,9 +49,7 @@ fn run(command: Command, ctx: &Context) -> Result<(), Failure> {
         #[cfg(feature = "demo")]
         Command::Demo { network } => demo::demo(ctx, network.as_deref()),
         #[cfg(not(feature = "demo"))]
-        Command::Demo { .. } => {
-            Err(Failure("this cnitool was built without the `demo` feature".into()))
-        }
+        Command::Demo { .. } => Err(Failure("this cnitool was built without the `demo` feature".into())),
     }
 }
 
