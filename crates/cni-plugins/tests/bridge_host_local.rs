@@ -156,3 +156,15 @@ fn a_bad_master_fails_add_and_leaves_no_veth_and_no_reservation() {
     assert!(env.containers[0].netlink().unwrap().link_by_name("eth0").unwrap().is_none());
     assert!(reservations(data.path()).is_empty());
 }
+
+#[test]
+fn an_ipam_error_is_logged_once() {
+    let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut conf = conf("cnc3", "10.63.0.0/24", data.path());
+    conf["ipam"]["ranges"][0][0]["rangeStart"] = json!("10.99.0.10");
+    let out = call("bridge", "ADD", &env.host, Some(&env.containers[0]), &conf).run();
+    let err = out.error();
+    assert_eq!(err.code, 7, "{}", out.stdout);
+    assert_eq!(out.stderr.matches(err.msg.as_str()).count(), 1, "stderr:\n{}", out.stderr);
+}

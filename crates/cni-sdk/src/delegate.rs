@@ -78,7 +78,13 @@ pub fn exec(req: &Request, plugin_type: &str, command: Command, stdin: &[u8]) ->
             env.iter().find(|(k, _)| *k == key).map(|(_, v)| v.clone()).or_else(|| std::env::var(key).ok())
         };
         let mut stdout = Vec::new();
-        let code = crate::run_with(&*plugin, &lookup, &mut &stdin[..], &mut stdout, &mut std::io::stderr());
+        let code = crate::skel::run_delegated(
+            &*plugin,
+            &lookup,
+            &mut &stdin[..],
+            &mut stdout,
+            &mut std::io::stderr(),
+        );
         return output(plugin_type, code == 0, stdout, format_args!("exit code {code}, in process"));
     }
     let mut process = Process::new(&binary);

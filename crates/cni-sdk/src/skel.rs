@@ -42,13 +42,44 @@ pub fn run(plugin: &dyn Plugin) -> ! {
 }
 
 /// Runs `plugin` against the given environment and streams; returns the exit code
-/// (0 on success, 1 after printing an error JSON).
+/// (0 on success, 1 after printing an error JSON on `stdout` and its text on `stderr`).
 pub fn run_with(
     plugin: &dyn Plugin,
     env: &dyn Environment,
     stdin: &mut dyn Read,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
+) -> i32 {
+    run_reporting(plugin, env, stdin, stdout, stderr, ErrorLine::Logged)
+}
+
+/// [`run_with`] for a plugin delegated to in process: its error goes back to the
+/// delegating plugin, which reports it, so it is not logged here as well (it was
+/// printed twice, both times under the delegating plugin's name).
+pub(crate) fn run_delegated(
+    plugin: &dyn Plugin,
+    env: &dyn Environment,
+    stdin: &mut dyn Read,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> i32 {
+    run_reporting(plugin, env, stdin, stdout, stderr, ErrorLine::LeftToCaller)
+}
+
+/// Whether a failed run writes its error's text to stderr.
+#[derive(PartialEq)]
+enum ErrorLine {
+    Logged,
+    LeftToCaller,
+}
+
+fn run_reporting(
+    plugin: &dyn Plugin,
+    env: &dyn Environment,
+    stdin: &mut dyn Read,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+    error_line: ErrorLine,
 ) -> i32 {
     let mut version_for_errors = String::new();
     let outcome =
@@ -75,7 +106,9 @@ pub fn run_with(
         }
     };
     let error = if error.cni_version.is_empty() { error.with_version(version_for_errors) } else { error };
-    let _ = writeln!(stderr, "{}: {error}", plugin_name());
+    if error_line == ErrorLine::Logged {
+        let _ = writeln!(stderr, "{}: {error}", plugin_name());
+    }
     let _ = writeln!(stdout, "{}", pretty(&error));
     let _ = stdout.flush();
     1
