@@ -168,3 +168,27 @@ fn an_ipam_error_is_logged_once() {
     assert_eq!(err.code, 7, "{}", out.stdout);
     assert_eq!(out.stderr.matches(err.msg.as_str()).count(), 1, "stderr:\n{}", out.stderr);
 }
+
+#[test]
+fn a_request_ipam_refuses_creates_no_link() {
+    let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let good = conf("cnc4", "10.64.0.0/24", data.path());
+    let mut bad_range = good.clone();
+    bad_range["ipam"]["ranges"][0][0]["rangeStart"] = json!("10.64.0.200");
+    bad_range["ipam"]["ranges"][0][0]["rangeEnd"] = json!("10.64.0.100");
+    let mut bad_route = good.clone();
+    bad_route["ipam"]["routes"] = json!([{"dst": "not-a-prefix"}]);
+    let cases = [(bad_range, ""), (bad_route, ""), (good.clone(), "IP=10.99.0.5"), (good, "IP=")];
+    for (conf, args) in &cases {
+        let mut call = call("bridge", "ADD", &env.host, Some(&env.containers[0]), conf);
+        if !args.is_empty() {
+            call = call.args(args);
+        }
+        let out = call.run();
+        assert!(!out.success(), "{conf} {args}: {}", out.stdout);
+        let links = env.host.netlink().unwrap().links().unwrap();
+        assert!(links.iter().all(|l| l.name == "lo"), "{conf} {args} left links: {links:?}");
+        assert!(reservations(data.path()).is_empty(), "{conf} {args} left a reservation");
+    }
+}

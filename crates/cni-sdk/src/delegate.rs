@@ -196,6 +196,14 @@ pub fn ipam_forward(req: &Request) -> Result<(), CniError> {
     exec(req, ipam_type(req)?, req.command, &req.stdin).map(|_| ())
 }
 
+/// Whether the configured IPAM plugin talks over the container's interface, so that the
+/// interface must exist before its ADD: `dhcp` does. An interface plugin asks any other
+/// IPAM plugin first, so that a request IPAM refuses (a bad range, a malformed or taken
+/// address) has created nothing yet.
+pub fn ipam_needs_interface(req: &Request) -> bool {
+    req.conf.ipam.as_ref().is_some_and(|i| i.ipam_type == "dhcp")
+}
+
 /// Whether the configuration names an IPAM plugin at all.
 pub fn has_ipam(req: &Request) -> bool {
     req.conf.ipam.as_ref().is_some_and(|i| !i.ipam_type.is_empty())

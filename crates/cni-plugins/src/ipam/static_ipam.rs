@@ -51,7 +51,7 @@ fn addresses(req: &Request, conf: &StaticConf) -> Result<Vec<AddressConf>, CniEr
     let mut all = conf.addresses.clone();
     if let Some(ips) = req.args.get("IP") {
         let gateways: Vec<&str> = req.args.get("GATEWAY").map(|g| g.split(',').collect()).unwrap_or_default();
-        for (i, ip) in ips.split(',').filter(|s| !s.trim().is_empty()).enumerate() {
+        for (i, ip) in ips.split(',').enumerate() {
             let gateway = match gateways.get(i) {
                 Some(g) => Some(g.trim().parse().map_err(|_| {
                     CniError::invalid_config(format!("static: CNI_ARGS GATEWAY: {g:?} is not an IP address"))

@@ -2,8 +2,10 @@
 //! with addresses from the configured IPAM plugin and, optionally, the bridge as gateway.
 //!
 //! Rollback: the veth pair and the IPAM allocation are held by guards until ADD has
-//! finished, so a failure at any step leaves neither behind. The bridge itself stays (as
-//! in the reference): other containers may be joining it at the same moment.
+//! finished, so a failure at any step leaves neither behind. IPAM is asked before any
+//! link is made (unless it needs the container's interface, as dhcp does), so a request
+//! it refuses creates nothing. A bridge made before a later step failed stays (as in the
+//! reference): other containers may be joining it at the same moment.
 
 mod config;
 mod gateway;
@@ -81,22 +83,25 @@ fn requested_mac(req: &Request) -> Result<Option<MacAddr>, CniError> {
 
 impl Bridge {
     fn add_attachment(&self, req: &Request, conf: &BridgeConf, ns: &NetNs) -> Result<CniResult, CniError> {
+        // Everything that can refuse the request comes before the first link is made.
+        let container_mac = requested_mac(req)?;
+        let mut ipam = match delegate::has_ipam(req) && !delegate::ipam_needs_interface(req) {
+            true => Some(delegate::ipam_add(req)?),
+            false => None,
+        };
         let mut host_nl = Netlink::new().or_cni("open netlink")?;
         let mut cont_nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
         let bridge = ensure_bridge(&mut host_nl, conf)?;
         let (host_veth, cont_link) = veth::create_pair(
             &mut host_nl,
             &mut cont_nl,
-            &VethRequest {
-                container_ns: ns,
-                container_ifname: &req.ifname,
-                mtu: conf.mtu(),
-                container_mac: requested_mac(req)?,
-            },
+            &VethRequest { container_ns: ns, container_ifname: &req.ifname, mtu: conf.mtu(), container_mac },
         )?;
         attach_host_end(&mut host_nl, &host_veth.link, &bridge, conf)?;
 
-        let ipam = if delegate::has_ipam(req) { Some(delegate::ipam_add(req)?) } else { None };
+        if ipam.is_none() && delegate::has_ipam(req) {
+            ipam = Some(delegate::ipam_add(req)?);
+        }
         let mut result = ipam.as_ref().map(|a| a.result().clone()).unwrap_or_default();
         if ipam.is_some() && result.ips.is_empty() {
             return Err(CniError::internal("IPAM plugin returned missing IP config"));

@@ -166,18 +166,14 @@ fn parse_requested(field: &str, text: &str) -> Result<IpAddr, String> {
     parsed.ok_or_else(|| format!("{field}: invalid IP address {text:?}"))
 }
 
-/// Extracts the `IP` entries of a `CNI_ARGS` string (`K=V;K=V`). Other keys are left to
-/// other consumers and ignored here.
+/// Extracts the `IP` entries of a `CNI_ARGS` string (`K=V;K=V`, parsed as strictly as
+/// the SDK does). Other keys are left to other consumers and ignored here; an empty or
+/// malformed entry (`IP=`, `IP=a,,b`) is an error, not "no address requested".
 pub fn requested_from_cni_args(cni_args: &str) -> Result<Vec<IpAddr>, HostLocalError> {
+    let args = cni_types::args::CniArgs::parse(cni_args).map_err(|e| HostLocalError::InvalidEnv(e.msg))?;
     let mut ips = Vec::new();
-    for pair in cni_args.split(';').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').ok_or_else(|| {
-            HostLocalError::InvalidEnv(format!("CNI_ARGS: invalid pair {pair:?} (want KEY=VALUE)"))
-        })?;
-        if key != "IP" {
-            continue;
-        }
-        for item in value.split(',').filter(|s| !s.trim().is_empty()) {
+    for (_, value) in args.pairs().iter().filter(|(key, _)| key == "IP") {
+        for item in value.split(',') {
             ips.push(parse_requested("CNI_ARGS IP", item).map_err(HostLocalError::InvalidEnv)?);
         }
     }
