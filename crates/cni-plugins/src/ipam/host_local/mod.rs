@@ -29,7 +29,7 @@ pub use allocator::Allocation;
 use allocator::Session;
 pub use config::{HostLocalConfig, IpSource, RequestedIp, RouteSpec, DEFAULT_DATA_DIR};
 pub use error::HostLocalError;
-use store::{Holder, Store};
+use store::{Holder, Reservation, Store};
 
 /// Opens and locks the network directory of `conf` with a complete index.
 fn open_session(conf: &HostLocalConfig) -> Result<Session, HostLocalError> {
@@ -131,7 +131,7 @@ pub fn release(
         let store = session.store();
         let mut released = Vec::new();
         for &ip in known_ips {
-            if matches!(store.holder(ip)?, Some(None)) && store.release(ip)? {
+            if store.reservation(ip)? == Reservation::Unreadable && store.release(ip)? {
                 released.push(ip);
             }
         }

@@ -35,9 +35,9 @@
 //!
 //! Cost, measured with 1 000 attachments: an ADD is four small netlink round trips and
 //! one commit (~2 ms over process start in a debug build, flat). A DEL's own work is as
-//! small, but the process exit waits ~10 ms for one RCU grace period: after objects were
-//! deleted, the kernel flushes its deferred-destroy work when the nfnetlink socket is
-//! released. That is per DEL, not per container on the host (and `nft` pays it too).
+//! small. Releasing the nfnetlink socket after a commit that deleted something waits for an
+//! RCU grace period; the plugin does not pay it, since its client hands the socket to a
+//! detached helper (see `NftClient::close_without_waiting`).
 
 use super::config::{PortMapConf, Protocol};
 use crate::common::nft_attach::{self, ignore_missing, Attachment};
