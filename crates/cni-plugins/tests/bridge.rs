@@ -292,3 +292,19 @@ fn result_macs_are_the_kernels_with_and_without_a_gateway() {
         }
     }
 }
+
+#[test]
+fn configured_dns_wins_over_ipams_and_ipams_is_used_alone() {
+    let env = HostAndContainers::with_prefix(PREFIX, 2).unwrap();
+    let ipam_dns = json!({"nameservers": ["10.76.0.53"], "search": ["ipam.example"]});
+    let configured = json!({"nameservers": ["192.0.2.53"], "domain": "conf.example"});
+    let mut both = conf("1.0.0", "cnbd", json!([{"address": "10.76.0.2/24"}]));
+    both["ipam"]["dns"] = ipam_dns.clone();
+    both["dns"] = configured.clone();
+    let r = add("bridge", &env.host, &env.containers[0], &both);
+    assert_eq!(r["dns"], configured);
+    let mut ipam_only = conf("1.0.0", "cnbd", json!([{"address": "10.76.0.3/24"}]));
+    ipam_only["ipam"]["dns"] = ipam_dns.clone();
+    let r = add("bridge", &env.host, &env.containers[1], &ipam_only);
+    assert_eq!(r["dns"], ipam_dns);
+}

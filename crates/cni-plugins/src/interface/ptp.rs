@@ -147,10 +147,10 @@ impl Ptp {
             .unwrap_or(host_veth.link.clone());
         result.interfaces =
             vec![veth::result_interface(&host_now, ""), veth::result_interface(&cont_link, &req.netns)];
-        if let Some(dns) = &conf.dns {
-            if result.dns.is_empty() {
-                result.dns = dns.clone();
-            }
+        // The configured `dns` wins over IPAM's, as in the reference (which only skips a
+        // configured `dns` that sets nothing).
+        if let Some(dns) = conf.dns.as_ref().filter(|dns| !dns.is_empty()) {
+            result.dns = dns.clone();
         }
         if conf.ip_masq {
             masq::add(req, &result, CONTAINER_IFACE)?;

@@ -140,10 +140,10 @@ impl Bridge {
             veth::result_interface(&host_veth.link, ""),
             veth::result_interface(&cont_link, &req.netns),
         ];
-        if let Some(dns) = &conf.dns {
-            if result.dns.is_empty() {
-                result.dns = dns.clone();
-            }
+        // The configured `dns` wins over IPAM's, as in the reference (which only skips a
+        // configured `dns` that sets nothing).
+        if let Some(dns) = conf.dns.as_ref().filter(|dns| !dns.is_empty()) {
+            result.dns = dns.clone();
         }
         // Firewalling last: every step before it can fail without nftables state to undo.
         let masq_guard =
