@@ -315,12 +315,22 @@ fn bridge_names_the_kernel_would_refuse_are_code_7_and_create_nothing() {
     let c = &env.containers[0];
     let links_before = env.host.netlink().unwrap().links().unwrap().len();
     for bad in [".", "cn\tb"] {
-        let err = call("bridge", "ADD", &env.host, Some(c), &conf("1.0.0", bad, json!([{"address": "10.77.0.2/24"}])))
-            .run()
-            .error();
+        let err = call(
+            "bridge",
+            "ADD",
+            &env.host,
+            Some(c),
+            &conf("1.0.0", bad, json!([{"address": "10.77.0.2/24"}])),
+        )
+        .run()
+        .error();
         assert_eq!(err.code, 7, "{bad:?}: {}", err.msg);
         assert!(err.msg.contains("invalid bridge"), "{bad:?}: {}", err.msg);
-        assert_eq!(env.host.netlink().unwrap().links().unwrap().len(), links_before, "{bad:?} created a link");
+        assert_eq!(
+            env.host.netlink().unwrap().links().unwrap().len(),
+            links_before,
+            "{bad:?} created a link"
+        );
         assert!(c.netlink().unwrap().link_by_name("eth0").unwrap().is_none(), "{bad:?} made eth0");
     }
 }

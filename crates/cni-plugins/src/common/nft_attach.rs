@@ -14,7 +14,7 @@
 //! listing only those chains.
 
 use cni_net::nft::{Batch, Chain, Family, ListedRule, NftClient, NftError, RuleBuilder, SetElement, SetRef};
-use cni_sdk::{CniError, Request};
+use cni_sdk::{Attachment, CniError, Request};
 
 /// FNV-1a over NUL-separated parts: short, stable names and tags.
 fn hash16(parts: &[&str]) -> String {
@@ -26,27 +26,10 @@ fn hash16(parts: &[&str]) -> String {
     format!("{hash:016x}")
 }
 
-/// What identifies an attachment.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attachment {
-    pub network: String,
-    pub container_id: String,
-    pub ifname: String,
-}
-
-impl Attachment {
-    pub fn of(req: &Request) -> Attachment {
-        Attachment {
-            network: req.conf.name.clone(),
-            container_id: req.container_id.clone(),
-            ifname: req.ifname.clone(),
-        }
-    }
-
-    /// `cni-` + 16 hex digits of a hash of network, container and ifname.
-    pub fn chain_name(&self) -> String {
-        format!("cni-{}", hash16(&[&self.network, &self.container_id, &self.ifname]))
-    }
+/// The name of an attachment's chain: `cni-` + 16 hex digits of a hash of network,
+/// container and ifname.
+pub fn chain_name(network: &str, who: &Attachment) -> String {
+    format!("cni-{}", hash16(&[network, &who.container_id, &who.ifname]))
 }
 
 const TAG: &str = "cni-rs net=";
@@ -114,14 +97,15 @@ pub fn ensure_table<T: DispatchTable>(nft: &mut NftClient) -> Result<(), CniErro
 /// before a second attempt — the usual ADD costs one round trip to the kernel, not three.
 pub fn attach<T: DispatchTable>(
     nft: &mut NftClient,
+    network: &str,
     who: &Attachment,
     keys: &[String],
     rules: impl FnOnce(&str) -> Vec<RuleBuilder>,
 ) -> Result<(), CniError> {
-    let chain = who.chain_name();
+    let chain = chain_name(network, who);
     let mut batch = Batch::new();
     batch.create_chain(&Chain::regular(T::FAMILY, T::TABLE, chain.clone()));
-    let tag = network_tag(&who.network);
+    let tag = network_tag(network);
     let tags: Vec<String> =
         if keys.is_empty() { vec![tag] } else { keys.iter().map(|k| format!("{tag} key={k}")).collect() };
     let tag_rules =
@@ -142,7 +126,7 @@ pub fn attach<T: DispatchTable>(
     }
     ensure_table::<T>(nft)?;
     // Start clean: a retried ADD must not stack a second set of rules.
-    detach::<T>(nft, who, None)?;
+    detach::<T>(nft, network, who, None)?;
     nft.commit(&batch).map_err(failed).map(drop)
 }
 
@@ -151,10 +135,11 @@ pub fn attach<T: DispatchTable>(
 /// idempotent.
 pub fn detach<T: DispatchTable>(
     nft: &mut NftClient,
+    network: &str,
     who: &Attachment,
     keys: Option<&[String]>,
 ) -> Result<(), CniError> {
-    let chain = who.chain_name();
+    let chain = chain_name(network, who);
     let listed = match nft.list_rules(T::FAMILY, T::TABLE, &chain) {
         Ok(rules) => rules,
         Err(e) if e.is_not_found() => return Ok(()),
@@ -225,8 +210,12 @@ pub fn delete_chain_and_elements(
 }
 
 /// Whether the attachment's chain exists (for CHECK).
-pub fn is_attached<T: DispatchTable>(nft: &mut NftClient, who: &Attachment) -> Result<bool, CniError> {
-    match nft.list_rules(T::FAMILY, T::TABLE, &who.chain_name()) {
+pub fn is_attached<T: DispatchTable>(
+    nft: &mut NftClient,
+    network: &str,
+    who: &Attachment,
+) -> Result<bool, CniError> {
+    match nft.list_rules(T::FAMILY, T::TABLE, &chain_name(network, who)) {
         Ok(rules) => Ok(!rules.is_empty()),
         Err(e) if e.is_not_found() => Ok(false),
         Err(e) => Err(nft_error("list the attachment's chain", e)),
@@ -246,7 +235,7 @@ pub fn gc<T: DispatchTable>(
         Err(e) if e.is_not_found() => return Ok(()),
         Err(e) => return Err(nft_error("list chains", e)),
     };
-    let keep: Vec<String> = valid.iter().map(Attachment::chain_name).collect();
+    let keep: Vec<String> = valid.iter().map(|who| chain_name(network, who)).collect();
     let ours = network_tag(network);
     let ours = ours.strip_prefix(TAG).expect("tag has the prefix");
     let mut errors = Vec::new();
@@ -279,7 +268,7 @@ pub fn check_request<T: DispatchTable>(
     req: &Request,
     what: &str,
 ) -> Result<(), CniError> {
-    if is_attached::<T>(nft, &Attachment::of(req))? {
+    if is_attached::<T>(nft, &req.conf.name, &req.attachment())? {
         Ok(())
     } else {
         Err(CniError::internal(format!("{what} rules for {} are missing", req.container_id)))
@@ -289,16 +278,7 @@ pub fn check_request<T: DispatchTable>(
 /// GC for a plugin's table: removes attachments of the request's network that are not in
 /// its `cni.dev/valid-attachments`.
 pub fn gc_request<T: DispatchTable>(nft: &mut NftClient, req: &Request) -> Result<(), CniError> {
-    let valid: Vec<Attachment> = req
-        .valid_attachments()?
-        .into_iter()
-        .map(|v| Attachment {
-            network: req.conf.name.clone(),
-            container_id: v.container_id,
-            ifname: v.ifname,
-        })
-        .collect();
-    gc::<T>(nft, &req.conf.name, &valid)
+    gc::<T>(nft, &req.conf.name, &req.valid_attachments()?)
 }
 
 /// An nftables client for a plugin process: dropping it closes the socket without
@@ -359,10 +339,10 @@ mod tests {
 
     #[test]
     fn chain_names_are_stable_and_distinct() {
-        let a = Attachment { network: "n".into(), container_id: "c1".into(), ifname: "eth0".into() };
-        let b = Attachment { container_id: "c2".into(), ..a.clone() };
-        assert_eq!(a.chain_name(), a.clone().chain_name());
-        assert_ne!(a.chain_name(), b.chain_name());
-        assert_eq!(a.chain_name().len(), 20);
+        let (a, b) = (Attachment::new("c1", "eth0"), Attachment::new("c2", "eth0"));
+        assert_eq!(chain_name("n", &a), chain_name("n", &a.clone()));
+        assert_ne!(chain_name("n", &a), chain_name("n", &b));
+        assert_ne!(chain_name("n", &a), chain_name("m", &a));
+        assert_eq!(chain_name("n", &a).len(), 20);
     }
 }

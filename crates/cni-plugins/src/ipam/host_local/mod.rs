@@ -22,6 +22,7 @@ pub mod range;
 pub mod store;
 mod table;
 
+use cni_sdk::Attachment;
 use std::collections::HashSet;
 use std::net::IpAddr;
 
@@ -172,13 +173,6 @@ pub fn check(
     Ok(())
 }
 
-/// An attachment still in use, as listed in GC's `cni.dev/valid-attachments`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct AttachmentKey {
-    pub container_id: String,
-    pub ifname: String,
-}
-
 /// What GC did.
 #[derive(Debug, Default)]
 pub struct GcOutcome {
@@ -191,11 +185,10 @@ pub struct GcOutcome {
 /// GC: releases every allocation of the network whose holder is not in `valid`, including
 /// empty or garbage files. A legacy file
 /// (container ID only) stays if any valid attachment has that container ID.
-pub fn gc(conf: &HostLocalConfig, valid: &[AttachmentKey]) -> Result<GcOutcome, HostLocalError> {
-    let valid: HashSet<&AttachmentKey> = valid.iter().collect();
+pub fn gc(conf: &HostLocalConfig, valid: &[Attachment]) -> Result<GcOutcome, HostLocalError> {
+    let valid: HashSet<&Attachment> = valid.iter().collect();
     let is_valid = |holder: &Holder| match &holder.ifname {
-        Some(ifname) => valid
-            .contains(&AttachmentKey { container_id: holder.container_id.clone(), ifname: ifname.clone() }),
+        Some(ifname) => valid.contains(&Attachment::new(holder.container_id.clone(), ifname.clone())),
         None => valid.iter().any(|k| k.container_id == holder.container_id),
     };
     let session = open_session(conf)?;

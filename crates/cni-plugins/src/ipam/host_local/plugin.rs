@@ -11,7 +11,7 @@ use cni_types::{Dns, IpConfig, Route};
 
 use super::config::HostLocalConfig;
 use super::error::{codes, HostLocalError};
-use super::{AttachmentKey, GcOutcome};
+use super::GcOutcome;
 
 /// The host-local IPAM plugin.
 pub struct HostLocal;
@@ -122,12 +122,7 @@ impl Plugin for HostLocal {
 
     fn gc(&self, req: &Request) -> Result<(), CniError> {
         let conf = load(req)?;
-        let valid: Vec<AttachmentKey> = req
-            .valid_attachments()?
-            .into_iter()
-            .map(|a| AttachmentKey { container_id: a.container_id, ifname: a.ifname })
-            .collect();
-        let GcOutcome { failures, .. } = super::gc(&conf, &valid)?;
+        let GcOutcome { failures, .. } = super::gc(&conf, &req.valid_attachments()?)?;
         if failures.is_empty() {
             return Ok(());
         }

@@ -40,11 +40,12 @@
 //! detached helper (see `NftClient::close_without_waiting`).
 
 use super::config::{PortMapConf, Protocol};
-use crate::common::nft_attach::{self, ignore_missing, Attachment};
+use crate::common::nft_attach::{self, chain_name, ignore_missing};
 use cni_net::nft::{
     priority, Batch, Chain, ChainType, CmpOp, Expr, Family, Field, Hook, KeyType, KeyValue, ListedRule,
     MapData, MetaKey, NftClient, NftError, Register, RuleBuilder, Set, SetElement, SetRef, Table, Verdict,
 };
+use cni_sdk::Attachment;
 use cni_sdk::CniError;
 use ipnet::IpNet;
 use std::collections::HashSet;
@@ -259,8 +260,8 @@ fn attachment_rules(
     Ok(rules)
 }
 
-fn chain_comment(who: &Attachment) -> String {
-    format!("{CHAIN_COMMENT_PREFIX}{} if={} id={}", who.network, who.ifname, who.container_id)
+fn chain_comment(network: &str, who: &Attachment) -> String {
+    format!("{CHAIN_COMMENT_PREFIX}{network} if={} id={}", who.ifname, who.container_id)
 }
 
 /// The network named in an attachment chain's comment.
@@ -319,11 +320,12 @@ impl From<CniError> for AttachError {
 /// Adds (or replaces) the attachment's chain, rules and elements in one atomic batch.
 fn attach(
     nft: &mut NftClient,
+    network: &str,
     who: &Attachment,
     conf: &PortMapConf,
     targets: &[Target],
 ) -> Result<(), AttachError> {
-    let chain = who.chain_name();
+    let chain = chain_name(network, who);
     let rules = attachment_rules(conf, &chain, targets)?;
     // A repeated ADD replaces what an earlier one left rather than stacking rules. Only
     // then does the batch delete anything: a commit that deletes makes this plugin's
@@ -331,7 +333,9 @@ fn attach(
     let earlier = chain_rules(nft, &chain)?;
     let mut batch = Batch::new();
     if earlier.is_empty() {
-        batch.add_chain(&Chain::regular(FAMILY, TABLE, chain.clone()).with_comment(chain_comment(who)));
+        batch.add_chain(
+            &Chain::regular(FAMILY, TABLE, chain.clone()).with_comment(chain_comment(network, who)),
+        );
     } else {
         for key in &keys_of(&earlier) {
             let (set, element) = key.element(&chain);
@@ -368,6 +372,7 @@ fn attach(
 /// made again and the attachment added once more.
 pub fn install(
     nft: &mut NftClient,
+    network: &str,
     who: &Attachment,
     conf: &PortMapConf,
     targets: &[Target],
@@ -379,7 +384,7 @@ pub fn install(
         if conf.snat {
             ensure_masq_bit(nft, conf.mark_masq_bit)?;
         }
-        match attach(nft, who, conf, targets) {
+        match attach(nft, network, who, conf, targets) {
             Err(AttachError::TableGone) if attempt < 3 => continue,
             Err(AttachError::TableGone) => {
                 return Err(CniError::internal(format!("nftables: table {TABLE} keeps vanishing")))
@@ -491,8 +496,8 @@ mod tests {
 
     #[test]
     fn chain_comment_names_the_network() {
-        let who = Attachment { network: "podman".into(), container_id: "abc".into(), ifname: "eth0".into() };
-        assert_eq!(comment_network(&chain_comment(&who)), Some("podman"));
+        let who = Attachment::new("abc", "eth0");
+        assert_eq!(comment_network(&chain_comment("podman", &who)), Some("podman"));
         assert_eq!(comment_network("cni-rs net=x"), None);
     }
 }
