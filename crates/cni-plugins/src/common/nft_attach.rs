@@ -66,6 +66,40 @@ pub trait DispatchTable {
     fn bootstrap(batch: &mut Batch);
     /// The map elements for `key` that jump to `chain`.
     fn elements(key: &str, chain: &str) -> Result<Vec<(SetRef, SetElement)>, CniError>;
+    /// Why an ADD fails when another attachment's element already has `key`.
+    fn key_taken(key: &str) -> CniError {
+        CniError::internal(format!("nftables: {key} is already used by another attachment"))
+    }
+}
+
+/// How an attachment's batch failed.
+enum AttachFailure {
+    /// The table is missing (the first attachment on this host) or the attachment's chain
+    /// exists (a retried ADD): worth clearing up and trying once more.
+    Retry,
+    Fatal(CniError),
+}
+
+/// Commits an attachment's batch, telling a key another attachment holds (an element op
+/// refused as existing: the map already has that key) from the failures a retry fixes.
+fn commit_attachment<T: DispatchTable>(
+    nft: &mut NftClient,
+    batch: &Batch,
+    element_ops: &[(usize, &str)],
+    who: &Attachment,
+) -> Result<(), AttachFailure> {
+    match nft.commit(batch) {
+        Ok(_) => Ok(()),
+        Err(NftError::Operation { index, errno, .. })
+            if matches!(errno, libc::EEXIST | libc::EBUSY | libc::ENOTEMPTY)
+                && element_ops.iter().any(|(op, _)| *op == index) =>
+        {
+            let key = element_ops.iter().find(|(op, _)| *op == index).map_or("", |(_, key)| key);
+            Err(AttachFailure::Fatal(T::key_taken(key)))
+        }
+        Err(e) if e.is_not_found() || e.is_already_exists() => Err(AttachFailure::Retry),
+        Err(e) => Err(AttachFailure::Fatal(nft_error(&format!("add rules for {}", who.container_id), e))),
+    }
 }
 
 fn nft_error(what: &str, e: NftError) -> CniError {
@@ -113,21 +147,29 @@ pub fn attach<T: DispatchTable>(
     for rule in rules(&chain).into_iter().chain(tag_rules) {
         batch.add_rule(&rule.build().map_err(|e| nft_error("build rule", e))?);
     }
+    let mut element_ops = Vec::new();
     for key in keys {
         for (set, element) in T::elements(key, &chain)? {
-            batch.add_elements(&set, &[element]);
+            element_ops.push((batch.add_elements(&set, &[element]), key.as_str()));
         }
     }
-    let failed = |e| nft_error(&format!("add rules for {}", who.container_id), e);
-    match nft.commit(&batch) {
-        Ok(_) => return Ok(()),
-        Err(e) if e.is_not_found() || e.is_already_exists() => {}
-        Err(e) => return Err(failed(e)),
+    match commit_attachment::<T>(nft, &batch, &element_ops, who) {
+        Err(AttachFailure::Retry) => {}
+        Err(AttachFailure::Fatal(e)) => return Err(e),
+        Ok(()) => return Ok(()),
     }
     ensure_table::<T>(nft)?;
     // Start clean: a retried ADD must not stack a second set of rules.
     detach::<T>(nft, network, who, None)?;
-    nft.commit(&batch).map_err(failed).map(drop)
+    match commit_attachment::<T>(nft, &batch, &element_ops, who) {
+        Err(AttachFailure::Retry) => Err(CniError::internal(format!(
+            "nftables: table {} or the chain of {} changed under this ADD twice",
+            T::TABLE,
+            who.container_id
+        ))),
+        Err(AttachFailure::Fatal(e)) => Err(e),
+        Ok(()) => Ok(()),
+    }
 }
 
 /// Removes an attachment's elements and chain. `keys` come from prevResult when there is
@@ -206,6 +248,19 @@ pub fn delete_chain_and_elements(
             ignore_missing(nft.commit(&tail), "delete the attachment's chain")
         }
         Err(e) => Err(nft_error("delete the attachment's rules", e)),
+    }
+}
+
+/// The keys an attachment's chain records (none when there is no such chain): for CHECK.
+pub fn attached_keys<T: DispatchTable>(
+    nft: &mut NftClient,
+    network: &str,
+    who: &Attachment,
+) -> Result<Vec<String>, CniError> {
+    match nft.list_rules(T::FAMILY, T::TABLE, &chain_name(network, who)) {
+        Ok(rules) => Ok(recorded_keys(&rules)),
+        Err(e) if e.is_not_found() => Ok(Vec::new()),
+        Err(e) => Err(nft_error("list the attachment's chain", e)),
     }
 }
 

@@ -13,7 +13,6 @@ pub mod config;
 pub mod host;
 pub mod rules;
 
-use crate::common::nft_attach::chain_name;
 use crate::common::{open_container_netns, NetResultExt};
 use cni_net::nft::NftClient;
 use cni_net::Netlink;
@@ -76,9 +75,7 @@ impl Plugin for Portmap {
         if targets.is_empty() {
             // Nothing to map (most containers): like the reference, do not depend on
             // nftables then; but a repeated ADD should not keep an earlier ADD's mappings.
-            if let Err(e) =
-                nft_client().and_then(|mut nft| rules::detach(&mut nft, &chain_name(&req.conf.name, &who)))
-            {
+            if let Err(e) = nft_client().and_then(|mut nft| rules::detach(&mut nft, &req.conf.name, &who)) {
                 eprintln!("portmap: cannot clear earlier mappings of {}: {e}", req.container_id);
             }
             return Ok(prev);
@@ -97,7 +94,7 @@ impl Plugin for Portmap {
     /// (a DEL that fails on config would block the container's removal for good): the
     /// attachment's chain names its map elements.
     fn del(&self, req: &Request) -> Result<(), CniError> {
-        rules::detach(&mut *nft_client()?, &chain_name(&req.conf.name, &req.attachment()))
+        rules::detach(&mut *nft_client()?, &req.conf.name, &req.attachment())
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
@@ -106,11 +103,11 @@ impl Plugin for Portmap {
         let ips = ContainerIps::from_result(&prev, &req.ifname);
         let expected: HashSet<DispatchKey> = targets(&conf, &ips).iter().map(|t| t.key).collect();
         let present: HashSet<DispatchKey> =
-            rules::attached_keys(&mut *nft_client()?, &chain_name(&req.conf.name, &req.attachment()))?
+            rules::attached_keys(&mut *nft_client()?, &req.conf.name, &req.attachment())?
                 .into_iter()
                 .collect();
-        let mut missing: Vec<String> = expected.difference(&present).map(DispatchKey::comment).collect();
-        let mut extra: Vec<String> = present.difference(&expected).map(DispatchKey::comment).collect();
+        let mut missing: Vec<String> = expected.difference(&present).map(DispatchKey::key).collect();
+        let mut extra: Vec<String> = present.difference(&expected).map(DispatchKey::key).collect();
         missing.sort();
         extra.sort();
         if !missing.is_empty() {
@@ -123,9 +120,7 @@ impl Plugin for Portmap {
     }
 
     fn gc(&self, req: &Request) -> Result<(), CniError> {
-        let keep: HashSet<String> =
-            req.valid_attachments()?.into_iter().map(|a| chain_name(&req.conf.name, &a)).collect();
-        rules::gc(&mut *nft_client()?, &req.conf.name, &keep)
+        rules::gc(&mut *nft_client()?, &req.conf.name, &req.valid_attachments()?)
     }
 
     /// Ready when nf_tables answers in this namespace.
