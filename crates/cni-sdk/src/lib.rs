@@ -12,10 +12,12 @@
 pub mod args;
 pub mod config;
 pub mod delegate;
+mod gc;
 mod request;
 mod skel;
 
 pub use cni_types::{Attachment, CniError, CniResult, ErrorCode, Version, VersionInfo};
+pub use gc::{GcErrors, GcFailure};
 pub use request::{Command, Request};
 pub use skel::{run, run_with, Environment};
 

@@ -11,7 +11,7 @@ use cni_net::nft::{
     priority, Batch, Chain, ChainType, Family, Field, Hook, KeyType, KeyValue, MapData, RuleBuilder, Set,
     SetElement, SetRef, Verdict,
 };
-use cni_sdk::{CniError, CniResult, Request};
+use cni_sdk::{Attachment, CniError, CniResult, GcErrors, Request};
 use std::net::IpAddr;
 
 pub struct Masquerade;
@@ -90,8 +90,9 @@ pub fn check(req: &Request) -> Result<(), CniError> {
     nft_attach::check_request::<Masquerade>(&mut *nft_attach::client()?, req, "masquerade")
 }
 
-pub fn gc(req: &Request) -> Result<(), CniError> {
-    nft_attach::gc_request::<Masquerade>(&mut *nft_attach::client()?, req)
+/// Removes the masquerade state of `network`'s attachments not in `valid`.
+pub fn gc(network: &str, valid: &[Attachment]) -> Result<(), GcErrors> {
+    nft_attach::gc_table::<Masquerade>(network, valid)
 }
 
 /// Undoes [`add`] on drop unless kept: part of ADD's rollback.

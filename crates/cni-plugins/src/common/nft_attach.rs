@@ -14,7 +14,7 @@
 //! listing only those chains.
 
 use cni_net::nft::{Batch, Chain, Family, ListedRule, NftClient, NftError, RuleBuilder, SetElement, SetRef};
-use cni_sdk::{Attachment, CniError, Request};
+use cni_sdk::{Attachment, CniError, GcErrors, Request};
 
 /// FNV-1a over NUL-separated parts: short, stable names and tags.
 fn hash16(parts: &[&str]) -> String {
@@ -279,42 +279,44 @@ pub fn is_attached<T: DispatchTable>(
 
 /// Removes every attachment chain of `network` whose attachment is not in `valid`. Lists
 /// the table's chains and reads the tags of each of ours: GC is the one operation allowed
-/// to look at everything.
+/// to look at everything. A chain that cannot be read or removed is recorded and GC goes
+/// on with the next.
 pub fn gc<T: DispatchTable>(
     nft: &mut NftClient,
     network: &str,
     valid: &[Attachment],
-) -> Result<(), CniError> {
+) -> Result<(), GcErrors> {
+    let mut errors = GcErrors::new();
     let chains = match nft.list_chains(T::FAMILY, T::TABLE) {
         Ok(chains) => chains,
         Err(e) if e.is_not_found() => return Ok(()),
-        Err(e) => return Err(nft_error("list chains", e)),
+        Err(e) => {
+            errors.push(format!("table {}", T::TABLE), nft_error("list chains", e));
+            return errors.into_result();
+        }
     };
     let keep: Vec<String> = valid.iter().map(|who| chain_name(network, who)).collect();
     let ours = network_tag(network);
     let ours = ours.strip_prefix(TAG).expect("tag has the prefix");
-    let mut errors = Vec::new();
     for chain in chains.iter().filter(|c| c.name.starts_with("cni-") && !keep.contains(&c.name)) {
+        let object = || format!("chain {} {}", T::TABLE, chain.name);
         let rules = match nft.list_rules(T::FAMILY, T::TABLE, &chain.name) {
             Ok(rules) => rules,
             Err(e) if e.is_not_found() => continue,
-            Err(e) => return Err(nft_error("list chain", e)),
+            Err(e) => {
+                errors.push(object(), nft_error("list chain", e));
+                continue;
+            }
         };
         let of_network = rules
             .iter()
             .filter_map(|r| r.rule.comment.as_deref().and_then(parse_tag))
             .any(|(net, _)| net == ours);
         if of_network {
-            if let Err(e) = remove_chain::<T>(nft, &chain.name, &recorded_keys(&rules)) {
-                errors.push(e.to_string());
-            }
+            errors.record(object(), remove_chain::<T>(nft, &chain.name, &recorded_keys(&rules)));
         }
     }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(CniError::internal(format!("GC failed for some attachments: {}", errors.join("; "))))
-    }
+    errors.into_result()
 }
 
 /// CHECK for a plugin's table: the request's attachment must have its chain.
@@ -330,10 +332,17 @@ pub fn check_request<T: DispatchTable>(
     }
 }
 
-/// GC for a plugin's table: removes attachments of the request's network that are not in
-/// its `cni.dev/valid-attachments`.
-pub fn gc_request<T: DispatchTable>(nft: &mut NftClient, req: &Request) -> Result<(), CniError> {
-    gc::<T>(nft, &req.conf.name, &req.valid_attachments()?)
+/// GC of a plugin's table through a client of its own: a client that cannot be opened is
+/// the one failure.
+pub fn gc_table<T: DispatchTable>(network: &str, valid: &[Attachment]) -> Result<(), GcErrors> {
+    match client() {
+        Ok(mut nft) => gc::<T>(&mut nft, network, valid),
+        Err(e) => {
+            let mut errors = GcErrors::new();
+            errors.push(format!("table {}", T::TABLE), e);
+            Err(errors)
+        }
+    }
 }
 
 /// An nftables client for a plugin process: dropping it closes the socket without

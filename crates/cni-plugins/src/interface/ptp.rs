@@ -10,7 +10,7 @@ use crate::common::veth::{self, VethRequest};
 use crate::common::{masq, open_container_netns, NetResultExt};
 use cni_net::netlink::{AddressFlags, Route as KernelRoute, RouteScope};
 use cni_net::{Link, NetNs, Netlink};
-use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};
+use cni_sdk::{delegate, CniError, CniResult, GcErrors, Plugin, Request};
 use cni_types::Dns;
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -202,9 +202,11 @@ impl Plugin for Ptp {
     }
 
     fn gc(&self, req: &Request) -> Result<(), CniError> {
-        let ipam = delegate::ipam_forward(req);
-        masq::gc(req)?;
-        ipam
+        let valid = req.valid_attachments()?;
+        let mut errors = GcErrors::new();
+        errors.record("the IPAM plugin's allocations", delegate::ipam_forward(req));
+        errors.merge(masq::gc(&req.conf.name, &valid));
+        Ok(errors.into_result()?)
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {

@@ -11,7 +11,7 @@ use cni_net::nft::{
     SetRef, Verdict,
 };
 use cni_net::MacAddr;
-use cni_sdk::{CniError, Request};
+use cni_sdk::{Attachment, CniError, GcErrors, Request};
 
 pub struct SpoofCheck;
 
@@ -78,6 +78,7 @@ pub fn check(req: &Request) -> Result<(), CniError> {
     nft_attach::check_request::<SpoofCheck>(&mut *nft_attach::client()?, req, "MAC spoof check")
 }
 
-pub fn gc(req: &Request) -> Result<(), CniError> {
-    nft_attach::gc_request::<SpoofCheck>(&mut *nft_attach::client()?, req)
+/// Removes the spoof-check state of `network`'s attachments not in `valid`.
+pub fn gc(network: &str, valid: &[Attachment]) -> Result<(), GcErrors> {
+    nft_attach::gc_table::<SpoofCheck>(network, valid)
 }

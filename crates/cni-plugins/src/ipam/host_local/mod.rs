@@ -178,8 +178,8 @@ pub fn check(
 pub struct GcOutcome {
     /// Addresses released (unknown holders and unreadable files).
     pub released: Vec<IpAddr>,
-    /// Files that could not be removed; GC carried on past them.
-    pub failures: Vec<HostLocalError>,
+    /// Addresses whose file could not be removed, and why; GC carried on past them.
+    pub failures: Vec<(IpAddr, HostLocalError)>,
 }
 
 /// GC: releases every allocation of the network whose holder is not in `valid`, including
@@ -204,7 +204,7 @@ pub fn gc(conf: &HostLocalConfig, valid: &[Attachment]) -> Result<GcOutcome, Hos
             match store.release(ip) {
                 Ok(_) => outcome.released.push(ip),
                 Err(err) => {
-                    outcome.failures.push(err);
+                    outcome.failures.push((ip, err));
                     kept.push((ip, holder));
                 }
             }

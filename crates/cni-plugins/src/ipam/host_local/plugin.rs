@@ -6,7 +6,7 @@
 
 use std::net::IpAddr;
 
-use cni_sdk::{CniError, CniResult, Plugin, Request};
+use cni_sdk::{CniError, CniResult, GcErrors, Plugin, Request};
 use cni_types::{Dns, IpConfig, Route};
 
 use super::config::HostLocalConfig;
@@ -123,11 +123,11 @@ impl Plugin for HostLocal {
     fn gc(&self, req: &Request) -> Result<(), CniError> {
         let conf = load(req)?;
         let GcOutcome { failures, .. } = super::gc(&conf, &req.valid_attachments()?)?;
-        if failures.is_empty() {
-            return Ok(());
+        let mut errors = GcErrors::new();
+        for (ip, failure) in failures {
+            errors.push(format!("address {ip}"), failure.into());
         }
-        let joined: Vec<String> = failures.iter().map(ToString::to_string).collect();
-        Err(CniError::io(format!("host-local GC: {}", joined.join("; "))))
+        Ok(errors.into_result()?)
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {

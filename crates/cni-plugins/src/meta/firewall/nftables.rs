@@ -329,7 +329,7 @@ pub fn check(req: &Request, policy: IngressPolicy, target: &Target) -> Result<()
 /// one operation that reads the whole table; each stale attachment is removed with the
 /// full key list from its own rules.
 pub fn gc(req: &Request) -> Result<(), CniError> {
-    nft_attach::gc_request::<FirewallTable>(&mut *client()?, req)
+    Ok(nft_attach::gc::<FirewallTable>(&mut *client()?, &req.conf.name, &req.valid_attachments()?)?)
 }
 
 /// Ready when nf_tables answers in this namespace.

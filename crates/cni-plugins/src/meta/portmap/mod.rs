@@ -120,7 +120,8 @@ impl Plugin for Portmap {
     }
 
     fn gc(&self, req: &Request) -> Result<(), CniError> {
-        rules::gc(&mut *nft_client()?, &req.conf.name, &req.valid_attachments()?)
+        let valid = req.valid_attachments()?;
+        Ok(rules::gc(&mut *nft_client()?, &req.conf.name, &valid)?)
     }
 
     /// Ready when nf_tables answers in this namespace.

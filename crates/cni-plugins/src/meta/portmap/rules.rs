@@ -47,7 +47,7 @@ use cni_net::nft::{
     priority, Batch, Chain, ChainType, CmpOp, Expr, Family, Field, Hook, KeyType, KeyValue, MapData, MetaKey,
     NftClient, NftError, Register, RuleBuilder, Set, SetElement, SetRef, Verdict,
 };
-use cni_sdk::{Attachment, CniError};
+use cni_sdk::{Attachment, CniError, GcErrors};
 use ipnet::IpNet;
 use std::net::IpAddr;
 
@@ -343,19 +343,21 @@ pub fn detach(nft: &mut NftClient, network: &str, who: &Attachment) -> Result<()
 
 /// Removes the attachments of `network` not in `valid`; then, when no attachment of any
 /// network is left, the whole table.
-pub fn gc(nft: &mut NftClient, network: &str, valid: &[Attachment]) -> Result<(), CniError> {
-    let removed = nft_attach::gc::<PortmapTable>(nft, network, valid);
-    let chains = match nft.list_chains(FAMILY, TABLE) {
-        Ok(chains) => chains,
-        Err(e) if e.is_not_found() => return removed,
-        Err(e) => return removed.and(Err(nft_error("list chains", e))),
-    };
-    if chains.is_empty() || chains.iter().any(|c| c.name.starts_with(ATTACHMENT_PREFIX)) {
-        return removed;
+pub fn gc(nft: &mut NftClient, network: &str, valid: &[Attachment]) -> Result<(), GcErrors> {
+    let mut errors = GcErrors::new();
+    errors.merge(nft_attach::gc::<PortmapTable>(nft, network, valid));
+    let table = format!("table {TABLE}");
+    match nft.list_chains(FAMILY, TABLE) {
+        Err(e) if e.is_not_found() => {}
+        Err(e) => errors.push(table, nft_error("list chains", e)),
+        Ok(chains) if chains.is_empty() || chains.iter().any(|c| c.name.starts_with(ATTACHMENT_PREFIX)) => {}
+        Ok(_) => {
+            let mut batch = Batch::new();
+            batch.delete_table(FAMILY, TABLE);
+            errors.record(table, nft_attach::ignore_missing(nft.commit(&batch), "delete the empty table"));
+        }
     }
-    let mut batch = Batch::new();
-    batch.delete_table(FAMILY, TABLE);
-    removed.and(nft_attach::ignore_missing(nft.commit(&batch), "delete the empty table"))
+    errors.into_result()
 }
 
 #[cfg(test)]
