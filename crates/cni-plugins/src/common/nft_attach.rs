@@ -12,6 +12,12 @@
 //! The tags are short enough for nftables' 127-byte comments whatever the container ID,
 //! and let DEL without prevResult find the elements, and GC find the network's chains, by
 //! listing only those chains.
+//!
+//! A key is one attachment's at a time: an ADD whose element is already in a map (another
+//! attachment holds the key, e.g. portmap's host port) fails with the table's
+//! [`DispatchTable::key_taken`] error and changes nothing.
+//!
+//! Used by masquerading (`masq`), bridge's MAC spoof check, the firewall and portmap.
 
 use cni_net::nft::{Batch, Chain, Family, ListedRule, NftClient, NftError, RuleBuilder, SetElement, SetRef};
 use cni_sdk::{Attachment, CniError, GcErrors, Request};
