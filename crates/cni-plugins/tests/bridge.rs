@@ -292,3 +292,45 @@ fn result_macs_are_the_kernels_with_and_without_a_gateway() {
         }
     }
 }
+
+#[test]
+fn configured_dns_wins_over_ipams_and_ipams_is_used_alone() {
+    let env = HostAndContainers::with_prefix(PREFIX, 2).unwrap();
+    let ipam_dns = json!({"nameservers": ["10.76.0.53"], "search": ["ipam.example"]});
+    let configured = json!({"nameservers": ["192.0.2.53"], "domain": "conf.example"});
+    let mut both = conf("1.0.0", "cnbd", json!([{"address": "10.76.0.2/24"}]));
+    both["ipam"]["dns"] = ipam_dns.clone();
+    both["dns"] = configured.clone();
+    let r = add("bridge", &env.host, &env.containers[0], &both);
+    assert_eq!(r["dns"], configured);
+    let mut ipam_only = conf("1.0.0", "cnbd", json!([{"address": "10.76.0.3/24"}]));
+    ipam_only["ipam"]["dns"] = ipam_dns.clone();
+    let r = add("bridge", &env.host, &env.containers[1], &ipam_only);
+    assert_eq!(r["dns"], ipam_dns);
+}
+
+#[test]
+fn bridge_names_the_kernel_would_refuse_are_code_7_and_create_nothing() {
+    let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
+    let c = &env.containers[0];
+    let links_before = env.host.netlink().unwrap().links().unwrap().len();
+    for bad in [".", "cn\tb"] {
+        let err = call(
+            "bridge",
+            "ADD",
+            &env.host,
+            Some(c),
+            &conf("1.0.0", bad, json!([{"address": "10.77.0.2/24"}])),
+        )
+        .run()
+        .error();
+        assert_eq!(err.code, 7, "{bad:?}: {}", err.msg);
+        assert!(err.msg.contains("invalid bridge"), "{bad:?}: {}", err.msg);
+        assert_eq!(
+            env.host.netlink().unwrap().links().unwrap().len(),
+            links_before,
+            "{bad:?} created a link"
+        );
+        assert!(c.netlink().unwrap().link_by_name("eth0").unwrap().is_none(), "{bad:?} made eth0");
+    }
+}

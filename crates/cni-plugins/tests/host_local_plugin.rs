@@ -126,3 +126,52 @@ fn old_versions_get_their_result_shape_and_bad_config_code_7() {
     assert_eq!((code, err["code"].as_i64()), (1, Some(7)), "{err}");
     assert!(err["msg"].as_str().unwrap().contains("ipam.ranges[0][0].subnet"), "{err}");
 }
+
+/// Clears the immutable attribute again however the test ends, so the temp dir can go.
+struct Immutable<'a>(Vec<&'a Path>);
+
+impl Drop for Immutable<'_> {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::process::Command::new("chattr").arg("-i").arg(path).status();
+        }
+    }
+}
+
+#[test]
+fn gc_reports_each_address_it_could_not_release_and_releases_the_rest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let resolv = tmp.path().join("resolv.conf");
+    std::fs::write(&resolv, "nameserver 10.33.0.53\n").unwrap();
+    let conf = net(tmp.path(), "1.1.0", &resolv);
+    let dir = tmp.path().join("sdknet");
+    for ctr in ["stuck", "stale"] {
+        let (code, out) = invoke("ADD", ctr, &conf, "");
+        assert_eq!(code, 0, "{out}");
+    }
+    // An immutable file cannot be unlinked, even by root: GC's removal fails for real.
+    let stuck = [dir.join("10.33.0.2"), dir.join("fd33::2")];
+    let _guard = Immutable(stuck.iter().map(|p| p.as_path()).collect());
+    for path in &stuck {
+        let status = std::process::Command::new("chattr").arg("+i").arg(path).status().unwrap();
+        assert!(status.success(), "chattr +i {}", path.display());
+    }
+    let mut gc = conf.clone();
+    gc["cni.dev/valid-attachments"] = json!([]);
+    let (code, err) = invoke("GC", "", &gc, "");
+    assert_eq!(code, 1, "{err}");
+    // One entry per address, in the directory's order.
+    let msg = err["msg"].as_str().unwrap();
+    assert!(msg.starts_with("GC could not release 2 objects: "), "{err}");
+    assert!(msg.contains("address 10.33.0.2") && msg.contains("address fd33::2"), "{err}");
+    let mut details: Vec<&str> = err["details"].as_str().unwrap().lines().collect();
+    details.sort();
+    assert_eq!(details.len(), 2, "{err}");
+    assert!(
+        details[0].starts_with("address 10.33.0.2: ") && details[1].starts_with("address fd33::2: "),
+        "{err}"
+    );
+    assert!(details.iter().all(|d| d.contains("Operation not permitted")), "{err}");
+    // GC carried on past the failures: the other attachment's addresses are gone.
+    assert_eq!(ip_files(&dir), vec![ip("10.33.0.2"), ip("fd33::2")]);
+}

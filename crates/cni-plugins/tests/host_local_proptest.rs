@@ -9,7 +9,8 @@ mod support;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use cni_plugins::ipam::host_local::{self, AttachmentKey, HostLocalConfig, HostLocalError};
+use cni_plugins::ipam::host_local::{self, HostLocalConfig, HostLocalError};
+use cni_sdk::Attachment;
 use proptest::prelude::*;
 use support::{ip, ip_files};
 
@@ -114,9 +115,9 @@ proptest! {
                     model.retain(|k, _| *k != id && !k.starts_with(&format!("{id}+")));
                 }
                 Op::Gc(keep) => {
-                    let valid: Vec<AttachmentKey> = keep
+                    let valid: Vec<Attachment> = keep
                         .iter()
-                        .map(|c| AttachmentKey { container_id: format!("c{c}"), ifname: "eth0".into() })
+                        .map(|c| Attachment::new(format!("c{c}"), "eth0"))
                         .collect();
                     host_local::gc(&plain, &valid).unwrap();
                     model.retain(|k, _| {

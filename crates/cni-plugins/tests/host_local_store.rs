@@ -7,13 +7,14 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use cni_plugins::ipam::host_local::{self, AttachmentKey, HostLocalConfig, HostLocalError};
+use cni_plugins::ipam::host_local::{self, HostLocalConfig, HostLocalError};
+use cni_sdk::Attachment;
 use support::{conf, ip, ip_files};
 
 const FIXTURE: &str = "/work/shared/fixtures/go-host-local-1.1.1/fixnet";
 
-fn key(id: &str, ifname: &str) -> AttachmentKey {
-    AttachmentKey { container_id: id.into(), ifname: ifname.into() }
+fn key(id: &str, ifname: &str) -> Attachment {
+    Attachment::new(id, ifname)
 }
 
 fn addrs(allocs: &[host_local::Allocation]) -> Vec<String> {

@@ -139,3 +139,19 @@ fn result_in_the_0_2_layout() {
     assert_eq!(addrs[0].address.to_string(), "10.83.0.2/24");
     ok(call("ptp", "DEL", &env.host, Some(c), &conf).run());
 }
+
+#[test]
+fn configured_dns_wins_over_ipams_and_ipams_is_used_alone() {
+    let env = HostAndContainers::with_prefix(PREFIX, 2).unwrap();
+    let ipam_dns = json!({"nameservers": ["10.81.0.53"], "search": ["ipam.example"]});
+    let configured = json!({"nameservers": ["192.0.2.53"], "domain": "conf.example"});
+    let mut both = conf("1.0.0", json!([{"address": "10.81.0.2/24", "gateway": "10.81.0.1"}]));
+    both["ipam"]["dns"] = ipam_dns.clone();
+    both["dns"] = configured.clone();
+    let r = add("ptp", &env.host, &env.containers[0], &both);
+    assert_eq!(r["dns"], configured);
+    let mut ipam_only = conf("1.0.0", json!([{"address": "10.81.0.3/24", "gateway": "10.81.0.1"}]));
+    ipam_only["ipam"]["dns"] = ipam_dns.clone();
+    let r = add("ptp", &env.host, &env.containers[1], &ipam_only);
+    assert_eq!(r["dns"], ipam_dns);
+}

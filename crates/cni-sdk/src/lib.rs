@@ -12,11 +12,13 @@
 pub mod args;
 pub mod config;
 pub mod delegate;
+mod gc;
 mod request;
 mod skel;
 
-pub use cni_types::{CniError, CniResult, ErrorCode, Version, VersionInfo};
-pub use request::{Attachment, Command, Request};
+pub use cni_types::{Attachment, CniError, CniResult, ErrorCode, Version, VersionInfo};
+pub use gc::{GcErrors, GcFailure};
+pub use request::{Command, Request};
 pub use skel::{run, run_with, Environment};
 
 /// What a plugin implements. GC and STATUS default to "nothing to do / ready", which is

@@ -1,9 +1,8 @@
 //! One invocation of a plugin: the verb, the environment and the configuration.
 
 use cni_types::args::CniArgs;
-use cni_types::{CniError, CniResult, NetConf, Version};
+use cni_types::{Attachment, CniError, CniResult, NetConf, Version};
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
 use std::fmt;
 use std::path::PathBuf;
 
@@ -52,15 +51,6 @@ impl fmt::Display for Command {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
-}
-
-/// An attachment a runtime still uses, as listed in a GC request.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, serde::Serialize)]
-pub struct Attachment {
-    #[serde(rename = "containerID")]
-    pub container_id: String,
-    #[serde(rename = "ifname")]
-    pub ifname: String,
 }
 
 /// Everything a plugin is told for one verb.
@@ -119,6 +109,11 @@ impl Request {
             None if self.version >= Version::V0_3_0 => self.require_prev_result().map(Some),
             None => Ok(None),
         }
+    }
+
+    /// The attachment an ADD, DEL or CHECK is about (empty names for GC and STATUS).
+    pub fn attachment(&self) -> Attachment {
+        Attachment::new(self.container_id.clone(), self.ifname.clone())
     }
 
     /// The attachments a GC request says are still in use (`cni.dev/valid-attachments`,

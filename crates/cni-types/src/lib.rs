@@ -5,12 +5,14 @@
 //! validators for names. There is no I/O, so runtimes, plugins and tests share one model.
 
 pub mod args;
+pub mod attachment;
 pub mod config;
 pub mod error;
 pub mod result;
 pub mod validate;
 pub mod version;
 
+pub use attachment::Attachment;
 pub use config::{Dns, IpamConf, NetConf, NetConfList};
 pub use error::{CniError, ErrorCode};
 pub use result::{CniResult, Interface, IpConfig, Route};

@@ -41,25 +41,40 @@ pub fn validate_network_name(name: &str) -> Result<(), CniError> {
     Ok(())
 }
 
-/// An interface name as the kernel accepts it: 1 to 15 bytes, not `.` or `..`, and no
-/// `/`, `:` or whitespace. Code 4 (it comes from CNI_IFNAME).
-pub fn validate_interface_name(name: &str) -> Result<(), CniError> {
-    let fail = |why: &str| {
-        Err(CniError::new(ErrorCode::InvalidEnvironment, format!("invalid interface name {name:?}: {why}")))
-    };
+/// What is wrong with `name` as an interface name, by the kernel's rules (which the spec
+/// repeats): 1 to 15 bytes, not `.` or `..`, and no `/`, `:`, whitespace or NUL.
+fn interface_name_problem(name: &str) -> Option<&'static str> {
     if name.is_empty() {
-        return fail("it is empty");
+        Some("it is empty")
+    } else if name.len() > 15 {
+        Some("it is longer than 15 bytes")
+    } else if name == "." || name == ".." {
+        Some("it is . or ..")
+    } else if name.chars().any(|c| c == '/' || c == ':' || c == '\0' || c.is_whitespace()) {
+        Some("it contains '/', ':', NUL or whitespace")
+    } else {
+        None
     }
-    if name.len() > 15 {
-        return fail("it is longer than 15 bytes");
+}
+
+/// CNI_IFNAME: code 4, as it comes from the environment.
+pub fn validate_interface_name(name: &str) -> Result<(), CniError> {
+    match interface_name_problem(name) {
+        None => Ok(()),
+        Some(why) => Err(CniError::new(
+            ErrorCode::InvalidEnvironment,
+            format!("invalid interface name {name:?}: {why}"),
+        )),
     }
-    if name == "." || name == ".." {
-        return fail("it is . or ..");
+}
+
+/// An interface name given in the configuration (or a prevResult) as `field`: code 7,
+/// with the field named, by the same rules as [`validate_interface_name`].
+pub fn validate_interface_name_field(field: &str, name: &str) -> Result<(), CniError> {
+    match interface_name_problem(name) {
+        None => Ok(()),
+        Some(why) => Err(CniError::invalid_config(format!("invalid {field} {name:?}: {why}"))),
     }
-    if name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace()) {
-        return fail("it contains '/', ':' or whitespace");
-    }
-    Ok(())
 }
 
 /// A plugin `type`: it names an executable in CNI_PATH, so it must not be able to escape
@@ -103,8 +118,11 @@ mod tests {
         for ok in ["eth0", "a", "123456789012345", "eth0.100"] {
             assert!(validate_interface_name(ok).is_ok(), "{ok}");
         }
-        for bad in ["", ".", "..", "1234567890123456", "a/b", "a:b", "a b", "a\tb"] {
+        for bad in ["", ".", "..", "1234567890123456", "a/b", "a:b", "a b", "a\tb", "a\0b"] {
             assert_eq!(validate_interface_name(bad).unwrap_err().code, 4, "{bad:?}");
+            let e = validate_interface_name_field("bridge", bad).unwrap_err();
+            assert_eq!(e.code, 7, "{bad:?}");
+            assert!(e.msg.starts_with("invalid bridge "), "{}", e.msg);
         }
     }
 

@@ -2,7 +2,7 @@
 
 use crate::cli::{parse_cni_args, Options};
 use cni_types::{Version, VersionInfo};
-use libcni::{CniConfig, GcAttachment, NetworkConfigList, RuntimeConf};
+use libcni::{Attachment, CniConfig, NetworkConfigList, RuntimeConf};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha512};
 use std::path::{Component, Path, PathBuf};
@@ -108,11 +108,11 @@ pub fn del(ctx: &Context, network: &str, netns: &str) -> Result<(), Failure> {
 
 pub fn gc(ctx: &Context, network: &str) -> Result<(), Failure> {
     let list = ctx.load(network)?;
-    let keep: Vec<GcAttachment> = ctx
+    let keep: Vec<Attachment> = ctx
         .options
         .keep
         .iter()
-        .map(|(id, ifname)| GcAttachment {
+        .map(|(id, ifname)| Attachment {
             container_id: id.clone(),
             ifname: ifname.clone().unwrap_or_else(|| ctx.ifname.clone()),
         })

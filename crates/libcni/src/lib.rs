@@ -29,8 +29,9 @@ mod request;
 mod runtime;
 
 pub use cache::NetworkAttachment;
+pub use cni_types::Attachment;
 pub use config::{conf_files, load_network, NetworkConfig, NetworkConfigList};
 pub use error::{Error, Result};
 pub use exec::find_plugin;
-pub use request::{GcAttachment, RuntimeConf};
+pub use request::RuntimeConf;
 pub use runtime::{CniConfig, NetworkResult};

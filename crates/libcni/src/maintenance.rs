@@ -4,8 +4,9 @@
 use crate::cache;
 use crate::config::{NetworkConfig, NetworkConfigList};
 use crate::error::{Error, Result};
-use crate::request::{list_request, GcAttachment, RuntimeConf};
+use crate::request::{list_request, RuntimeConf};
 use crate::runtime::CniConfig;
+use cni_types::Attachment;
 use cni_types::{Version, VersionInfo};
 use std::collections::{BTreeSet, HashSet};
 use std::time::Instant;
@@ -16,14 +17,14 @@ impl CniConfig {
     /// plugin with `cni.dev/valid-attachments`. Failures do not stop the rest; they are
     /// returned together. Nothing happens when the list sets `disableGC`. Each stale DEL,
     /// and the GC round, gets the configured time limit.
-    pub fn gc_network_list(&self, list: &NetworkConfigList, valid: &[GcAttachment]) -> Result<()> {
+    pub fn gc_network_list(&self, list: &NetworkConfigList, valid: &[Attachment]) -> Result<()> {
         if list.list.disable_gc {
             return Ok(());
         }
         let mut errors = Vec::new();
-        let keep: HashSet<&GcAttachment> = valid.iter().collect();
+        let keep: HashSet<&Attachment> = valid.iter().collect();
         for stale in cache::list(self.cache_dir())?.into_iter().filter(|a| a.network == list.name()) {
-            let id = GcAttachment { container_id: stale.container_id.clone(), ifname: stale.ifname.clone() };
+            let id = Attachment::new(stale.container_id.clone(), stale.ifname.clone());
             if keep.contains(&id) {
                 continue;
             }
@@ -73,7 +74,7 @@ impl CniConfig {
     }
 
     /// GC of a single-plugin configuration.
-    pub fn gc_network(&self, conf: &NetworkConfig, valid: &[GcAttachment]) -> Result<()> {
+    pub fn gc_network(&self, conf: &NetworkConfig, valid: &[Attachment]) -> Result<()> {
         self.gc_network_list(&conf.as_list(), valid)
     }
 

@@ -3,7 +3,6 @@
 use crate::error::{Error, Result};
 use cni_types::validate::{validate_container_id, validate_interface_name};
 use cni_types::Version;
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::time::Duration;
 
@@ -60,15 +59,6 @@ impl RuntimeConf {
         validate_container_id(&self.container_id).map_err(Error::InvalidRuntimeConf)?;
         validate_interface_name(&self.ifname).map_err(Error::InvalidRuntimeConf)
     }
-}
-
-/// An attachment still in use, as GC is told (`cni.dev/valid-attachments`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct GcAttachment {
-    #[serde(rename = "containerID")]
-    pub container_id: String,
-    #[serde(rename = "ifname")]
-    pub ifname: String,
 }
 
 /// The stdin of ADD, CHECK or DEL for one plugin: the plugin object with the list's

@@ -3,7 +3,7 @@
 mod common;
 
 use common::{calls, Rig};
-use libcni::{Error, GcAttachment, NetworkConfigList, RuntimeConf};
+use libcni::{Attachment, Error, NetworkConfigList, RuntimeConf};
 use serde_json::{json, Value};
 
 fn two_plugin_list(rig: &Rig, version: &str, extra: Value) -> NetworkConfigList {
@@ -21,8 +21,8 @@ fn attach(rig: &Rig, list: &NetworkConfigList, ctr: &str) {
     rig.cni.add_network_list(list, &rt).unwrap();
 }
 
-fn valid(ctr: &str) -> GcAttachment {
-    GcAttachment { container_id: ctr.into(), ifname: "eth0".into() }
+fn valid(ctr: &str) -> Attachment {
+    Attachment { container_id: ctr.into(), ifname: "eth0".into() }
 }
 
 #[test]

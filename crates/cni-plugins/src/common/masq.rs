@@ -6,12 +6,12 @@
 //! `masq4`/`masq6` to the attachment's chain, which masquerades unless the destination is
 //! in that address's subnet.
 
-use super::nft_attach::{self, Attachment, DispatchTable};
+use super::nft_attach::{self, DispatchTable};
 use cni_net::nft::{
     priority, Batch, Chain, ChainType, Family, Field, Hook, KeyType, KeyValue, MapData, RuleBuilder, Set,
     SetElement, SetRef, Verdict,
 };
-use cni_sdk::{CniError, CniResult, Request};
+use cni_sdk::{Attachment, CniError, CniResult, GcErrors, Request};
 use std::net::IpAddr;
 
 pub struct Masquerade;
@@ -64,7 +64,7 @@ pub fn add(req: &Request, result: &CniResult, iface: usize) -> Result<(), CniErr
     let ips: Vec<_> = result.ips_of(Some(iface)).map(|ip| ip.address).collect();
     let keys: Vec<String> = ips.iter().map(|net| net.addr().to_string()).collect();
     let mut nft = nft_attach::client()?;
-    nft_attach::attach::<Masquerade>(&mut nft, &Attachment::of(req), &keys, |chain| {
+    nft_attach::attach::<Masquerade>(&mut nft, &req.conf.name, &req.attachment(), &keys, |chain| {
         ips.iter()
             .map(|net| {
                 let host = ipnet::IpNet::new(net.addr(), net.max_prefix_len()).expect("full prefix");
@@ -78,15 +78,21 @@ pub fn add(req: &Request, result: &CniResult, iface: usize) -> Result<(), CniErr
 pub fn del(req: &Request, prev: Option<&CniResult>) -> Result<(), CniError> {
     let keys: Option<Vec<String>> =
         prev.map(|r| r.ips.iter().map(|ip| ip.address.addr().to_string()).collect());
-    nft_attach::detach::<Masquerade>(&mut *nft_attach::client()?, &Attachment::of(req), keys.as_deref())
+    nft_attach::detach::<Masquerade>(
+        &mut *nft_attach::client()?,
+        &req.conf.name,
+        &req.attachment(),
+        keys.as_deref(),
+    )
 }
 
 pub fn check(req: &Request) -> Result<(), CniError> {
     nft_attach::check_request::<Masquerade>(&mut *nft_attach::client()?, req, "masquerade")
 }
 
-pub fn gc(req: &Request) -> Result<(), CniError> {
-    nft_attach::gc_request::<Masquerade>(&mut *nft_attach::client()?, req)
+/// Removes the masquerade state of `network`'s attachments not in `valid`.
+pub fn gc(network: &str, valid: &[Attachment]) -> Result<(), GcErrors> {
+    nft_attach::gc_table::<Masquerade>(network, valid)
 }
 
 /// Undoes [`add`] on drop unless kept: part of ADD's rollback.

@@ -12,9 +12,15 @@
 //! The tags are short enough for nftables' 127-byte comments whatever the container ID,
 //! and let DEL without prevResult find the elements, and GC find the network's chains, by
 //! listing only those chains.
+//!
+//! A key is one attachment's at a time: an ADD whose element is already in a map (another
+//! attachment holds the key, e.g. portmap's host port) fails with the table's
+//! [`DispatchTable::key_taken`] error and changes nothing.
+//!
+//! Used by masquerading (`masq`), bridge's MAC spoof check, the firewall and portmap.
 
 use cni_net::nft::{Batch, Chain, Family, ListedRule, NftClient, NftError, RuleBuilder, SetElement, SetRef};
-use cni_sdk::{CniError, Request};
+use cni_sdk::{Attachment, CniError, GcErrors, Request};
 
 /// FNV-1a over NUL-separated parts: short, stable names and tags.
 fn hash16(parts: &[&str]) -> String {
@@ -26,27 +32,10 @@ fn hash16(parts: &[&str]) -> String {
     format!("{hash:016x}")
 }
 
-/// What identifies an attachment.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attachment {
-    pub network: String,
-    pub container_id: String,
-    pub ifname: String,
-}
-
-impl Attachment {
-    pub fn of(req: &Request) -> Attachment {
-        Attachment {
-            network: req.conf.name.clone(),
-            container_id: req.container_id.clone(),
-            ifname: req.ifname.clone(),
-        }
-    }
-
-    /// `cni-` + 16 hex digits of a hash of network, container and ifname.
-    pub fn chain_name(&self) -> String {
-        format!("cni-{}", hash16(&[&self.network, &self.container_id, &self.ifname]))
-    }
+/// The name of an attachment's chain: `cni-` + 16 hex digits of a hash of network,
+/// container and ifname.
+pub fn chain_name(network: &str, who: &Attachment) -> String {
+    format!("cni-{}", hash16(&[network, &who.container_id, &who.ifname]))
 }
 
 const TAG: &str = "cni-rs net=";
@@ -83,6 +72,40 @@ pub trait DispatchTable {
     fn bootstrap(batch: &mut Batch);
     /// The map elements for `key` that jump to `chain`.
     fn elements(key: &str, chain: &str) -> Result<Vec<(SetRef, SetElement)>, CniError>;
+    /// Why an ADD fails when another attachment's element already has `key`.
+    fn key_taken(key: &str) -> CniError {
+        CniError::internal(format!("nftables: {key} is already used by another attachment"))
+    }
+}
+
+/// How an attachment's batch failed.
+enum AttachFailure {
+    /// The table is missing (the first attachment on this host) or the attachment's chain
+    /// exists (a retried ADD): worth clearing up and trying once more.
+    Retry,
+    Fatal(CniError),
+}
+
+/// Commits an attachment's batch, telling a key another attachment holds (an element op
+/// refused as existing: the map already has that key) from the failures a retry fixes.
+fn commit_attachment<T: DispatchTable>(
+    nft: &mut NftClient,
+    batch: &Batch,
+    element_ops: &[(usize, &str)],
+    who: &Attachment,
+) -> Result<(), AttachFailure> {
+    match nft.commit(batch) {
+        Ok(_) => Ok(()),
+        Err(NftError::Operation { index, errno, .. })
+            if matches!(errno, libc::EEXIST | libc::EBUSY | libc::ENOTEMPTY)
+                && element_ops.iter().any(|(op, _)| *op == index) =>
+        {
+            let key = element_ops.iter().find(|(op, _)| *op == index).map_or("", |(_, key)| key);
+            Err(AttachFailure::Fatal(T::key_taken(key)))
+        }
+        Err(e) if e.is_not_found() || e.is_already_exists() => Err(AttachFailure::Retry),
+        Err(e) => Err(AttachFailure::Fatal(nft_error(&format!("add rules for {}", who.container_id), e))),
+    }
 }
 
 fn nft_error(what: &str, e: NftError) -> CniError {
@@ -114,14 +137,15 @@ pub fn ensure_table<T: DispatchTable>(nft: &mut NftClient) -> Result<(), CniErro
 /// before a second attempt — the usual ADD costs one round trip to the kernel, not three.
 pub fn attach<T: DispatchTable>(
     nft: &mut NftClient,
+    network: &str,
     who: &Attachment,
     keys: &[String],
     rules: impl FnOnce(&str) -> Vec<RuleBuilder>,
 ) -> Result<(), CniError> {
-    let chain = who.chain_name();
+    let chain = chain_name(network, who);
     let mut batch = Batch::new();
     batch.create_chain(&Chain::regular(T::FAMILY, T::TABLE, chain.clone()));
-    let tag = network_tag(&who.network);
+    let tag = network_tag(network);
     let tags: Vec<String> =
         if keys.is_empty() { vec![tag] } else { keys.iter().map(|k| format!("{tag} key={k}")).collect() };
     let tag_rules =
@@ -129,21 +153,29 @@ pub fn attach<T: DispatchTable>(
     for rule in rules(&chain).into_iter().chain(tag_rules) {
         batch.add_rule(&rule.build().map_err(|e| nft_error("build rule", e))?);
     }
+    let mut element_ops = Vec::new();
     for key in keys {
         for (set, element) in T::elements(key, &chain)? {
-            batch.add_elements(&set, &[element]);
+            element_ops.push((batch.add_elements(&set, &[element]), key.as_str()));
         }
     }
-    let failed = |e| nft_error(&format!("add rules for {}", who.container_id), e);
-    match nft.commit(&batch) {
-        Ok(_) => return Ok(()),
-        Err(e) if e.is_not_found() || e.is_already_exists() => {}
-        Err(e) => return Err(failed(e)),
+    match commit_attachment::<T>(nft, &batch, &element_ops, who) {
+        Err(AttachFailure::Retry) => {}
+        Err(AttachFailure::Fatal(e)) => return Err(e),
+        Ok(()) => return Ok(()),
     }
     ensure_table::<T>(nft)?;
     // Start clean: a retried ADD must not stack a second set of rules.
-    detach::<T>(nft, who, None)?;
-    nft.commit(&batch).map_err(failed).map(drop)
+    detach::<T>(nft, network, who, None)?;
+    match commit_attachment::<T>(nft, &batch, &element_ops, who) {
+        Err(AttachFailure::Retry) => Err(CniError::internal(format!(
+            "nftables: table {} or the chain of {} changed under this ADD twice",
+            T::TABLE,
+            who.container_id
+        ))),
+        Err(AttachFailure::Fatal(e)) => Err(e),
+        Ok(()) => Ok(()),
+    }
 }
 
 /// Removes an attachment's elements and chain. `keys` come from prevResult when there is
@@ -151,10 +183,11 @@ pub fn attach<T: DispatchTable>(
 /// idempotent.
 pub fn detach<T: DispatchTable>(
     nft: &mut NftClient,
+    network: &str,
     who: &Attachment,
     keys: Option<&[String]>,
 ) -> Result<(), CniError> {
-    let chain = who.chain_name();
+    let chain = chain_name(network, who);
     let listed = match nft.list_rules(T::FAMILY, T::TABLE, &chain) {
         Ok(rules) => rules,
         Err(e) if e.is_not_found() => return Ok(()),
@@ -224,9 +257,26 @@ pub fn delete_chain_and_elements(
     }
 }
 
+/// The keys an attachment's chain records (none when there is no such chain): for CHECK.
+pub fn attached_keys<T: DispatchTable>(
+    nft: &mut NftClient,
+    network: &str,
+    who: &Attachment,
+) -> Result<Vec<String>, CniError> {
+    match nft.list_rules(T::FAMILY, T::TABLE, &chain_name(network, who)) {
+        Ok(rules) => Ok(recorded_keys(&rules)),
+        Err(e) if e.is_not_found() => Ok(Vec::new()),
+        Err(e) => Err(nft_error("list the attachment's chain", e)),
+    }
+}
+
 /// Whether the attachment's chain exists (for CHECK).
-pub fn is_attached<T: DispatchTable>(nft: &mut NftClient, who: &Attachment) -> Result<bool, CniError> {
-    match nft.list_rules(T::FAMILY, T::TABLE, &who.chain_name()) {
+pub fn is_attached<T: DispatchTable>(
+    nft: &mut NftClient,
+    network: &str,
+    who: &Attachment,
+) -> Result<bool, CniError> {
+    match nft.list_rules(T::FAMILY, T::TABLE, &chain_name(network, who)) {
         Ok(rules) => Ok(!rules.is_empty()),
         Err(e) if e.is_not_found() => Ok(false),
         Err(e) => Err(nft_error("list the attachment's chain", e)),
@@ -235,42 +285,44 @@ pub fn is_attached<T: DispatchTable>(nft: &mut NftClient, who: &Attachment) -> R
 
 /// Removes every attachment chain of `network` whose attachment is not in `valid`. Lists
 /// the table's chains and reads the tags of each of ours: GC is the one operation allowed
-/// to look at everything.
+/// to look at everything. A chain that cannot be read or removed is recorded and GC goes
+/// on with the next.
 pub fn gc<T: DispatchTable>(
     nft: &mut NftClient,
     network: &str,
     valid: &[Attachment],
-) -> Result<(), CniError> {
+) -> Result<(), GcErrors> {
+    let mut errors = GcErrors::new();
     let chains = match nft.list_chains(T::FAMILY, T::TABLE) {
         Ok(chains) => chains,
         Err(e) if e.is_not_found() => return Ok(()),
-        Err(e) => return Err(nft_error("list chains", e)),
+        Err(e) => {
+            errors.push(format!("table {}", T::TABLE), nft_error("list chains", e));
+            return errors.into_result();
+        }
     };
-    let keep: Vec<String> = valid.iter().map(Attachment::chain_name).collect();
+    let keep: Vec<String> = valid.iter().map(|who| chain_name(network, who)).collect();
     let ours = network_tag(network);
     let ours = ours.strip_prefix(TAG).expect("tag has the prefix");
-    let mut errors = Vec::new();
     for chain in chains.iter().filter(|c| c.name.starts_with("cni-") && !keep.contains(&c.name)) {
+        let object = || format!("chain {} {}", T::TABLE, chain.name);
         let rules = match nft.list_rules(T::FAMILY, T::TABLE, &chain.name) {
             Ok(rules) => rules,
             Err(e) if e.is_not_found() => continue,
-            Err(e) => return Err(nft_error("list chain", e)),
+            Err(e) => {
+                errors.push(object(), nft_error("list chain", e));
+                continue;
+            }
         };
         let of_network = rules
             .iter()
             .filter_map(|r| r.rule.comment.as_deref().and_then(parse_tag))
             .any(|(net, _)| net == ours);
         if of_network {
-            if let Err(e) = remove_chain::<T>(nft, &chain.name, &recorded_keys(&rules)) {
-                errors.push(e.to_string());
-            }
+            errors.record(object(), remove_chain::<T>(nft, &chain.name, &recorded_keys(&rules)));
         }
     }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(CniError::internal(format!("GC failed for some attachments: {}", errors.join("; "))))
-    }
+    errors.into_result()
 }
 
 /// CHECK for a plugin's table: the request's attachment must have its chain.
@@ -279,26 +331,24 @@ pub fn check_request<T: DispatchTable>(
     req: &Request,
     what: &str,
 ) -> Result<(), CniError> {
-    if is_attached::<T>(nft, &Attachment::of(req))? {
+    if is_attached::<T>(nft, &req.conf.name, &req.attachment())? {
         Ok(())
     } else {
         Err(CniError::internal(format!("{what} rules for {} are missing", req.container_id)))
     }
 }
 
-/// GC for a plugin's table: removes attachments of the request's network that are not in
-/// its `cni.dev/valid-attachments`.
-pub fn gc_request<T: DispatchTable>(nft: &mut NftClient, req: &Request) -> Result<(), CniError> {
-    let valid: Vec<Attachment> = req
-        .valid_attachments()?
-        .into_iter()
-        .map(|v| Attachment {
-            network: req.conf.name.clone(),
-            container_id: v.container_id,
-            ifname: v.ifname,
-        })
-        .collect();
-    gc::<T>(nft, &req.conf.name, &valid)
+/// GC of a plugin's table through a client of its own: a client that cannot be opened is
+/// the one failure.
+pub fn gc_table<T: DispatchTable>(network: &str, valid: &[Attachment]) -> Result<(), GcErrors> {
+    match client() {
+        Ok(mut nft) => gc::<T>(&mut nft, network, valid),
+        Err(e) => {
+            let mut errors = GcErrors::new();
+            errors.push(format!("table {}", T::TABLE), e);
+            Err(errors)
+        }
+    }
 }
 
 /// An nftables client for a plugin process: dropping it closes the socket without
@@ -359,10 +409,10 @@ mod tests {
 
     #[test]
     fn chain_names_are_stable_and_distinct() {
-        let a = Attachment { network: "n".into(), container_id: "c1".into(), ifname: "eth0".into() };
-        let b = Attachment { container_id: "c2".into(), ..a.clone() };
-        assert_eq!(a.chain_name(), a.clone().chain_name());
-        assert_ne!(a.chain_name(), b.chain_name());
-        assert_eq!(a.chain_name().len(), 20);
+        let (a, b) = (Attachment::new("c1", "eth0"), Attachment::new("c2", "eth0"));
+        assert_eq!(chain_name("n", &a), chain_name("n", &a.clone()));
+        assert_ne!(chain_name("n", &a), chain_name("n", &b));
+        assert_ne!(chain_name("n", &a), chain_name("m", &a));
+        assert_eq!(chain_name("n", &a).len(), 20);
     }
 }

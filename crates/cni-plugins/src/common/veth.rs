@@ -54,7 +54,7 @@ pub fn create_pair(
     // is told apart from a collision of our random host name below.
     let mut attempts = 0;
     let host_link = loop {
-        let bytes: [u8; 4] = random_bytes();
+        let bytes: [u8; 4] = random_bytes()?;
         let host_name = format!("veth{:08x}", u32::from_be_bytes(bytes));
         let mut host_spec = LinkSpec::new(host_name.clone());
         let mut peer = LinkSpec::new(req.container_ifname).netns(req.container_ns);
@@ -122,7 +122,8 @@ pub fn delete_container_end(req: &cni_sdk::Request) -> Result<(), CniError> {
         Err(e) if !e.is_not_found() => Err(CniError::internal(format!("delete {}: {e}", req.ifname))),
         _ => Ok(()),
     };
-    let parked = nl.set_link_down(link.index).and_then(|()| nl.set_link_name(link.index, &parking_name()));
+    let parking = parking_name()?;
+    let parked = nl.set_link_down(link.index).and_then(|()| nl.set_link_name(link.index, &parking));
     match parked {
         Ok(()) => nl.delete_link_in_background(link.index).or_cni(&format!("delete {}", req.ifname)),
         Err(e) if e.is_not_found() => Ok(()),
@@ -132,7 +133,7 @@ pub fn delete_container_end(req: &cni_sdk::Request) -> Result<(), CniError> {
 }
 
 /// A name for a container end awaiting deletion: recognisable, and unique in practice.
-fn parking_name() -> String {
-    let bytes: [u8; 4] = random_bytes();
-    format!("cnidel{}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
+fn parking_name() -> Result<String, CniError> {
+    let bytes: [u8; 4] = random_bytes()?;
+    Ok(format!("cnidel{}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()))
 }

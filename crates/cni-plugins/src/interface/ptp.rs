@@ -10,7 +10,7 @@ use crate::common::veth::{self, VethRequest};
 use crate::common::{masq, open_container_netns, NetResultExt};
 use cni_net::netlink::{AddressFlags, Route as KernelRoute, RouteScope};
 use cni_net::{Link, NetNs, Netlink};
-use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};
+use cni_sdk::{delegate, CniError, CniResult, GcErrors, Plugin, Request};
 use cni_types::Dns;
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -147,10 +147,10 @@ impl Ptp {
             .unwrap_or(host_veth.link.clone());
         result.interfaces =
             vec![veth::result_interface(&host_now, ""), veth::result_interface(&cont_link, &req.netns)];
-        if let Some(dns) = &conf.dns {
-            if result.dns.is_empty() {
-                result.dns = dns.clone();
-            }
+        // The configured `dns` wins over IPAM's, as in the reference (which only skips a
+        // configured `dns` that sets nothing).
+        if let Some(dns) = conf.dns.as_ref().filter(|dns| !dns.is_empty()) {
+            result.dns = dns.clone();
         }
         if conf.ip_masq {
             masq::add(req, &result, CONTAINER_IFACE)?;
@@ -202,9 +202,11 @@ impl Plugin for Ptp {
     }
 
     fn gc(&self, req: &Request) -> Result<(), CniError> {
-        let ipam = delegate::ipam_forward(req);
-        masq::gc(req)?;
-        ipam
+        let valid = req.valid_attachments()?;
+        let mut errors = GcErrors::new();
+        errors.record("the IPAM plugin's allocations", delegate::ipam_forward(req));
+        errors.merge(masq::gc(&req.conf.name, &valid));
+        Ok(errors.into_result()?)
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {

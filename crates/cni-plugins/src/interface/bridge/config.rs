@@ -59,9 +59,7 @@ impl BridgeConf {
     }
 
     fn validate(&self, req: &Request) -> Result<(), CniError> {
-        if self.bridge.is_empty() || self.bridge.len() > 15 || self.bridge.contains(['/', ' ', ':']) {
-            return Err(CniError::invalid_config(format!("invalid bridge name {:?}", self.bridge)));
-        }
+        cni_types::validate::validate_interface_name_field("bridge", &self.bridge)?;
         if self.hairpin_mode && self.promisc_mode {
             return Err(CniError::invalid_config("cannot set hairpinMode and promiscMode at the same time"));
         }

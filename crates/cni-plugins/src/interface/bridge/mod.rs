@@ -16,7 +16,7 @@ use crate::common::veth::{self, VethRequest};
 use crate::common::{masq, open_container_netns, NetResultExt};
 use cni_net::netlink::{BridgeOptions, LinkCondition, LinkKind, LinkSpec};
 use cni_net::{Link, MacAddr, NetNs, Netlink};
-use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};
+use cni_sdk::{delegate, CniError, CniResult, GcErrors, Plugin, Request};
 use config::BridgeConf;
 use std::time::Duration;
 
@@ -145,10 +145,10 @@ impl Bridge {
             veth::result_interface(&host_veth.link, ""),
             veth::result_interface(&cont_link, &req.netns),
         ];
-        if let Some(dns) = &conf.dns {
-            if result.dns.is_empty() {
-                result.dns = dns.clone();
-            }
+        // The configured `dns` wins over IPAM's, as in the reference (which only skips a
+        // configured `dns` that sets nothing).
+        if let Some(dns) = conf.dns.as_ref().filter(|dns| !dns.is_empty()) {
+            result.dns = dns.clone();
         }
         // Firewalling last: every step before it can fail without nftables state to undo.
         let masq_guard =
@@ -238,18 +238,14 @@ impl Plugin for Bridge {
     /// Releases IPAM and the nftables state of attachments the runtime no longer has,
     /// whatever the current config says about ipMasq/macspoofchk (they may have been on).
     fn gc(&self, req: &Request) -> Result<(), CniError> {
-        let results = [
-            if delegate::has_ipam(req) { delegate::ipam_forward(req) } else { Ok(()) },
-            masq::gc(req),
-            spoofcheck::gc(req),
-        ];
-        let errors: Vec<String> =
-            results.into_iter().filter_map(Result::err).map(|e| e.to_string()).collect();
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(CniError::internal(format!("GC: {}", errors.join("; "))))
+        let valid = req.valid_attachments()?;
+        let mut errors = GcErrors::new();
+        if delegate::has_ipam(req) {
+            errors.record("the IPAM plugin's allocations", delegate::ipam_forward(req));
         }
+        errors.merge(masq::gc(&req.conf.name, &valid));
+        errors.merge(spoofcheck::gc(&req.conf.name, &valid));
+        Ok(errors.into_result()?)
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {

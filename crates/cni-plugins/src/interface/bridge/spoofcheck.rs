@@ -5,13 +5,13 @@
 //! on the input port through map `ports` to the attachment's chain, which returns for the
 //! expected source MAC and drops the rest.
 
-use crate::common::nft_attach::{self, Attachment, DispatchTable};
+use crate::common::nft_attach::{self, DispatchTable};
 use cni_net::nft::{
     Batch, Chain, ChainType, Family, Field, Hook, KeyType, KeyValue, MapData, RuleBuilder, Set, SetElement,
     SetRef, Verdict,
 };
 use cni_net::MacAddr;
-use cni_sdk::{CniError, Request};
+use cni_sdk::{Attachment, CniError, GcErrors, Request};
 
 pub struct SpoofCheck;
 
@@ -52,7 +52,8 @@ impl DispatchTable for SpoofCheck {
 pub fn add(req: &Request, host_port: &str, mac: MacAddr) -> Result<(), CniError> {
     nft_attach::attach::<SpoofCheck>(
         &mut *nft_attach::client()?,
-        &Attachment::of(req),
+        &req.conf.name,
+        &req.attachment(),
         &[host_port.to_string()],
         |chain| {
             vec![
@@ -65,13 +66,19 @@ pub fn add(req: &Request, host_port: &str, mac: MacAddr) -> Result<(), CniError>
 
 pub fn del(req: &Request, host_port: Option<&str>) -> Result<(), CniError> {
     let keys = host_port.map(|p| vec![p.to_string()]);
-    nft_attach::detach::<SpoofCheck>(&mut *nft_attach::client()?, &Attachment::of(req), keys.as_deref())
+    nft_attach::detach::<SpoofCheck>(
+        &mut *nft_attach::client()?,
+        &req.conf.name,
+        &req.attachment(),
+        keys.as_deref(),
+    )
 }
 
 pub fn check(req: &Request) -> Result<(), CniError> {
     nft_attach::check_request::<SpoofCheck>(&mut *nft_attach::client()?, req, "MAC spoof check")
 }
 
-pub fn gc(req: &Request) -> Result<(), CniError> {
-    nft_attach::gc_request::<SpoofCheck>(&mut *nft_attach::client()?, req)
+/// Removes the spoof-check state of `network`'s attachments not in `valid`.
+pub fn gc(network: &str, valid: &[Attachment]) -> Result<(), GcErrors> {
+    nft_attach::gc_table::<SpoofCheck>(network, valid)
 }

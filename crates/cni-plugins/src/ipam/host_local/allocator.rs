@@ -2,9 +2,10 @@
 //! handing out the network address, the IPv4 broadcast address or the gateway — the order
 //! in which the reference hands addresses out, so mixed Go/Rust nodes behave alike.
 //!
-//! Cost: each candidate costs one `link(2)` attempt, and next-fit normally succeeds on the
-//! first candidate, so an allocation does not depend on how many addresses are held (only
-//! a nearly full range set, wrapped around, makes it walk over held addresses).
+//! Cost: each candidate costs one `stat(2)`, and the free one an exclusive create
+//! (`O_CREAT|O_EXCL`) and a write of the holder; next-fit normally succeeds on the first
+//! candidate, so an allocation does not depend on how many addresses are held (only a
+//! nearly full range set, wrapped around, makes it walk over held addresses).
 
 use std::net::IpAddr;
 
@@ -172,9 +173,10 @@ impl Session {
         let last = self.store.last_reserved(set_index);
         for (range_idx, ip) in NextFit::after(set, last) {
             let range = &set.ranges[range_idx];
-            // A stat first: reserving writes and syncs a file, too costly to spend on every
-            // taken address of a crowded range (61 syncs, ~35 ms, for a full /26). The lock
-            // is held, so the stat is accurate; reserve stays exclusive regardless.
+            // A stat first passes over held addresses without opening anything. Reserving
+            // does not sync (see the store), so this is a cheap filter, not a saving of
+            // syncs; the lock is held, so it is accurate, and reserve's exclusive create
+            // stays the decision regardless.
             if !range.is_allocatable(ip) || self.store.is_taken(ip) {
                 continue;
             }

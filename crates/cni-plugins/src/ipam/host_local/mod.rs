@@ -22,6 +22,7 @@ pub mod range;
 pub mod store;
 mod table;
 
+use cni_sdk::Attachment;
 use std::collections::HashSet;
 use std::net::IpAddr;
 
@@ -29,7 +30,7 @@ pub use allocator::Allocation;
 use allocator::Session;
 pub use config::{HostLocalConfig, IpSource, RequestedIp, RouteSpec, DEFAULT_DATA_DIR};
 pub use error::HostLocalError;
-use store::{Holder, Store};
+use store::{Holder, Reservation, Store};
 
 /// Opens and locks the network directory of `conf` with a complete index.
 fn open_session(conf: &HostLocalConfig) -> Result<Session, HostLocalError> {
@@ -131,7 +132,7 @@ pub fn release(
         let store = session.store();
         let mut released = Vec::new();
         for &ip in known_ips {
-            if matches!(store.holder(ip)?, Some(None)) && store.release(ip)? {
+            if store.reservation(ip)? == Reservation::Unreadable && store.release(ip)? {
                 released.push(ip);
             }
         }
@@ -172,30 +173,22 @@ pub fn check(
     Ok(())
 }
 
-/// An attachment still in use, as listed in GC's `cni.dev/valid-attachments`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct AttachmentKey {
-    pub container_id: String,
-    pub ifname: String,
-}
-
 /// What GC did.
 #[derive(Debug, Default)]
 pub struct GcOutcome {
     /// Addresses released (unknown holders and unreadable files).
     pub released: Vec<IpAddr>,
-    /// Files that could not be removed; GC carried on past them.
-    pub failures: Vec<HostLocalError>,
+    /// Addresses whose file could not be removed, and why; GC carried on past them.
+    pub failures: Vec<(IpAddr, HostLocalError)>,
 }
 
 /// GC: releases every allocation of the network whose holder is not in `valid`, including
 /// empty or garbage files. A legacy file
 /// (container ID only) stays if any valid attachment has that container ID.
-pub fn gc(conf: &HostLocalConfig, valid: &[AttachmentKey]) -> Result<GcOutcome, HostLocalError> {
-    let valid: HashSet<&AttachmentKey> = valid.iter().collect();
+pub fn gc(conf: &HostLocalConfig, valid: &[Attachment]) -> Result<GcOutcome, HostLocalError> {
+    let valid: HashSet<&Attachment> = valid.iter().collect();
     let is_valid = |holder: &Holder| match &holder.ifname {
-        Some(ifname) => valid
-            .contains(&AttachmentKey { container_id: holder.container_id.clone(), ifname: ifname.clone() }),
+        Some(ifname) => valid.contains(&Attachment::new(holder.container_id.clone(), ifname.clone())),
         None => valid.iter().any(|k| k.container_id == holder.container_id),
     };
     let session = open_session(conf)?;
@@ -211,7 +204,7 @@ pub fn gc(conf: &HostLocalConfig, valid: &[AttachmentKey]) -> Result<GcOutcome, 
             match store.release(ip) {
                 Ok(_) => outcome.released.push(ip),
                 Err(err) => {
-                    outcome.failures.push(err);
+                    outcome.failures.push((ip, err));
                     kept.push((ip, holder));
                 }
             }

@@ -6,12 +6,12 @@
 
 use std::net::IpAddr;
 
-use cni_sdk::{CniError, CniResult, Plugin, Request};
+use cni_sdk::{CniError, CniResult, GcErrors, Plugin, Request};
 use cni_types::{Dns, IpConfig, Route};
 
 use super::config::HostLocalConfig;
 use super::error::{codes, HostLocalError};
-use super::{AttachmentKey, GcOutcome};
+use super::GcOutcome;
 
 /// The host-local IPAM plugin.
 pub struct HostLocal;
@@ -122,17 +122,12 @@ impl Plugin for HostLocal {
 
     fn gc(&self, req: &Request) -> Result<(), CniError> {
         let conf = load(req)?;
-        let valid: Vec<AttachmentKey> = req
-            .valid_attachments()?
-            .into_iter()
-            .map(|a| AttachmentKey { container_id: a.container_id, ifname: a.ifname })
-            .collect();
-        let GcOutcome { failures, .. } = super::gc(&conf, &valid)?;
-        if failures.is_empty() {
-            return Ok(());
+        let GcOutcome { failures, .. } = super::gc(&conf, &req.valid_attachments()?)?;
+        let mut errors = GcErrors::new();
+        for (ip, failure) in failures {
+            errors.push(format!("address {ip}"), failure.into());
         }
-        let joined: Vec<String> = failures.iter().map(ToString::to_string).collect();
-        Err(CniError::io(format!("host-local GC: {}", joined.join("; "))))
+        Ok(errors.into_result()?)
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {

@@ -78,6 +78,18 @@ impl Holder {
     }
 }
 
+/// What an address's file says about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reservation {
+    /// No file: the address is free.
+    Free,
+    /// Reserved by this holder.
+    Held(Holder),
+    /// A file exists but names nobody (empty, as left by a plugin killed between create
+    /// and write, or garbage): reserved, by no one a DEL could match.
+    Unreadable,
+}
+
 /// An open, locked network directory. The lock is released when this is dropped.
 #[derive(Debug)]
 pub struct Store {
@@ -193,19 +205,19 @@ impl Store {
         Ok(true)
     }
 
-    /// Who holds `ip`: `None` if it is free, `Some(None)` if its file is unreadable garbage.
-    pub fn holder(&self, ip: IpAddr) -> Result<Option<Option<Holder>>, HostLocalError> {
+    /// What `ip`'s file says: free, held by someone, or reserved by an unreadable file.
+    pub fn reservation(&self, ip: IpAddr) -> Result<Reservation, HostLocalError> {
         let path = self.ip_path(ip);
         match read_small(&path) {
-            Ok(content) => Ok(Some(Holder::parse(&content))),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Ok(content) => Ok(Holder::parse(&content).map_or(Reservation::Unreadable, Reservation::Held)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Reservation::Free),
             Err(e) => Err(HostLocalError::io(path, "reading the address file", e)),
         }
     }
 
     /// Whether `ip` is recorded as held by (container_id, ifname).
     pub fn is_held_by(&self, ip: IpAddr, container_id: &str, ifname: &str) -> Result<bool, HostLocalError> {
-        Ok(matches!(self.holder(ip)?, Some(Some(h)) if h.is(container_id, ifname)))
+        Ok(matches!(self.reservation(ip)?, Reservation::Held(h) if h.is(container_id, ifname)))
     }
 
     /// Whether an address file exists (held by anyone, or garbage).

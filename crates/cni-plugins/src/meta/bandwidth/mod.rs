@@ -14,7 +14,7 @@ pub mod shaping;
 use crate::common::{open_container_netns, open_container_netns_for_del, NetResultExt};
 use cni_net::netlink::{LinkKind, LinkSpec};
 use cni_net::{Link, Netlink};
-use cni_sdk::{CniError, CniResult, Plugin, Request, Version};
+use cni_sdk::{CniError, CniResult, GcErrors, Plugin, Request, Version};
 use cni_types::Interface;
 use config::BandwidthConf;
 use sha2::{Digest, Sha512};
@@ -230,7 +230,7 @@ impl Plugin for Bandwidth {
     fn gc(&self, req: &Request) -> Result<(), CniError> {
         let valid = req.valid_attachments()?;
         let mut host = Netlink::new().or_cni("open netlink on the host")?;
-        let mut errors = Vec::new();
+        let mut errors = GcErrors::new();
         for link in host.links().or_cni("list links")? {
             let Some((network, container_id, ifname)) =
                 link.alias.as_deref().filter(|_| shaping::is_ifb(&link)).and_then(parse_alias)
@@ -242,15 +242,13 @@ impl Plugin for Bandwidth {
                 continue;
             }
             match host.delete_link(link.index) {
-                Err(e) if !e.is_not_found() => errors.push(format!("delete IFB {}: {e}", link.name)),
+                Err(e) if !e.is_not_found() => {
+                    errors.push(format!("IFB {}", link.name), CniError::internal(format!("delete: {e}")))
+                }
                 _ => {}
             }
         }
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(CniError::internal(format!("bandwidth: {}", errors.join("; "))))
-        }
+        Ok(errors.into_result()?)
     }
 
     /// Ready: it needs nothing but the kernel, and validates its configuration.

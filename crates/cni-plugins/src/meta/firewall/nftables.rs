@@ -48,7 +48,8 @@ use cni_sdk::{CniError, ErrorCode, Request};
 
 use super::config::IngressPolicy;
 use super::target::Target;
-use crate::common::nft_attach::{self, Attachment, DispatchTable};
+use crate::common::nft_attach::{self, DispatchTable};
+use cni_sdk::Attachment;
 
 pub const TABLE: &str = "cni_firewall";
 const FORWARD: &str = "forward";
@@ -228,25 +229,25 @@ pub fn add(req: &Request, policy: IngressPolicy, target: &Target) -> Result<(), 
             Some(port)
         }
     };
-    let who = Attachment::of(req);
+    let (network, who) = (req.conf.name.as_str(), req.attachment());
     // A retried ADD first removes what the earlier one recorded, by its full key list
     // (attach's own cleanup only knows the possibly truncated summary comment).
-    let earlier = recorded_keys(&mut nft, &who)?;
+    let earlier = recorded_keys(&mut nft, network, &who)?;
     if !earlier.is_empty() {
-        nft_attach::detach::<FirewallTable>(&mut nft, &who, Some(&earlier))?;
+        nft_attach::detach::<FirewallTable>(&mut nft, network, &who, Some(&earlier))?;
     }
     if target.ips.is_empty() && port.is_none() {
         return Ok(()); // nothing to accept, nothing to isolate
     }
-    nft_attach::attach::<FirewallTable>(&mut nft, &who, &keys(target, port), |chain| {
+    nft_attach::attach::<FirewallTable>(&mut nft, network, &who, &keys(target, port), |chain| {
         attachment_rules(chain, target, port)
     })
 }
 
 /// The keys ADD recorded in the attachment's own rule comments (complete even when the
 /// first rule's summary comment had to be truncated).
-fn recorded_keys(nft: &mut NftClient, who: &Attachment) -> Result<Vec<String>, CniError> {
-    let rules = match nft.list_rules(Family::Inet, TABLE, &who.chain_name()) {
+fn recorded_keys(nft: &mut NftClient, network: &str, who: &Attachment) -> Result<Vec<String>, CniError> {
+    let rules = match nft.list_rules(Family::Inet, TABLE, &nft_attach::chain_name(network, who)) {
         Ok(rules) => rules,
         Err(e) if e.is_not_found() => return Ok(Vec::new()),
         Err(e) => return Err(nft_error("list the attachment's chain", e)),
@@ -268,8 +269,8 @@ fn tagged_keys(rules: &[ListedRule]) -> Vec<String> {
 /// is one and from the chain's own rules in any case (one chain is read, not the table).
 pub fn del(req: &Request, target: Option<&Target>) -> Result<(), CniError> {
     let mut nft = client()?;
-    let who = Attachment::of(req);
-    let mut keys = recorded_keys(&mut nft, &who)?;
+    let (network, who) = (req.conf.name.as_str(), req.attachment());
+    let mut keys = recorded_keys(&mut nft, network, &who)?;
     if keys.is_empty() {
         // ADD always puts at least one tagged rule into the chain, in the same batch as
         // the map elements: no tagged rule means no chain and no elements (already
@@ -285,21 +286,21 @@ pub fn del(req: &Request, target: Option<&Target>) -> Result<(), CniError> {
             }
         }
     }
-    nft_attach::detach::<FirewallTable>(&mut nft, &who, Some(&keys))
+    nft_attach::detach::<FirewallTable>(&mut nft, network, &who, Some(&keys))
 }
 
 /// Verifies the attachment's chain holds a rule for every address (and the port for
 /// `isolated`), and that the bridge is still under isolation for non-open policies.
 pub fn check(req: &Request, policy: IngressPolicy, target: &Target) -> Result<(), CniError> {
     let mut nft = client()?;
-    let who = Attachment::of(req);
-    if !nft_attach::is_attached::<FirewallTable>(&mut nft, &who)? {
+    let (network, who) = (req.conf.name.as_str(), req.attachment());
+    if !nft_attach::is_attached::<FirewallTable>(&mut nft, network, &who)? {
         return Err(CniError::internal(format!(
             "firewall rules for container {} ({}) are missing from table inet {TABLE}",
             req.container_id, req.ifname
         )));
     }
-    let recorded = recorded_keys(&mut nft, &who)?;
+    let recorded = recorded_keys(&mut nft, network, &who)?;
     for ip in &target.ips {
         if !recorded.contains(&ip.to_string()) {
             return Err(CniError::internal(format!("firewall rules for {ip} are missing")));
@@ -328,7 +329,7 @@ pub fn check(req: &Request, policy: IngressPolicy, target: &Target) -> Result<()
 /// one operation that reads the whole table; each stale attachment is removed with the
 /// full key list from its own rules.
 pub fn gc(req: &Request) -> Result<(), CniError> {
-    nft_attach::gc_request::<FirewallTable>(&mut *client()?, req)
+    Ok(nft_attach::gc::<FirewallTable>(&mut *client()?, &req.conf.name, &req.valid_attachments()?)?)
 }
 
 /// Ready when nf_tables answers in this namespace.

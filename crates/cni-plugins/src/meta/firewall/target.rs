@@ -1,6 +1,7 @@
 //! What the firewall needs to know about an attachment, read from the previous result.
 
 use cni_sdk::{CniError, CniResult};
+use cni_types::validate::validate_interface_name_field;
 use std::net::IpAddr;
 
 use super::config::IngressPolicy;
@@ -32,21 +33,25 @@ impl Target {
 
     /// The bridge a non-open policy works on; an error (code 7) when the result has none.
     pub fn require_bridge(&self, policy: IngressPolicy) -> Result<&str, CniError> {
-        self.bridge.as_deref().ok_or_else(|| {
+        let bridge = self.bridge.as_deref().ok_or_else(|| {
             CniError::invalid_config(format!(
                 "ingressPolicy {}: the previous result names no bridge interface; chain \"firewall\" after \"bridge\"",
                 policy_name(policy)
             ))
-        })
+        })?;
+        validate_interface_name_field("prevResult bridge interface name", bridge)?;
+        Ok(bridge)
     }
 
     /// The container's bridge port, which the `isolated` policy cuts off from its siblings.
     pub fn require_host_port(&self) -> Result<&str, CniError> {
-        self.host_port.as_deref().ok_or_else(|| {
+        let port = self.host_port.as_deref().ok_or_else(|| {
             CniError::invalid_config(
                 "ingressPolicy isolated: the previous result names no host-side bridge port; chain \"firewall\" after \"bridge\"",
             )
-        })
+        })?;
+        validate_interface_name_field("prevResult host interface name", port)?;
+        Ok(port)
     }
 }
 

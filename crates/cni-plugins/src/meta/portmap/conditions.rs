@@ -11,6 +11,7 @@
 
 use cni_net::nft::RuleBuilder;
 use cni_sdk::{CniError, ErrorCode};
+use cni_types::validate::validate_interface_name_field;
 use ipnet::IpNet;
 use std::net::IpAddr;
 
@@ -68,12 +69,13 @@ impl Conditions {
                 "-s" | "--source" | "--src" => Match::Source(network(key, value, v6)?),
                 "-d" | "--destination" | "--dst" => Match::Destination(network(key, value, v6)?),
                 "-i" | "--in-interface" => {
-                    if value.ends_with('+') || value.is_empty() || value.len() > 15 {
+                    if value.ends_with('+') {
                         return Err(unsupported(
                             key,
                             format!("interface {value:?}: wildcards are not supported"),
                         ));
                     }
+                    validate_interface_name_field(&format!("{key} interface"), value)?;
                     Match::InInterface(value.to_string())
                 }
                 other => {
@@ -143,6 +145,9 @@ mod tests {
         assert!(e.msg.contains("conditionsV6"));
         let e = Conditions::parse("conditionsV4", &strings(&["-i", "eth+"]), false).unwrap_err();
         assert_eq!(e.code, 2);
+        let e = Conditions::parse("conditionsV4", &strings(&["-i", ".."]), false).unwrap_err();
+        assert_eq!(e.code, 7);
+        assert!(e.msg.contains("conditionsV4 interface"), "{}", e.msg);
         let e = Conditions::parse("conditionsV4", &strings(&["-s", "fd00::1"]), false).unwrap_err();
         assert_eq!(e.code, 7);
     }

@@ -79,6 +79,8 @@ pub fn enable_localnet_routing(result: &CniResult, container: Ipv4Addr) -> Resul
             }
         }
     };
+    // The name comes from prevResult and ends up in a /proc/sys path.
+    cni_types::validate::validate_interface_name_field("prevResult interface name", &ifname)?;
     let key = format!("net.ipv4.conf.{ifname}.route_localnet");
     if cni_net::sysctl::read(&key).map(|v| v.trim() == "1").unwrap_or(false) {
         return Ok(());

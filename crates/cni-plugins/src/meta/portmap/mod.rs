@@ -13,7 +13,6 @@ pub mod config;
 pub mod host;
 pub mod rules;
 
-use crate::common::nft_attach::Attachment;
 use crate::common::{open_container_netns, NetResultExt};
 use cni_net::nft::NftClient;
 use cni_net::Netlink;
@@ -72,11 +71,11 @@ impl Plugin for Portmap {
         };
         let ips = ContainerIps::from_result(&prev, &req.ifname);
         let targets = targets(&conf, &ips);
-        let who = Attachment::of(req);
+        let who = req.attachment();
         if targets.is_empty() {
             // Nothing to map (most containers): like the reference, do not depend on
             // nftables then; but a repeated ADD should not keep an earlier ADD's mappings.
-            if let Err(e) = nft_client().and_then(|mut nft| rules::detach(&mut nft, &who.chain_name())) {
+            if let Err(e) = nft_client().and_then(|mut nft| rules::detach(&mut nft, &req.conf.name, &who)) {
                 eprintln!("portmap: cannot clear earlier mappings of {}: {e}", req.container_id);
             }
             return Ok(prev);
@@ -84,7 +83,7 @@ impl Plugin for Portmap {
         if let (true, Some(v4)) = (conf.snat, ips.v4) {
             host::enable_localnet_routing(&prev, v4)?;
         }
-        rules::install(&mut *nft_client()?, &who, &conf, &targets)?;
+        rules::install(&mut *nft_client()?, &req.conf.name, &who, &conf, &targets)?;
         for t in targets.iter().filter(|t| t.key.protocol == config::Protocol::Udp) {
             host::flush_udp_conntrack(t.key.v6, t.key.host_port);
         }
@@ -95,7 +94,7 @@ impl Plugin for Portmap {
     /// (a DEL that fails on config would block the container's removal for good): the
     /// attachment's chain names its map elements.
     fn del(&self, req: &Request) -> Result<(), CniError> {
-        rules::detach(&mut *nft_client()?, &Attachment::of(req).chain_name())
+        rules::detach(&mut *nft_client()?, &req.conf.name, &req.attachment())
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
@@ -104,11 +103,11 @@ impl Plugin for Portmap {
         let ips = ContainerIps::from_result(&prev, &req.ifname);
         let expected: HashSet<DispatchKey> = targets(&conf, &ips).iter().map(|t| t.key).collect();
         let present: HashSet<DispatchKey> =
-            rules::attached_keys(&mut *nft_client()?, &Attachment::of(req).chain_name())?
+            rules::attached_keys(&mut *nft_client()?, &req.conf.name, &req.attachment())?
                 .into_iter()
                 .collect();
-        let mut missing: Vec<String> = expected.difference(&present).map(DispatchKey::comment).collect();
-        let mut extra: Vec<String> = present.difference(&expected).map(DispatchKey::comment).collect();
+        let mut missing: Vec<String> = expected.difference(&present).map(DispatchKey::key).collect();
+        let mut extra: Vec<String> = present.difference(&expected).map(DispatchKey::key).collect();
         missing.sort();
         extra.sort();
         if !missing.is_empty() {
@@ -121,15 +120,8 @@ impl Plugin for Portmap {
     }
 
     fn gc(&self, req: &Request) -> Result<(), CniError> {
-        let keep: HashSet<String> = req
-            .valid_attachments()?
-            .into_iter()
-            .map(|a| {
-                Attachment { network: req.conf.name.clone(), container_id: a.container_id, ifname: a.ifname }
-                    .chain_name()
-            })
-            .collect();
-        rules::gc(&mut *nft_client()?, &req.conf.name, &keep)
+        let valid = req.valid_attachments()?;
+        Ok(rules::gc(&mut *nft_client()?, &req.conf.name, &valid)?)
     }
 
     /// Ready when nf_tables answers in this namespace.

@@ -18,46 +18,46 @@
 //!                       meta mark & 0x2000 != 0 jump masq-bit-13 }   # one per markMasqBit in use
 //!   chain masq-bit-13 { masquerade }
 //!   chain cni-<hash of network, containerID, ifname> {                # one per attachment
-//!     comment "portmap net=<network> if=<ifname> id=<containerID>"
 //!     ... tcp dport 8080 ip saddr 127.0.0.0/8 meta mark set mark | 0x2000   # snat: localhost (v4)
 //!     ... tcp dport 8080 ip saddr <container> meta mark set mark | 0x2000   # snat: hairpin
-//!     ... tcp dport 8080 dnat ip to <container>:80 comment "hostport v4 tcp 8080"
+//!     ... tcp dport 8080 dnat ip to <container>:80
+//!     counter comment "cni-rs net=<hash of network> key=hostport v4 tcp 8080"
 //!   }
 //! }
 //! ```
 //!
-//! An attachment owns its chain and one map element per (family, protocol, host port[,
-//! host IP]) that jumps to it. ADD adds them in one atomic batch; DEL lists only its own
-//! chain (the DNAT rules' comments name the elements), then deletes the elements and the
-//! chain in one batch — nothing scales with the number of other containers. GC lists the
-//! table's chains (the one operation that must look at everything), and drops the table
-//! when no attachment is left, so an idle host's ruleset is exactly as before.
+//! The attachment chains, their map elements and their tags are [`nft_attach`]'s, as for
+//! masquerading, the MAC spoof check and the firewall: a dispatch key is one (family,
+//! protocol, host port[, host IP]), written as its [`DispatchKey::key`]. ADD adds the chain
+//! and elements in one atomic batch; DEL lists only its own chain, then deletes the
+//! elements and the chain in one batch — nothing scales with the number of other
+//! containers. GC lists the table's chains (the one operation that must look at
+//! everything), and drops the table when no attachment is left, so an idle host's ruleset
+//! is exactly as before.
 //!
-//! Cost, measured with 1 000 attachments: an ADD is four small netlink round trips and
-//! one commit (~2 ms over process start in a debug build, flat). A DEL's own work is as
-//! small, but the process exit waits ~10 ms for one RCU grace period: after objects were
-//! deleted, the kernel flushes its deferred-destroy work when the nfnetlink socket is
-//! released. That is per DEL, not per container on the host (and `nft` pays it too).
+//! Cost, measured with 1 000 attachments: an ADD is one small netlink round trip (the
+//! masquerade chain of its mark bit, with `snat`) and one commit, flat. A DEL is one
+//! listing of its chain and one commit. Releasing the nfnetlink socket after a commit that
+//! deleted something waits for an RCU grace period; the plugin does not pay it, since its
+//! client hands the socket to a detached helper (see `NftClient::close_without_waiting`).
 
-use super::config::{PortMapConf, Protocol};
-use crate::common::nft_attach::{self, ignore_missing, Attachment};
+use super::config::{PortMapConf, Protocol, DEFAULT_MARK_MASQ_BIT};
+use crate::common::nft_attach::{self, DispatchTable};
 use cni_net::nft::{
-    priority, Batch, Chain, ChainType, CmpOp, Expr, Family, Field, Hook, KeyType, KeyValue, ListedRule,
-    MapData, MetaKey, NftClient, NftError, Register, RuleBuilder, Set, SetElement, SetRef, Table, Verdict,
+    priority, Batch, Chain, ChainType, CmpOp, Expr, Family, Field, Hook, KeyType, KeyValue, MapData, MetaKey,
+    NftClient, NftError, Register, RuleBuilder, Set, SetElement, SetRef, Verdict,
 };
-use cni_sdk::CniError;
+use cni_sdk::{Attachment, CniError, GcErrors};
 use ipnet::IpNet;
-use std::collections::HashSet;
 use std::net::IpAddr;
 
 pub const TABLE: &str = "cni_portmap";
 const FAMILY: Family = Family::Inet;
 const HOSTPORTS: &str = "hostports";
 const POSTROUTING: &str = "postrouting";
-/// Attachment chains are named by [`Attachment::chain_name`].
+/// Attachment chains are named by [`nft_attach::chain_name`].
 const ATTACHMENT_PREFIX: &str = "cni-";
-const CHAIN_COMMENT_PREFIX: &str = "portmap net=";
-const KEY_COMMENT_PREFIX: &str = "hostport ";
+const KEY_PREFIX: &str = "hostport ";
 /// `NFPROTO_IPV4` / `NFPROTO_IPV6`, what `meta nfproto` reads.
 const NFPROTO_IPV4: u8 = 2;
 const NFPROTO_IPV6: u8 = 10;
@@ -76,18 +76,18 @@ pub struct DispatchKey {
 }
 
 impl DispatchKey {
-    /// The DNAT rule's comment, which is how DEL finds the element without prevResult.
-    pub fn comment(&self) -> String {
+    /// The key as [`nft_attach`] records it in the chain's tags (and as errors name it).
+    pub fn key(&self) -> String {
         let family = if self.v6 { "v6" } else { "v4" };
-        let mut text = format!("{KEY_COMMENT_PREFIX}{family} {} {}", self.protocol, self.host_port);
+        let mut text = format!("{KEY_PREFIX}{family} {} {}", self.protocol, self.host_port);
         if let Some(ip) = self.host_ip {
             text += &format!(" {ip}");
         }
         text
     }
 
-    pub fn parse_comment(comment: &str) -> Option<DispatchKey> {
-        let mut parts = comment.strip_prefix(KEY_COMMENT_PREFIX)?.split(' ');
+    pub fn parse_key(key: &str) -> Option<DispatchKey> {
+        let mut parts = key.strip_prefix(KEY_PREFIX)?.split(' ');
         let v6 = match parts.next()? {
             "v4" => false,
             "v6" => true,
@@ -143,57 +143,66 @@ fn host(ip: IpAddr) -> IpNet {
     IpNet::from(ip)
 }
 
-fn build(rule: RuleBuilder) -> Result<cni_net::nft::Rule, CniError> {
-    rule.build().map_err(|e| CniError::internal(format!("nftables: build rule: {e}")))
+fn build(rule: RuleBuilder) -> cni_net::nft::Rule {
+    rule.build().expect("static portmap rules are valid")
 }
 
-/// Base chains, maps and dispatch rules; the table itself is already in the batch.
-fn bootstrap(batch: &mut Batch) -> Result<(), CniError> {
-    let map = |name: &str, key: &[KeyType]| Set::named(FAMILY, TABLE, name, key).map_to(MapData::Verdict);
-    let proto_port = [KeyType::InetProto, KeyType::InetService];
-    let hostip4 =
-        batch.add_set(&map("hostip_ports4", &[KeyType::Ipv4Addr, KeyType::InetProto, KeyType::InetService]));
-    let hostip6 =
-        batch.add_set(&map("hostip_ports6", &[KeyType::Ipv6Addr, KeyType::InetProto, KeyType::InetService]));
-    let ports4 = batch.add_set(&map("ports4", &proto_port));
-    let ports6 = batch.add_set(&map("ports6", &proto_port));
-    batch.add_chain(&Chain::regular(FAMILY, TABLE, HOSTPORTS));
-    for (name, hook) in [("prerouting", Hook::Prerouting), ("output", Hook::Output)] {
-        batch.add_chain(&Chain::base(FAMILY, TABLE, name, ChainType::Nat, hook, priority::DSTNAT));
-        batch.add_rule(&build(rule(name).fib_daddr_local().jump(HOSTPORTS))?);
-    }
-    batch.add_chain(&Chain::base(
-        FAMILY,
-        TABLE,
-        POSTROUTING,
-        ChainType::Nat,
-        Hook::Postrouting,
-        priority::SRCNAT,
-    ));
-    batch.add_rule(&build(
-        rule(HOSTPORTS).load_key(&[Field::IpDaddr, Field::L4Proto, Field::DstPort]).vmap(&hostip4),
-    )?);
-    batch.add_rule(&build(
-        rule(HOSTPORTS).load_key(&[Field::Ip6Daddr, Field::L4Proto, Field::DstPort]).vmap(&hostip6),
-    )?);
-    for (v6, map) in [(false, &ports4), (true, &ports6)] {
-        let dispatch = family_is(rule(HOSTPORTS), v6).load_key(&[Field::L4Proto, Field::DstPort]).vmap(map);
-        batch.add_rule(&build(dispatch)?);
-    }
-    Ok(())
-}
+/// portmap's table for [`nft_attach`].
+pub struct PortmapTable;
 
-/// Creates the table once; a concurrent creator's EEXIST means it is there.
-pub fn ensure_table(nft: &mut NftClient) -> Result<(), CniError> {
-    if nft.get_table(FAMILY, TABLE).map_err(|e| nft_error("look up table", e))?.is_some() {
-        return Ok(());
+impl DispatchTable for PortmapTable {
+    const FAMILY: Family = FAMILY;
+    const TABLE: &'static str = TABLE;
+
+    /// Base chains, maps and dispatch rules, and the masquerade chain of the default mark
+    /// bit (so that a table made again after a GC dropped it has the usual one at once).
+    fn bootstrap(batch: &mut Batch) {
+        let map = |name: &str, key: &[KeyType]| Set::named(FAMILY, TABLE, name, key).map_to(MapData::Verdict);
+        let proto_port = [KeyType::InetProto, KeyType::InetService];
+        let hostip4 = batch
+            .add_set(&map("hostip_ports4", &[KeyType::Ipv4Addr, KeyType::InetProto, KeyType::InetService]));
+        let hostip6 = batch
+            .add_set(&map("hostip_ports6", &[KeyType::Ipv6Addr, KeyType::InetProto, KeyType::InetService]));
+        let ports4 = batch.add_set(&map("ports4", &proto_port));
+        let ports6 = batch.add_set(&map("ports6", &proto_port));
+        batch.add_chain(&Chain::regular(FAMILY, TABLE, HOSTPORTS));
+        for (name, hook) in [("prerouting", Hook::Prerouting), ("output", Hook::Output)] {
+            batch.add_chain(&Chain::base(FAMILY, TABLE, name, ChainType::Nat, hook, priority::DSTNAT));
+            batch.add_rule(&build(rule(name).fib_daddr_local().jump(HOSTPORTS)));
+        }
+        batch.add_chain(&Chain::base(
+            FAMILY,
+            TABLE,
+            POSTROUTING,
+            ChainType::Nat,
+            Hook::Postrouting,
+            priority::SRCNAT,
+        ));
+        batch.add_rule(&build(
+            rule(HOSTPORTS).load_key(&[Field::IpDaddr, Field::L4Proto, Field::DstPort]).vmap(&hostip4),
+        ));
+        batch.add_rule(&build(
+            rule(HOSTPORTS).load_key(&[Field::Ip6Daddr, Field::L4Proto, Field::DstPort]).vmap(&hostip6),
+        ));
+        for (v6, map) in [(false, &ports4), (true, &ports6)] {
+            let dispatch =
+                family_is(rule(HOSTPORTS), v6).load_key(&[Field::L4Proto, Field::DstPort]).vmap(map);
+            batch.add_rule(&build(dispatch));
+        }
+        add_masq_bit(batch, DEFAULT_MARK_MASQ_BIT);
     }
-    let mut batch = Batch::new();
-    batch.create_table(&Table::new(FAMILY, TABLE).with_comment("cni-rs portmap"));
-    bootstrap(&mut batch)?;
-    match nft.commit(&batch) {
-        Err(e) if !e.is_already_exists() => Err(nft_error(&format!("create table {TABLE}"), e)),
-        _ => Ok(()),
+
+    fn elements(key: &str, chain: &str) -> Result<Vec<(SetRef, SetElement)>, CniError> {
+        let key = DispatchKey::parse_key(key)
+            .ok_or_else(|| CniError::internal(format!("bad port mapping key {key:?}")))?;
+        Ok(vec![key.element(chain)])
+    }
+
+    fn key_taken(key: &str) -> CniError {
+        match DispatchKey::parse_key(key) {
+            Some(key) => conflict(&key),
+            None => CniError::internal(format!("nftables: {key} is already mapped to another container")),
+        }
     }
 }
 
@@ -201,33 +210,55 @@ fn masq_chain(bit: u32) -> String {
     format!("masq-bit-{bit}")
 }
 
-/// The postrouting rule that masquerades packets carrying mark bit `bit`. Networks may
-/// use different bits; each bit's rule is added once, race-free: its chain is created
-/// exclusively in the same batch as the rule, so EEXIST means both are already there.
-pub fn ensure_masq_bit(nft: &mut NftClient, bit: u32) -> Result<(), CniError> {
+/// The chain that masquerades packets carrying mark bit `bit`, and the postrouting rule
+/// that sends them there.
+fn add_masq_bit(batch: &mut Batch, bit: u32) {
     let chain = masq_chain(bit);
+    batch.create_chain(&Chain::regular(FAMILY, TABLE, chain.clone()));
+    batch.add_rule(&build(rule(&chain).masquerade()));
+    batch.add_rule(&build(rule(POSTROUTING).mark_any(1 << bit).jump(chain)));
+}
+
+/// Whether mark bit `bit`'s masquerade chain has its rule (false without the table).
+fn has_masq_bit(nft: &mut NftClient, bit: u32) -> Result<bool, CniError> {
+    match nft.list_rules(FAMILY, TABLE, &masq_chain(bit)) {
+        Ok(rules) => Ok(!rules.is_empty()),
+        Err(e) if e.is_not_found() => Ok(false),
+        Err(e) => Err(nft_error("list the masquerade chain", e)),
+    }
+}
+
+/// Makes sure the postrouting rule for mark bit `bit` exists. Networks may use different
+/// bits; each bit's rule is added once, race-free: its chain is created exclusively in the
+/// same batch as the rule, so EEXIST means both are already there.
+pub fn ensure_masq_bit(nft: &mut NftClient, bit: u32) -> Result<(), CniError> {
     // Look first: a refused batch is costly (the kernel takes ~10 ms to abort it).
-    match nft.list_rules(FAMILY, TABLE, &chain) {
-        Ok(rules) if !rules.is_empty() => return Ok(()),
-        Err(e) if !e.is_not_found() => return Err(nft_error("list the masquerade chain", e)),
-        _ => {}
+    if has_masq_bit(nft, bit)? {
+        return Ok(());
     }
     let mut batch = Batch::new();
-    batch.create_chain(&Chain::regular(FAMILY, TABLE, chain.clone()));
-    batch.add_rule(&build(rule(&chain).masquerade())?);
-    batch.add_rule(&build(rule(POSTROUTING).mark_any(1 << bit).jump(chain))?);
-    match nft.commit(&batch) {
-        Err(e) if !e.is_already_exists() => Err(nft_error("add the masquerade rule", e)),
+    add_masq_bit(&mut batch, bit);
+    let commit = |nft: &mut NftClient| match nft.commit(&batch) {
+        Err(e) if !e.is_already_exists() => Err(e),
         _ => Ok(()),
+    };
+    match commit(nft) {
+        Ok(()) => Ok(()),
+        // No table yet (the first attachment on this host): its bootstrap may well have
+        // made this bit's chain (the default one), so look again before adding it.
+        Err(e) if e.is_not_found() => {
+            nft_attach::ensure_table::<PortmapTable>(nft)?;
+            if has_masq_bit(nft, bit)? {
+                return Ok(());
+            }
+            commit(nft).map_err(|e| nft_error("add the masquerade rule", e))
+        }
+        Err(e) => Err(nft_error("add the masquerade rule", e)),
     }
 }
 
 /// The rules of one attachment's chain.
-fn attachment_rules(
-    conf: &PortMapConf,
-    chain: &str,
-    targets: &[Target],
-) -> Result<Vec<cni_net::nft::Rule>, CniError> {
+fn attachment_rules(conf: &PortMapConf, chain: &str, targets: &[Target]) -> Vec<RuleBuilder> {
     let mark = 1u32 << conf.mark_masq_bit;
     let mut rules = Vec::new();
     for t in targets {
@@ -241,7 +272,7 @@ fn attachment_rules(
         };
         if conf.snat {
             if conf.masq_all {
-                rules.push(build(matches().or_mark(mark))?);
+                rules.push(matches().or_mark(mark));
             } else {
                 // Connections from the host's loopback address and from the container
                 // itself (hairpin) only get answers if their source is rewritten. IPv6
@@ -249,47 +280,24 @@ fn attachment_rules(
                 // no loopback rule for it (as in the reference).
                 if !v6 {
                     let loopback: IpNet = "127.0.0.0/8".parse().expect("valid");
-                    rules.push(build(matches().saddr(loopback).or_mark(mark))?);
+                    rules.push(matches().saddr(loopback).or_mark(mark));
                 }
-                rules.push(build(matches().saddr(host(t.container_ip)).or_mark(mark))?);
+                rules.push(matches().saddr(host(t.container_ip)).or_mark(mark));
             }
         }
-        rules.push(build(matches().dnat(t.container_ip, Some(t.container_port)).comment(t.key.comment()))?);
+        rules.push(matches().dnat(t.container_ip, Some(t.container_port)));
     }
-    Ok(rules)
-}
-
-fn chain_comment(who: &Attachment) -> String {
-    format!("{CHAIN_COMMENT_PREFIX}{} if={} id={}", who.network, who.ifname, who.container_id)
-}
-
-/// The network named in an attachment chain's comment.
-fn comment_network(comment: &str) -> Option<&str> {
-    comment.strip_prefix(CHAIN_COMMENT_PREFIX)?.split(' ').next()
+    rules
 }
 
 /// The dispatch keys recorded in an attachment's chain (none if there is no such chain).
-pub fn attached_keys(nft: &mut NftClient, chain: &str) -> Result<Vec<DispatchKey>, CniError> {
-    Ok(keys_of(&chain_rules(nft, chain)?))
-}
-
-/// The rules of an attachment's chain; none if there is no such chain.
-fn chain_rules(nft: &mut NftClient, chain: &str) -> Result<Vec<ListedRule>, CniError> {
-    match nft.list_rules(FAMILY, TABLE, chain) {
-        Ok(rules) => Ok(rules),
-        Err(e) if e.is_not_found() => Ok(Vec::new()),
-        Err(e) => Err(nft_error("list the attachment's chain", e)),
-    }
-}
-
-fn keys_of(listed: &[ListedRule]) -> Vec<DispatchKey> {
-    let mut keys = Vec::new();
-    for key in listed.iter().filter_map(|r| r.rule.comment.as_deref().and_then(DispatchKey::parse_comment)) {
-        if !keys.contains(&key) {
-            keys.push(key);
-        }
-    }
-    keys
+pub fn attached_keys(
+    nft: &mut NftClient,
+    network: &str,
+    who: &Attachment,
+) -> Result<Vec<DispatchKey>, CniError> {
+    let keys = nft_attach::attached_keys::<PortmapTable>(nft, network, who)?;
+    Ok(keys.iter().filter_map(|k| DispatchKey::parse_key(k)).collect())
 }
 
 /// Why an attachment could not be added.
@@ -304,142 +312,52 @@ fn conflict(key: &DispatchKey) -> CniError {
     ))
 }
 
-enum AttachError {
-    /// The table (or one of its maps) disappeared after it was checked.
-    TableGone,
-    Cni(CniError),
-}
-
-impl From<CniError> for AttachError {
-    fn from(e: CniError) -> Self {
-        AttachError::Cni(e)
-    }
-}
-
-/// Adds (or replaces) the attachment's chain, rules and elements in one atomic batch.
-fn attach(
-    nft: &mut NftClient,
-    who: &Attachment,
-    conf: &PortMapConf,
-    targets: &[Target],
-) -> Result<(), AttachError> {
-    let chain = who.chain_name();
-    let rules = attachment_rules(conf, &chain, targets)?;
-    // A repeated ADD replaces what an earlier one left rather than stacking rules. Only
-    // then does the batch delete anything: a commit that deletes makes this plugin's
-    // socket release wait for the next close tick (see `NftClient::close_without_waiting`).
-    let earlier = chain_rules(nft, &chain)?;
-    let mut batch = Batch::new();
-    if earlier.is_empty() {
-        batch.add_chain(&Chain::regular(FAMILY, TABLE, chain.clone()).with_comment(chain_comment(who)));
-    } else {
-        for key in &keys_of(&earlier) {
-            let (set, element) = key.element(&chain);
-            batch.delete_elements(&set, &[element]);
-        }
-        batch.flush_chain(FAMILY, TABLE, &chain);
-    }
-    for r in &rules {
-        batch.add_rule(r);
-    }
-    let mut element_ops = Vec::new();
-    let mut added = HashSet::new();
-    for t in targets.iter().filter(|t| added.insert(t.key)) {
-        let (set, element) = t.key.element(&chain);
-        element_ops.push((batch.add_elements(&set, &[element]), t.key));
-    }
-    match nft.commit(&batch) {
-        Ok(_) => Ok(()),
-        Err(NftError::Operation { index, errno, .. })
-            if errno == libc::EEXIST || errno == libc::EBUSY || errno == libc::ENOTEMPTY =>
-        {
-            match element_ops.iter().find(|(op, _)| *op == index) {
-                Some((_, key)) => Err(conflict(key).into()),
-                None => Err(CniError::internal(format!("nftables: add port mappings: errno {errno}")).into()),
-            }
-        }
-        Err(e) if e.is_not_found() => Err(AttachError::TableGone),
-        Err(e) => Err(nft_error(&format!("add port mappings for {}", who.container_id), e).into()),
-    }
-}
-
-/// Makes sure the shared part exists, then adds the attachment. A GC of another network
-/// may drop the table between the two when it saw no attachment left: then the table is
-/// made again and the attachment added once more.
+/// Adds (or replaces) the attachment's chain, rules and elements in one atomic batch,
+/// after making sure its mark bit is masqueraded.
 pub fn install(
     nft: &mut NftClient,
+    network: &str,
     who: &Attachment,
     conf: &PortMapConf,
     targets: &[Target],
 ) -> Result<(), CniError> {
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        ensure_table(nft)?;
-        if conf.snat {
-            ensure_masq_bit(nft, conf.mark_masq_bit)?;
-        }
-        match attach(nft, who, conf, targets) {
-            Err(AttachError::TableGone) if attempt < 3 => continue,
-            Err(AttachError::TableGone) => {
-                return Err(CniError::internal(format!("nftables: table {TABLE} keeps vanishing")))
-            }
-            Err(AttachError::Cni(e)) => return Err(e),
-            Ok(()) => return Ok(()),
+    if conf.snat {
+        ensure_masq_bit(nft, conf.mark_masq_bit)?;
+    }
+    let mut keys: Vec<String> = Vec::new();
+    for key in targets.iter().map(|t| t.key.key()) {
+        if !keys.contains(&key) {
+            keys.push(key);
         }
     }
+    nft_attach::attach::<PortmapTable>(nft, network, who, &keys, |chain| {
+        attachment_rules(conf, chain, targets)
+    })
 }
 
-/// Removes the chain named `chain` and the elements that lead to it. Missing pieces are
+/// Removes the attachment's chain and the elements that lead to it. Missing pieces are
 /// fine: DEL is idempotent.
-pub fn detach(nft: &mut NftClient, chain: &str) -> Result<(), CniError> {
-    let keys = attached_keys(nft, chain)?;
-    if keys.is_empty() {
-        // ADD makes a chain and its DNAT rules in one batch, so there is none: nothing to
-        // do. (Trying a delete anyway would cost a refused batch, which the kernel takes
-        // ~10 ms to abort — on every DEL of the many containers without mappings.)
-        return Ok(());
-    }
-    let elements: Vec<_> = keys.iter().map(|k| k.element(chain)).collect();
-    nft_attach::delete_chain_and_elements(nft, FAMILY, TABLE, chain, &elements)
+pub fn detach(nft: &mut NftClient, network: &str, who: &Attachment) -> Result<(), CniError> {
+    nft_attach::detach::<PortmapTable>(nft, network, who, None)
 }
 
-/// Removes the attachments of `network` whose chain is not in `keep`; then, when no
-/// attachment of any network is left, the whole table.
-pub fn gc(nft: &mut NftClient, network: &str, keep: &HashSet<String>) -> Result<(), CniError> {
-    let chains = match nft.list_chains(FAMILY, TABLE) {
-        Ok(chains) => chains,
-        Err(e) if e.is_not_found() => return Ok(()),
-        Err(e) => return Err(nft_error("list chains", e)),
-    };
-    if chains.is_empty() {
-        return Ok(());
-    }
-    let mut errors = Vec::new();
-    let mut remaining = 0;
-    for chain in chains.iter().filter(|c| c.name.starts_with(ATTACHMENT_PREFIX)) {
-        let ours = chain.comment.as_deref().and_then(comment_network) == Some(network);
-        if ours && !keep.contains(&chain.name) {
-            if let Err(e) = detach(nft, &chain.name) {
-                errors.push(e.msg);
-                remaining += 1;
-            }
-        } else {
-            remaining += 1;
+/// Removes the attachments of `network` not in `valid`; then, when no attachment of any
+/// network is left, the whole table.
+pub fn gc(nft: &mut NftClient, network: &str, valid: &[Attachment]) -> Result<(), GcErrors> {
+    let mut errors = GcErrors::new();
+    errors.merge(nft_attach::gc::<PortmapTable>(nft, network, valid));
+    let table = format!("table {TABLE}");
+    match nft.list_chains(FAMILY, TABLE) {
+        Err(e) if e.is_not_found() => {}
+        Err(e) => errors.push(table, nft_error("list chains", e)),
+        Ok(chains) if chains.is_empty() || chains.iter().any(|c| c.name.starts_with(ATTACHMENT_PREFIX)) => {}
+        Ok(_) => {
+            let mut batch = Batch::new();
+            batch.delete_table(FAMILY, TABLE);
+            errors.record(table, nft_attach::ignore_missing(nft.commit(&batch), "delete the empty table"));
         }
     }
-    if remaining == 0 {
-        let mut batch = Batch::new();
-        batch.delete_table(FAMILY, TABLE);
-        if let Err(e) = ignore_missing(nft.commit(&batch), "delete the empty table") {
-            errors.push(e.msg);
-        }
-    }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(CniError::internal(format!("portmap GC: {}", errors.join("; "))))
-    }
+    errors.into_result()
 }
 
 #[cfg(test)]
@@ -447,7 +365,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn key_comments_round_trip() {
+    fn keys_round_trip() {
         let keys = [
             DispatchKey { v6: false, protocol: Protocol::Tcp, host_port: 8080, host_ip: None },
             DispatchKey {
@@ -464,10 +382,10 @@ mod tests {
             },
         ];
         for key in keys {
-            assert_eq!(DispatchKey::parse_comment(&key.comment()), Some(key));
+            assert_eq!(DispatchKey::parse_key(&key.key()), Some(key));
         }
-        assert_eq!(DispatchKey::parse_comment("hostport v4 tcp 8080 fd00::1"), None);
-        assert_eq!(DispatchKey::parse_comment("something else"), None);
+        assert_eq!(DispatchKey::parse_key("hostport v4 tcp 8080 fd00::1"), None);
+        assert_eq!(DispatchKey::parse_key("something else"), None);
     }
 
     #[test]
@@ -481,18 +399,11 @@ mod tests {
                 container_port: 8080,
             }]
         };
-        let count = |c: &PortMapConf, ip: &str| attachment_rules(c, "cni-x", &targets(ip)).unwrap().len();
+        let count = |c: &PortMapConf, ip: &str| attachment_rules(c, "cni-x", &targets(ip)).len();
         let default = conf(serde_json::json!({}));
         assert_eq!(count(&default, "10.0.0.2"), 3, "localhost + hairpin marks, then DNAT");
         assert_eq!(count(&default, "fd00::2"), 2, "hairpin mark, then DNAT");
         assert_eq!(count(&conf(serde_json::json!({"masqAll": true})), "10.0.0.2"), 2);
         assert_eq!(count(&conf(serde_json::json!({"snat": false})), "10.0.0.2"), 1);
-    }
-
-    #[test]
-    fn chain_comment_names_the_network() {
-        let who = Attachment { network: "podman".into(), container_id: "abc".into(), ifname: "eth0".into() };
-        assert_eq!(comment_network(&chain_comment(&who)), Some("podman"));
-        assert_eq!(comment_network("cni-rs net=x"), None);
     }
 }

@@ -205,12 +205,8 @@ pub fn load(req: &Request) -> Result<TuningConf, CniError> {
         Some(a) => cni_sdk::config::parse_value("args.cni", &serde_json::Value::Object(a.clone()))?,
         None => Overrides::default(),
     };
-    if req.ifname.contains('/') {
-        return Err(CniError::invalid_config(format!(
-            "tuning: interface name {:?} contains '/'",
-            req.ifname
-        )));
-    }
+    // CNI_IFNAME, which sysctl keys get in place of IFNAME, was validated by the SDK
+    // (cni_types::validate::validate_interface_name) before any verb that has one.
 
     let mut sysctls = raw.sysctl.unwrap_or_default().0;
     for (key, value) in args.sysctl.unwrap_or_default().0 {

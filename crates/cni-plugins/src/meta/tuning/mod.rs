@@ -12,7 +12,7 @@ pub mod state;
 
 use crate::common::{open_container_netns, open_container_netns_for_del, NetResultExt};
 use cni_net::{NetNs, Netlink};
-use cni_sdk::{CniError, CniResult, Plugin, Request};
+use cni_sdk::{CniError, CniResult, GcErrors, Plugin, Request};
 use config::TuningConf;
 use state::Owner;
 
@@ -128,22 +128,16 @@ impl Plugin for Tuning {
     /// namespaces are gone, so there is nothing left to restore).
     fn gc(&self, req: &Request) -> Result<(), CniError> {
         let valid = req.valid_attachments()?;
-        let mut errors = Vec::new();
+        let mut errors = GcErrors::new();
         for (path, record) in state::list(&config::data_dir(req)?)? {
             let Some(owner) = record.owner else { continue };
             let in_use =
                 valid.iter().any(|a| a.container_id == owner.container_id && a.ifname == owner.ifname);
             if owner.network == req.conf.name && !in_use {
-                if let Err(e) = state::remove(&path) {
-                    errors.push(e.msg);
-                }
+                errors.record(format!("record {}", path.display()), state::remove(&path));
             }
         }
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(CniError::io(errors.join("; ")))
-        }
+        Ok(errors.into_result()?)
     }
 
     fn about(&self) -> String {
