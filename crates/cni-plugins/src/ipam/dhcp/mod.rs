@@ -1,0 +1,13 @@
+//! `dhcp` IPAM: addresses leased from a DHCPv4 server by a long-running daemon.
+//!
+//! A plugin process lives for milliseconds, a lease for hours: so, as in the reference,
+//! `cni-plugins dhcp daemon` holds the leases (acquires them inside the container's
+//! namespace, renews at T1, rebinds at T2, releases on DEL, persists them so a restart
+//! resumes renewing), and the `dhcp` plugin only asks it over a unix socket.
+//!
+//! - [`wire`], [`options`]: the DHCPv4 message and option codecs;
+//! - [`lease`]: what an ACK grants and the CNI result made from it.
+
+pub mod lease;
+pub mod options;
+pub mod wire;
