@@ -6,8 +6,17 @@
 //! resumes renewing), and the `dhcp` plugin only asks it over a unix socket.
 //!
 //! - [`wire`], [`options`]: the DHCPv4 message and option codecs;
-//! - [`lease`]: what an ACK grants and the CNI result made from it.
+//! - [`lease`]: what an ACK grants and the CNI result made from it;
+//! - [`client`]: the exchanges with a server, from a socket inside the container;
+//! - [`store`]: leases on disk; [`daemon`]: keeping them; [`cli`]: the daemon's flags;
+//! - [`protocol`]: plugin <-> daemon messages; [`plugin`]: the IPAM plugin itself.
 
+pub mod cli;
+pub mod client;
+pub mod daemon;
 pub mod lease;
 pub mod options;
+pub mod plugin;
+pub mod protocol;
+pub mod store;
 pub mod wire;
