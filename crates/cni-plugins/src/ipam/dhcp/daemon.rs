@@ -7,6 +7,7 @@
 //! a socket, which moves them back out before it returns.
 
 use std::collections::HashMap;
+use std::net::Ipv4Addr;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -25,6 +26,9 @@ use super::store::{AttachmentKey, Record, Store};
 const MIN_RETRY: Duration = Duration::from_secs(1);
 /// ...and at most this (the RFC's floor of 60 s is for leases of hours; ours may be short).
 const MAX_RETRY: Duration = Duration::from_secs(60);
+/// How many released addresses the daemon remembers (to ask for them again, option 50, when
+/// the same attachment comes back); the memory is a hint, so it is simply cleared when full.
+const MAX_REMEMBERED: usize = 4096;
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -106,6 +110,9 @@ pub struct Daemon {
     settings: Settings,
     store: Store,
     leases: Mutex<HashMap<AttachmentKey, Arc<Tracked>>>,
+    /// The address each recently deleted attachment had: servers that pick addresses by
+    /// hardware address (a new veth has a new one) give it back when asked.
+    released: Mutex<HashMap<AttachmentKey, Ipv4Addr>>,
 }
 
 fn phase_at(lease: &Lease, now: u64) -> Phase {
@@ -123,7 +130,12 @@ fn phase_at(lease: &Lease, now: u64) -> Phase {
 impl Daemon {
     pub fn new(settings: Settings) -> std::io::Result<Arc<Daemon>> {
         let store = Store::open(&settings.state_dir)?;
-        Ok(Arc::new(Daemon { settings, store, leases: Mutex::new(HashMap::new()) }))
+        Ok(Arc::new(Daemon {
+            settings,
+            store,
+            leases: Mutex::new(HashMap::new()),
+            released: Mutex::new(HashMap::new()),
+        }))
     }
 
     fn leases(&self) -> MutexGuard<'_, HashMap<AttachmentKey, Arc<Tracked>>> {
@@ -153,15 +165,15 @@ impl Daemon {
                 .unwrap_or(false);
             if !alive {
                 log::info(format_args!(
-                    "released lease {} of {:?}: its namespace or interface is gone",
+                    "released lease {} of {}: its namespace or interface is gone",
                     record.lease.address, record.key
                 ));
                 if let Err(e) = self.store.remove(&record.key) {
-                    log::info(format_args!("cannot remove the record of {:?}: {e}", record.key));
+                    log::info(format_args!("cannot remove the record of {}: {e}", record.key));
                 }
                 continue;
             }
-            log::info(format_args!("resuming lease {} of {:?}", record.lease.address, record.key));
+            log::info(format_args!("resuming lease {} of {}", record.lease.address, record.key));
             self.track(record);
         }
         Ok(())
@@ -192,7 +204,7 @@ impl Daemon {
         if let Some(lease) = lease {
             state.record.lease = lease;
             if let Err(e) = self.store.save(&state.record) {
-                log::info(format_args!("cannot save the lease of {:?}: {e}", state.record.key));
+                log::info(format_args!("cannot save the lease of {}: {e}", state.record.key));
             }
         }
     }
@@ -225,7 +237,7 @@ impl Daemon {
                     match outcome {
                         Ok(new) => {
                             log::info(format_args!(
-                                "{} lease {} of {:?} for {} s",
+                                "{} lease {} of {} for {} s",
                                 if rebind { "rebound" } else { "renewed" },
                                 new.address,
                                 record.key,
@@ -235,7 +247,7 @@ impl Daemon {
                         }
                         Err(ClientError::Nak(msg)) => {
                             log::info(format_args!(
-                                "lease {} of {:?} refused by the server: {msg:?}",
+                                "lease {} of {} refused by the server: {msg:?}",
                                 lease.address, record.key
                             ));
                             let mut lost = lease.clone();
@@ -250,7 +262,7 @@ impl Daemon {
                             );
                         }
                         Err(e) => {
-                            log::debug(format_args!("{} {:?}: {e}", phase.name(), record.key));
+                            log::debug(format_args!("{} {}: {e}", phase.name(), record.key));
                             self.update(tracked, None, phase, e.to_string());
                             let left = Duration::from_secs(boundary.saturating_sub(unix_now()));
                             if tracked.sleep_for((left / 2).clamp(MIN_RETRY, MAX_RETRY)) {
@@ -263,14 +275,14 @@ impl Daemon {
                     let first = tracked.lock().phase != Phase::Expired;
                     if first {
                         log::info(format_args!(
-                            "lease {} of {:?} expired; asking for a new one",
+                            "lease {} of {} expired; asking for a new one",
                             lease.address, record.key
                         ));
                         self.update(tracked, None, Phase::Expired, "lease expired".into());
                     }
                     match self.client(&record).and_then(|c| c.acquire(Some(lease.address.addr()))) {
                         Ok(new) => {
-                            log::info(format_args!("new lease {} for {:?}", new.address, record.key));
+                            log::info(format_args!("new lease {} for {}", new.address, record.key));
                             self.update(tracked, Some(new), Phase::Bound, String::new());
                         }
                         Err(e) => {
@@ -305,7 +317,8 @@ impl Daemon {
                 )
             }
         };
-        let lease = match client.acquire(None) {
+        let previous = self.released.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        let lease = match client.acquire(previous) {
             Ok(lease) => lease,
             Err(e @ ClientError::Timeout(_)) => {
                 return Response::error(
@@ -322,7 +335,7 @@ impl Daemon {
             let _ = client.release(&lease);
             return Response::error(ErrorCode::Io as u32, format!("dhcp: saving the lease: {e}"));
         }
-        log::info(format_args!("leased {} to {:?} for {} s", lease.address, key, lease.lease_secs));
+        log::info(format_args!("leased {} to {} for {} s", lease.address, key, lease.lease_secs));
         self.track(record);
         Response::with_lease(lease)
     }
@@ -333,12 +346,19 @@ impl Daemon {
             return Response::ok();
         };
         let record = tracked.stop();
+        {
+            let mut released = self.released.lock().unwrap_or_else(|p| p.into_inner());
+            if released.len() >= MAX_REMEMBERED {
+                released.clear();
+            }
+            released.insert(key.clone(), record.lease.address.addr());
+        }
         let expired = phase_at(&record.lease, unix_now()) == Phase::Expired;
         if !expired {
             match self.client(&record).and_then(|c| c.release(&record.lease)) {
-                Ok(()) => log::info(format_args!("released {} of {key:?}", record.lease.address)),
+                Ok(()) => log::info(format_args!("released {} of {key}", record.lease.address)),
                 // The namespace may be gone already (DEL after the container died).
-                Err(e) => log::info(format_args!("cannot send DHCPRELEASE for {key:?}: {e}")),
+                Err(e) => log::info(format_args!("cannot send DHCPRELEASE for {key}: {e}")),
             }
         }
         match self.store.remove(key) {
@@ -349,13 +369,13 @@ impl Daemon {
 
     fn check(&self, key: &AttachmentKey) -> Response {
         let Some(tracked) = self.leases().get(key).cloned() else {
-            return Response::error(ErrorCode::Internal as u32, format!("dhcp: no lease held for {key:?}"));
+            return Response::error(ErrorCode::Internal as u32, format!("dhcp: no lease held for {key}"));
         };
         let state = tracked.lock();
         if state.phase == Phase::Expired {
             return Response::error(
                 ErrorCode::Internal as u32,
-                format!("dhcp: the lease of {key:?} is lost: {}", state.last_error),
+                format!("dhcp: the lease of {key} is lost: {}", state.last_error),
             );
         }
         Response::with_lease(state.record.lease.clone())
@@ -445,7 +465,7 @@ impl Daemon {
 fn placeholder_lease() -> Lease {
     Lease {
         address: ipnet::Ipv4Net::default(),
-        server_id: std::net::Ipv4Addr::UNSPECIFIED,
+        server_id: Ipv4Addr::UNSPECIFIED,
         routers: Vec::new(),
         classless_routes: Vec::new(),
         static_routes: Vec::new(),

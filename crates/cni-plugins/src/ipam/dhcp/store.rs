@@ -25,6 +25,12 @@ pub struct AttachmentKey {
     pub ifname: String,
 }
 
+impl std::fmt::Display for AttachmentKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}/{}", self.network, self.container_id, self.ifname)
+    }
+}
+
 impl AttachmentKey {
     /// The file name: the libcni cache's `<net>-<containerID>-<ifname>` shape. Network
     /// names and container ids cannot hold `/`; an interface name cannot either.

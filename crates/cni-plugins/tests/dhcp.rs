@@ -1,0 +1,208 @@
+//! The dhcp plugin and its daemon against real DHCP servers (dnsmasq, kea), each test in
+//! its own namespaces: a server namespace on a bridge in the test's host namespace, the
+//! containers attached by the bridge plugin with dhcp IPAM.
+
+mod common;
+mod dhcp_support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use cni_testkit::ns::TestNetns;
+use common::call;
+use dhcp_support::{wait_for, Network};
+use serde_json::{json, Value};
+
+const PREFIX: &str = "cdh";
+
+fn add(net: &Network, container: &TestNetns) -> Value {
+    let out = call("bridge", "ADD", &net.host, Some(container), &net.conf()).args("K8S_POD_NAME=web-1").run();
+    assert!(
+        out.success(),
+        "ADD failed: {}\n{}\ndaemon log:\n{}\nserver log:\n{}{}",
+        out.stdout,
+        out.stderr,
+        net.log("daemon.log"),
+        net.log("dnsmasq.log"),
+        net.log("kea.log")
+    );
+    out.json()
+}
+
+fn verb(net: &Network, verb: &str, container: &TestNetns) -> cni_testkit::runner::PluginOutput {
+    call("bridge", verb, &net.host, Some(container), &net.conf()).run()
+}
+
+fn address(result: &Value) -> String {
+    result["ips"][0]["address"].as_str().unwrap().to_string()
+}
+
+/// The address without its prefix length.
+fn ip(result: &Value) -> String {
+    address(result).split('/').next().unwrap().to_string()
+}
+
+/// How many times kea granted or extended `ip` (one line per ACK in its log).
+fn kea_grants(net: &Network, ip: &str) -> usize {
+    net.log("kea.log")
+        .lines()
+        .filter(|l| l.contains("DHCP4_LEASE_ALLOC") && l.contains(&format!("{ip} ")))
+        .count()
+}
+
+#[test]
+fn lease_with_routes_and_dns_then_release_and_same_address_again() {
+    let net = Network::new(PREFIX);
+    let _server = net.dnsmasq();
+    let _daemon = net.daemon();
+    let container = TestNetns::with_prefix(PREFIX).unwrap();
+
+    let result = add(&net, &container);
+    assert!(address(&result).starts_with("10.77.0.") && address(&result).ends_with("/24"), "{result}");
+    assert_eq!(result["ips"][0]["gateway"], "10.77.0.1");
+    // Option 121 wins over option 3 (RFC 3442).
+    assert_eq!(
+        result["routes"],
+        json!([{"dst": "10.9.0.0/16", "gw": "10.77.0.254"}, {"dst": "0.0.0.0/0", "gw": "10.77.0.1"}])
+    );
+    assert_eq!(
+        result["dns"],
+        json!({"nameservers": ["10.77.0.53"], "domain": "example.test", "search": ["a.example", "b.example"]})
+    );
+    // The bridge put the address on the container's interface; the hostname went out.
+    let addrs = container.ip_json(&["addr", "show", "eth0"]);
+    assert!(addrs.to_string().contains(&ip(&result)), "{addrs}");
+    assert!(net.log("dnsmasq.log").contains("web-1"), "hostname not sent:\n{}", net.log("dnsmasq.log"));
+    assert!(net.log("dnsmasq.leases").contains(&ip(&result)));
+
+    let check = call("bridge", "CHECK", &net.host, Some(&container), &net.conf())
+        .config(&{
+            let mut c = net.conf();
+            c["prevResult"] = result.clone();
+            c
+        })
+        .run();
+    assert!(check.success(), "CHECK: {} {}", check.stdout, check.stderr);
+    assert!(verb(&net, "STATUS", &container).success());
+
+    let del = verb(&net, "DEL", &container);
+    assert!(del.success(), "DEL: {}", del.stdout);
+    wait_for("dnsmasq to see the DHCPRELEASE", Duration::from_secs(10), || {
+        net.log("dnsmasq.log").contains(&format!("DHCPRELEASE(srv0) {}", ip(&result)))
+    });
+    assert!(!net.log("dnsmasq.leases").contains(&ip(&result)), "lease still in the server's file");
+    assert!(net.records().is_empty(), "{:?}", net.records());
+    // DEL is idempotent, also without a namespace.
+    let again = call("bridge", "DEL", &net.host, None, &net.conf()).container_id(container.name()).run();
+    assert!(again.success(), "second DEL: {}", again.stdout);
+
+    let second = add(&net, &container);
+    assert_eq!(ip(&second), ip(&result), "the same client id gets its address back");
+}
+
+#[test]
+fn renewal_survives_kill_9_and_restart() {
+    let net = Network::new(PREFIX);
+    let _server = net.kea(8, 2, 5);
+    let mut daemon = net.daemon();
+    let container = TestNetns::with_prefix(PREFIX).unwrap();
+    let result = add(&net, &container);
+    let ip = ip(&result);
+    assert_eq!(kea_grants(&net, &ip), 1, "{}", net.log("kea.log"));
+    wait_for("a renewal at the server", Duration::from_secs(20), || kea_grants(&net, &ip) >= 2);
+
+    // No graceful shutdown: the lease must come back from the state directory.
+    daemon.kill();
+    let seen = kea_grants(&net, &ip);
+    let _daemon = net.daemon();
+    wait_for("a renewal by the restarted daemon", Duration::from_secs(20), || kea_grants(&net, &ip) > seen);
+    let status = net.status();
+    assert_eq!(status.leases.len(), 1, "{status:?}");
+    assert_eq!(status.leases[0].address, address(&result));
+    let mut conf = net.conf();
+    conf["prevResult"] = result.clone();
+    let check = call("bridge", "CHECK", &net.host, Some(&container), &conf).run();
+    assert!(check.success(), "CHECK: {} {}", check.stdout, check.stderr);
+}
+
+#[test]
+fn server_gone_rebinding_then_expiry_is_reported() {
+    let net = Network::new(PREFIX);
+    let mut server = net.kea(6, 2, 4);
+    let _daemon = net.daemon();
+    let container = TestNetns::with_prefix(PREFIX).unwrap();
+    let result = add(&net, &container);
+    server.kill();
+    let state = || net.status().leases.first().map(|l| l.state.clone()).unwrap_or_default();
+    wait_for("rebinding", Duration::from_secs(15), || state() == "rebinding");
+    wait_for("expiry", Duration::from_secs(15), || state() == "expired");
+    let mut conf = net.conf();
+    conf["prevResult"] = result;
+    let check = call("bridge", "CHECK", &net.host, Some(&container), &conf).run();
+    assert!(!check.success(), "CHECK passed on an expired lease");
+    assert!(check.error().msg.contains("lost"), "{}", check.error().msg);
+    assert!(net.log("daemon.log").contains("expired"), "{}", net.log("daemon.log"));
+    // DEL of a lost lease still cleans up.
+    assert!(verb(&net, "DEL", &container).success());
+    assert!(net.records().is_empty());
+}
+
+#[test]
+fn parallel_containers_get_distinct_leases_and_gc_releases_the_stale_one() {
+    let net = Network::new(PREFIX);
+    let _server = net.dnsmasq();
+    let _daemon = net.daemon();
+    let containers: Vec<TestNetns> = (0..2).map(|_| TestNetns::with_prefix(PREFIX).unwrap()).collect();
+    let results: Vec<Value> = std::thread::scope(|s| {
+        let handles: Vec<_> = containers.iter().map(|c| s.spawn(|| add(&net, c))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let ips: HashSet<String> = results.iter().map(ip).collect();
+    assert_eq!(ips.len(), 2, "{results:?}");
+    assert_eq!(net.records().len(), 2);
+
+    let mut gc = net.conf();
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": containers[0].name(), "ifname": "eth0"}]);
+    let out = call("bridge", "GC", &net.host, None, &gc).run();
+    assert!(out.success(), "GC: {} {}", out.stdout, out.stderr);
+    let status = net.status();
+    assert_eq!(status.leases.len(), 1, "{status:?}");
+    assert_eq!(status.leases[0].key.container_id, containers[0].name());
+    wait_for("dnsmasq to see the release", Duration::from_secs(10), || {
+        net.log("dnsmasq.log").contains(&format!("DHCPRELEASE(srv0) {}", ip(&results[1])))
+    });
+}
+
+#[test]
+fn silent_network_times_out_clearly_and_leaves_nothing() {
+    let net = Network::new(PREFIX); // no server
+    let _daemon = net.daemon();
+    let container = TestNetns::with_prefix(PREFIX).unwrap();
+    let out = verb(&net, "ADD", &container);
+    assert!(!out.success());
+    let err = out.error();
+    assert_eq!(err.code, 11, "{err:?}");
+    assert!(err.msg.contains("no answer from a DHCP server"), "{}", err.msg);
+    assert!(net.records().is_empty());
+    assert!(net.status().leases.is_empty());
+    common::wait_link_gone(&container, "eth0");
+}
+
+#[test]
+fn daemon_not_running_is_try_again_later_and_status_50() {
+    let net = Network::new(PREFIX);
+    let container = TestNetns::with_prefix(PREFIX).unwrap();
+    let conf = json!({"cniVersion": "1.1.0", "name": "dhnet", "type": "dhcp",
+                      "ipam": {"type": "dhcp", "daemonSocketPath": net.socket()}});
+    let out = call("dhcp", "ADD", &net.host, Some(&container), &conf).run();
+    let err = out.error();
+    assert_eq!(err.code, 11);
+    assert!(err.msg.contains("start it with `cni-plugins dhcp daemon`"), "{}", err.msg);
+    let status = call("dhcp", "STATUS", &net.host, None, &conf).run();
+    assert_eq!(status.error().code, 50);
+    let bad = json!({"cniVersion": "1.1.0", "name": "dhnet", "type": "dhcp",
+                     "ipam": {"type": "dhcp", "daemonSocketPath": net.socket(), "request": [{"option": "nope"}]}});
+    let err = call("dhcp", "ADD", &net.host, Some(&container), &bad).run().error();
+    assert_eq!(err.code, 7);
+    assert!(err.msg.contains("ipam.request[0].option"), "{}", err.msg);
+}
