@@ -272,6 +272,53 @@ mod tests {
         assert!(option_code("f", &json!([1])).is_err());
     }
 
+    fn request(ipam: serde_json::Value, cni_args: &str) -> Request {
+        let conf = json!({"cniVersion": "1.0.0", "name": "net", "type": "dhcp", "ipam": ipam}).to_string();
+        Request {
+            command: cni_sdk::Command::Add,
+            container_id: "c1".into(),
+            netns: "/run/netns/x".into(),
+            ifname: "eth0".into(),
+            args: cni_types::args::CniArgs::parse(cni_args).unwrap(),
+            path: vec![],
+            stdin: conf.as_bytes().to_vec(),
+            conf: serde_json::from_str(&conf).unwrap(),
+            version: cni_sdk::Version::V1_0_0,
+        }
+    }
+
+    fn params_of(ipam: serde_json::Value, cni_args: &str) -> Result<ClientParams, CniError> {
+        let req = request(ipam, cni_args);
+        let (conf, _) = load(&req)?;
+        params(&req, &conf)
+    }
+
+    #[test]
+    fn request_and_provide_options() {
+        let p = params_of(json!({"type": "dhcp"}), "").unwrap();
+        assert_eq!(p.request, DEFAULT_REQUESTED);
+        assert!(p.provide.is_empty());
+        assert_eq!(p.client_id, b"\0c1/net/eth0");
+
+        let p = params_of(
+            json!({"type": "dhcp", "request": [{"skipDefault": true}, {"option": "classless-static-routes"}, {"option": 3}],
+                   "provide": [{"option": "host-name", "fromArg": "K8S_POD_NAME"}, {"option": "60", "value": "cni"},
+                               {"option": 77, "fromArg": "ABSENT"}]}),
+            "IgnoreUnknown=1;K8S_POD_NAME=web-1",
+        )
+        .unwrap();
+        assert_eq!(p.request, [121, 3]);
+        assert_eq!(p.provide, [(12, b"web-1".to_vec()), (60, b"cni".to_vec())]);
+
+        let err = params_of(json!({"type": "dhcp", "provide": [{"option": 12}]}), "").unwrap_err();
+        assert!(err.msg.contains("ipam.provide[0]") && err.code == 7, "{err:?}");
+        let err =
+            params_of(json!({"type": "dhcp", "provide": [{"option": 12, "value": ""}]}), "").unwrap_err();
+        assert!(err.msg.contains("ipam.provide[0]"), "{err:?}");
+        let err = params_of(json!({"type": "dhcp", "daemonSocketPath": 5}), "").unwrap_err();
+        assert!(err.msg.contains("daemonSocketPath"), "{err:?}");
+    }
+
     #[test]
     fn client_ids_are_stable_and_bounded() {
         assert_eq!(client_id("net", "c1", "eth0"), b"\0c1/net/eth0");
