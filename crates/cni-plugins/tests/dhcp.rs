@@ -258,3 +258,50 @@ fn socket_activation_and_pid_file() {
     assert_eq!(std::fs::read_to_string(&pid_file).unwrap().trim(), pid.to_string());
     assert!(!std::path::Path::new("/nonexistent/x.sock").exists());
 }
+
+/// The Go reference bridge delegating to our dhcp plugin and daemon, and our bridge
+/// delegating to the Go dhcp plugin and daemon, against one dnsmasq. (The two daemons
+/// speak different protocols — Go's is net/rpc, gob over HTTP — so each plugin needs its
+/// own daemon.)
+#[test]
+fn go_reference_interop_both_ways() {
+    let net = Network::new(PREFIX);
+    let _server = net.dnsmasq();
+    let _ours = net.daemon();
+    let _go = net.go_daemon();
+    let (ours_in_go, go_in_ours) =
+        (TestNetns::with_prefix(PREFIX).unwrap(), TestNetns::with_prefix(PREFIX).unwrap());
+
+    let mut conf = net.conf();
+    conf["cniVersion"] = json!("1.0.0");
+    let out = cni_testkit::runner::PluginCall::new(dhcp_support::GO_BRIDGE, "ADD")
+        .in_namespace(net.host.path())
+        .cni_path(&common::plugin_dir().display().to_string())
+        .netns(ours_in_go.path())
+        .container_id(ours_in_go.name())
+        .config(&conf)
+        .run();
+    assert!(out.success(), "Go bridge + our dhcp: {} {}\n{}", out.stdout, out.stderr, net.log("daemon.log"));
+    let first = out.json();
+    assert!(address(&first).starts_with("10.77.0."), "{first}");
+
+    let mut conf = net.conf();
+    conf["cniVersion"] = json!("1.0.0");
+    conf["ipam"] = json!({"type": "dhcp", "daemonSocketPath": net.path("go-dhcp.sock")});
+    let out = call("bridge", "ADD", &net.host, Some(&go_in_ours), &conf).cni_path("/usr/lib/cni").run();
+    assert!(
+        out.success(),
+        "our bridge + Go dhcp: {} {}\n{}",
+        out.stdout,
+        out.stderr,
+        net.log("go-daemon.log")
+    );
+    let second = out.json();
+    assert!(address(&second).starts_with("10.77.0."), "{second}");
+    assert_ne!(ip(&first), ip(&second));
+    let addrs = go_in_ours.ip_json(&["addr", "show", "eth0"]);
+    assert!(addrs.to_string().contains(&ip(&second)), "{addrs}");
+
+    let del = call("bridge", "DEL", &net.host, Some(&go_in_ours), &conf).cni_path("/usr/lib/cni").run();
+    assert!(del.success(), "DEL via the Go daemon: {}", del.stdout);
+}

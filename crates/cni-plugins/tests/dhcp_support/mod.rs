@@ -16,6 +16,8 @@ use serde_json::{json, Value};
 
 pub const BRIDGE: &str = "dhbr0";
 pub const SERVER_IP: &str = "10.77.0.1";
+pub const GO_DHCP: &str = "/usr/lib/cni/dhcp";
+pub const GO_BRIDGE: &str = "/usr/lib/cni/bridge";
 
 /// Kills and reaps a child process when dropped.
 pub struct ChildGuard(pub Option<Child>);
@@ -190,6 +192,26 @@ impl Network {
         wait_for("the daemon to answer", Duration::from_secs(10), || {
             protocol::call(&self.socket(), Op::Status, Duration::from_secs(5)).is_ok_and(|r| r.ok)
         });
+        guard
+    }
+
+    /// The Go reference daemon (Debian `containernetworking-plugins`) on its own socket.
+    pub fn go_daemon(&self) -> ChildGuard {
+        require_binary(GO_DHCP, "containernetworking-plugins");
+        let log = std::fs::File::create(self.path("go-daemon.log")).unwrap();
+        let child = self
+            .host
+            .command(GO_DHCP)
+            .arg("daemon")
+            .arg("-socketpath")
+            .arg(self.path("go-dhcp.sock"))
+            .args(["-timeout", "6s"])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start the Go dhcp daemon");
+        let guard = ChildGuard(Some(child));
+        wait_for("the Go daemon's socket", Duration::from_secs(10), || self.path("go-dhcp.sock").exists());
         guard
     }
 
