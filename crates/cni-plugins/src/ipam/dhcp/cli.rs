@@ -138,7 +138,10 @@ fn own_listener(path: &Path) -> std::io::Result<UnixListener> {
         }
         std::fs::remove_file(path)?;
     }
-    UnixListener::bind(path)
+    let listener = UnixListener::bind(path)?;
+    // Whoever can connect can make a root daemon enter namespaces: root only.
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    Ok(listener)
 }
 
 pub fn run(args: &[String]) -> ExitCode {

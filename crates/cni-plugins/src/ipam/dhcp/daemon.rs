@@ -14,6 +14,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use cni_net::NetNs;
+use cni_types::validate::{validate_container_id, validate_interface_name, validate_network_name};
 use cni_types::ErrorCode;
 
 use super::client::{log, Client, ClientError, ClientParams, Timing};
@@ -423,6 +424,28 @@ impl Daemon {
                 format!("dhcp daemon speaks protocol version {PROTOCOL_VERSION}, not {}", request.version),
             );
         }
+        // Any local client may connect: names become file names and the namespace path is
+        // entered, so both are checked here too, not only by the plugin.
+        let key = match &request.op {
+            Op::Add { key, .. } | Op::Del { key } | Op::Check { key } => Some(key),
+            _ => None,
+        };
+        if let Some(key) = key {
+            let valid = validate_network_name(&key.network)
+                .and_then(|()| validate_container_id(&key.container_id))
+                .and_then(|()| validate_interface_name(&key.ifname));
+            if let Err(e) = valid {
+                return Response::error(e.code, format!("dhcp daemon: {}", e.msg));
+            }
+        }
+        if let Op::Add { netns, .. } = &request.op {
+            if !netns.starts_with('/') {
+                return Response::error(
+                    ErrorCode::InvalidEnvironment as u32,
+                    format!("dhcp daemon: netns {netns:?} is not an absolute path"),
+                );
+            }
+        }
         match request.op {
             Op::Add { key, netns, params } => self.add(key, netns, params),
             Op::Del { key } => self.del(&key),
@@ -477,5 +500,45 @@ fn placeholder_lease() -> Lease {
         renew_secs: 0,
         rebind_secs: 0,
         acquired_unix: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn daemon(dir: &std::path::Path) -> Arc<Daemon> {
+        let timing = Timing { timeout: Duration::from_secs(1), resend_max: Duration::from_secs(1) };
+        Daemon::new(Settings { state_dir: dir.into(), host_prefix: String::new(), timing }).unwrap()
+    }
+
+    fn key(network: &str, id: &str, ifname: &str) -> AttachmentKey {
+        AttachmentKey { network: network.into(), container_id: id.into(), ifname: ifname.into() }
+    }
+
+    #[test]
+    fn names_are_checked_before_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = daemon(dir.path());
+        let bad = [key("../x", "c", "eth0"), key("n", "../../etc", "eth0"), key("n", "c", "a/b")];
+        for k in bad {
+            let r = d.handle(Request { version: PROTOCOL_VERSION, op: Op::Del { key: k.clone() } });
+            assert!(!r.ok, "{k:?} accepted");
+        }
+        let params = ClientParams { client_id: vec![0], provide: vec![], request: vec![] };
+        let r = d.handle(Request {
+            version: PROTOCOL_VERSION,
+            op: Op::Add { key: key("n", "c", "eth0"), netns: "relative".into(), params },
+        });
+        assert_eq!(r.code, 4, "{r:?}");
+        let r = d.handle(Request { version: 2, op: Op::Status });
+        assert_eq!(r.code, 1, "{r:?}");
+        // Unknown attachments: DEL is fine, CHECK is not.
+        assert!(
+            d.handle(Request { version: PROTOCOL_VERSION, op: Op::Del { key: key("n", "c", "eth0") } }).ok
+        );
+        assert!(
+            !d.handle(Request { version: PROTOCOL_VERSION, op: Op::Check { key: key("n", "c", "eth0") } }).ok
+        );
     }
 }
