@@ -305,3 +305,29 @@ fn go_reference_interop_both_ways() {
     let del = call("bridge", "DEL", &net.host, Some(&go_in_ours), &conf).cni_path("/usr/lib/cni").run();
     assert!(del.success(), "DEL via the Go daemon: {}", del.stdout);
 }
+
+/// A restart after `kill -9` keeps the lease of a container that still exists and forgets
+/// the one whose namespace went away meanwhile; a DEL without a namespace is then fine.
+#[test]
+fn restart_forgets_leases_of_vanished_containers() {
+    let net = Network::new(PREFIX);
+    let _server = net.dnsmasq();
+    let mut daemon = net.daemon();
+    let kept = TestNetns::with_prefix(PREFIX).unwrap();
+    let gone = TestNetns::with_prefix(PREFIX).unwrap();
+    let gone_id = gone.name().to_string();
+    add(&net, &kept);
+    add(&net, &gone);
+    daemon.kill();
+    drop(gone);
+    let _daemon = net.daemon();
+    let status = net.status();
+    assert_eq!(status.leases.len(), 1, "{status:?}");
+    assert_eq!(status.leases[0].key.container_id, kept.name());
+    assert_eq!(net.records().len(), 1, "{:?}", net.records());
+    assert!(net
+        .log("daemon.log")
+        .contains(&format!("dhnet/{gone_id}/eth0: its namespace or interface is gone")));
+    let del = call("bridge", "DEL", &net.host, None, &net.conf()).container_id(&gone_id).run();
+    assert!(del.success(), "DEL without netns: {}", del.stdout);
+}
