@@ -183,7 +183,8 @@ impl Network {
             .arg(self.socket())
             .arg("-statedir")
             .arg(self.state_dir())
-            .args(["-timeout", "6s", "-resendmax", "2s", "-debug"])
+            // The default timeout: on a loaded 2-core VM a 6 s one was seen to run out.
+            .args(["-timeout", "10s", "-resendmax", "2s", "-debug"])
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
