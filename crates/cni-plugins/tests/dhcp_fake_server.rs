@@ -61,12 +61,14 @@ fn reply(to: &Message, kind: opt::MessageType, yiaddr: Ipv4Addr) -> Message {
     m
 }
 
-/// Answers every request after some junk; NAKs the first renewal of `first`, then hands
-/// out `second`.
+/// Answers every request after some junk; NAKs the first REQUEST (as a server does that
+/// offered one address to two clients) and the first renewal of `first`, then hands out
+/// `second`.
 fn serve(socket: &UdpSocket, stop: &AtomicBool, first: Ipv4Addr, second: Ipv4Addr) {
     let broadcast = SocketAddrV4::new(Ipv4Addr::BROADCAST, 68);
     let send = |m: &Message| socket.send_to(&m.encode(), broadcast).unwrap();
     let mut nak_sent = false;
+    let mut selecting_nak_sent = false;
     let mut buf = [0u8; 1500];
     while !stop.load(Ordering::Relaxed) {
         let Ok(len) = socket.recv(&mut buf) else { continue };
@@ -91,6 +93,10 @@ fn serve(socket: &UdpSocket, stop: &AtomicBool, first: Ipv4Addr, second: Ipv4Add
                 send(&no_server_id);
                 send(&reply(&request, opt::MessageType::Offer, offered));
             }
+            Some(opt::MessageType::Request) if request.ciaddr.is_unspecified() && !selecting_nak_sent => {
+                selecting_nak_sent = true;
+                send(&reply(&request, opt::MessageType::Nak, Ipv4Addr::UNSPECIFIED));
+            }
             Some(opt::MessageType::Request) if !request.ciaddr.is_unspecified() && !nak_sent => {
                 nak_sent = true;
                 let mut nak = reply(&request, opt::MessageType::Nak, Ipv4Addr::UNSPECIFIED);
@@ -107,7 +113,7 @@ fn serve(socket: &UdpSocket, stop: &AtomicBool, first: Ipv4Addr, second: Ipv4Add
 }
 
 #[test]
-fn junk_is_ignored_and_a_nak_on_renewal_leads_to_a_new_lease() {
+fn junk_is_ignored_and_naks_lead_to_a_new_exchange() {
     let net = Network::new(PREFIX);
     let socket = server_socket(&net);
     let stop = AtomicBool::new(false);

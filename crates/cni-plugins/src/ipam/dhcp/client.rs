@@ -233,16 +233,37 @@ impl Client {
     }
 
     /// INIT: DISCOVER, take the first usable OFFER, REQUEST it, wait for the ACK.
-    /// `previous` is asked for again (option 50) when set.
+    /// `previous` is asked for again (option 50) when set. A NAK to the REQUEST starts
+    /// over (RFC 2131 3.1 step 4): with two clients discovering at once, a server may
+    /// offer both the same address and refuse the second REQUEST.
     pub fn acquire(&self, previous: Option<Ipv4Addr>) -> Result<Lease, ClientError> {
         let deadline = Instant::now() + self.timing.timeout;
+        let mut wanted = previous;
+        loop {
+            match self.discover_and_request(wanted, deadline) {
+                Err(ClientError::Nak(msg)) if Instant::now() + FIRST_RESEND < deadline => {
+                    log::debug(format_args!("DHCPNAK while acquiring ({msg:?}); starting over"));
+                    wanted = None;
+                }
+                Err(ClientError::Timeout(_)) => return Err(ClientError::Timeout(self.timing.timeout)),
+                other => return other,
+            }
+        }
+    }
+
+    fn discover_and_request(
+        &self,
+        wanted: Option<Ipv4Addr>,
+        deadline: Instant,
+    ) -> Result<Lease, ClientError> {
         let xid = random_xid();
         let mut discover = self.message(MessageType::Discover, xid);
         discover.flags = FLAG_BROADCAST;
-        if let Some(addr) = previous {
+        if let Some(addr) = wanted {
             discover.set_option(opt::REQUESTED_IP, addr.octets().to_vec());
         }
-        let offer = self.transact(&mut discover, Ipv4Addr::BROADCAST, self.timing.timeout, &mut |m| {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let offer = self.transact(&mut discover, Ipv4Addr::BROADCAST, remaining, &mut |m| {
             reply_type(m) == Some(MessageType::Offer)
                 && !m.yiaddr.is_unspecified()
                 && m.option(opt::SERVER_ID).and_then(opt::ipv4).is_some()
