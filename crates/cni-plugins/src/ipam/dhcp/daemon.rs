@@ -517,6 +517,16 @@ mod tests {
     }
 
     #[test]
+    fn host_prefix_goes_before_namespace_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let timing = Timing { timeout: Duration::from_secs(1), resend_max: Duration::from_secs(1) };
+        let settings = Settings { state_dir: dir.path().into(), host_prefix: "/host".into(), timing };
+        let d = Daemon::new(settings).unwrap();
+        assert_eq!(d.netns_path("/run/netns/c1"), PathBuf::from("/host/run/netns/c1"));
+        assert_eq!(daemon(dir.path()).netns_path("/proc/1/ns/net"), PathBuf::from("/proc/1/ns/net"));
+    }
+
+    #[test]
     fn names_are_checked_before_use() {
         let dir = tempfile::tempdir().unwrap();
         let d = daemon(dir.path());
