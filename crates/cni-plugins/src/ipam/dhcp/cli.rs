@@ -21,8 +21,8 @@ renews them, releases them on DEL, and keeps them on disk across restarts.
                     activation (LISTEN_FDS) the passed socket is used instead
   -statedir DIR     where leases are kept [/var/lib/cni/dhcp]
   -pidfile PATH     write the daemon's pid there
-  -hostprefix DIR   prefix for namespace paths (when running in a container that sees the
-                    host's filesystem under DIR)
+  -hostprefix DIR   prefix for namespace paths and the default socket (when running in a
+                    container that sees the host's filesystem under DIR)
   -broadcast        accepted for compatibility: requests in INIT always set the broadcast
                     flag (the interface has no address to receive a unicast reply on)
   -timeout DUR      upper bound for acquiring a lease, e.g. 10s, 500ms [10s]
@@ -79,6 +79,7 @@ pub fn parse_args(args: &[String]) -> Result<Option<DaemonArgs>, String> {
         resend_max: Duration::from_secs(62),
         debug: false,
     };
+    let mut socket_given = false;
     let mut iter = args.iter();
     while let Some(arg) = iter.next() {
         let flag = arg.trim_start_matches('-');
@@ -97,7 +98,10 @@ pub fn parse_args(args: &[String]) -> Result<Option<DaemonArgs>, String> {
         };
         match name {
             "h" | "help" => return Ok(None),
-            "socketpath" => parsed.socket_path = value(name)?.into(),
+            "socketpath" => {
+                parsed.socket_path = value(name)?.into();
+                socket_given = true;
+            }
             "statedir" => parsed.state_dir = value(name)?.into(),
             "pidfile" => parsed.pid_file = Some(value(name)?.into()),
             "hostprefix" => parsed.host_prefix = value(name)?,
@@ -108,6 +112,11 @@ pub fn parse_args(args: &[String]) -> Result<Option<DaemonArgs>, String> {
             "debug" => parsed.debug = matches!(inline.as_deref(), None | Some("true" | "1")),
             _ => return Err(format!("unknown flag {arg:?}")),
         }
+    }
+    // As the reference: the host prefix also moves the default socket.
+    if !socket_given && !parsed.host_prefix.is_empty() {
+        parsed.socket_path =
+            format!("{}{DEFAULT_SOCKET_PATH}", parsed.host_prefix.trim_end_matches('/')).into();
     }
     Ok(Some(parsed))
 }
@@ -220,6 +229,9 @@ mod tests {
         assert_eq!(a.timeout, Duration::from_secs(90));
         assert_eq!(a.resend_max, Duration::from_millis(500));
         assert_eq!(parse_args(&strings(&["--help"])).unwrap(), None);
+        let prefixed = parse_args(&strings(&["-hostprefix", "/host/"])).unwrap().unwrap();
+        assert_eq!(prefixed.socket_path, PathBuf::from("/host/run/cni/dhcp.sock"));
+        assert_eq!(parse_args(&[]).unwrap().unwrap().socket_path, PathBuf::from(DEFAULT_SOCKET_PATH));
         assert!(parse_args(&strings(&["-timeout", "soon"])).unwrap_err().contains("-timeout"));
         assert!(parse_args(&strings(&["-socketpath"])).unwrap_err().contains("needs a value"));
         assert!(parse_args(&strings(&["-nope"])).is_err());
