@@ -200,6 +200,26 @@ mod tests {
         assert_eq!(json, serde_json::json!([{"dst": "0.0.0.0/0", "gw": "10.9.0.7"}, {"dst": "10.9.1.0/24"}]));
     }
 
+    proptest::proptest! {
+        /// Whatever options an ACK carries, making a lease and a result from it never
+        /// panics, and the times stay ordered.
+        #[test]
+        fn any_ack_options_are_safe(
+            options in proptest::collection::vec((1u8..=254, proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40)), 0..12),
+            yiaddr in proptest::prelude::any::<u32>(),
+        ) {
+            let mut m = ack();
+            m.yiaddr = Ipv4Addr::from(yiaddr);
+            for (code, value) in options {
+                m.set_option(code, value);
+            }
+            if let Some(lease) = Lease::from_ack(&m, 1000) {
+                proptest::prop_assert!(lease.renew_at() <= lease.rebind_at() && lease.rebind_at() <= lease.expires_at());
+                let _ = (lease.routes(), lease.dns(), lease.ip_config());
+            }
+        }
+    }
+
     #[test]
     fn bad_acks_and_times() {
         let mut m = ack();
