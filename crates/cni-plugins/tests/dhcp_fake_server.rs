@@ -144,5 +144,12 @@ fn junk_is_ignored_and_naks_lead_to_a_new_exchange() {
         });
         let log = net.log("daemon.log");
         assert!(log.contains("refused by the server") && log.contains("address moved"), "{log}");
+        assert!(log.contains("the interface still has 10.77.0.20/24"), "{log}");
+        // The container still has the old address: CHECK says so.
+        let mut conf = net.conf();
+        conf["prevResult"] = result.clone();
+        let check = call("bridge", "CHECK", &net.host, Some(&container), &conf).run();
+        assert!(!check.success(), "CHECK passed with a moved lease");
+        assert!(check.error().msg.contains("10.77.0.21"), "{}", check.error().msg);
     });
 }

@@ -283,7 +283,20 @@ impl Daemon {
                     }
                     match self.client(&record).and_then(|c| c.acquire(Some(lease.address.addr()))) {
                         Ok(new) => {
-                            log::info(format_args!("new lease {} for {}", new.address, record.key));
+                            // The daemon does not readdress the container (the interface
+                            // plugin configured it); a different address makes CHECK fail,
+                            // so the runtime can re-create the attachment.
+                            let moved = new.address.addr() != lease.address.addr();
+                            log::info(format_args!(
+                                "new lease {} for {}{}",
+                                new.address,
+                                record.key,
+                                if moved {
+                                    format!(" (the interface still has {})", lease.address)
+                                } else {
+                                    String::new()
+                                }
+                            ));
                             self.update(tracked, Some(new), Phase::Bound, String::new());
                         }
                         Err(e) => {
