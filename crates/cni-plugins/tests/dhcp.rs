@@ -304,6 +304,12 @@ fn go_reference_interop_both_ways() {
 
     let del = call("bridge", "DEL", &net.host, Some(&go_in_ours), &conf).cni_path("/usr/lib/cni").run();
     assert!(del.success(), "DEL via the Go daemon: {}", del.stdout);
+
+    // Our plugin pointed at the Go daemon says what is wrong.
+    conf["cniVersion"] = json!("1.1.0");
+    let err = call("dhcp", "STATUS", &net.host, None, &conf).run().error();
+    assert_eq!(err.code, 50);
+    assert!(err.msg.contains("Go reference dhcp daemon"), "{}", err.msg);
 }
 
 /// A restart after `kill -9` keeps the lease of a container that still exists and forgets

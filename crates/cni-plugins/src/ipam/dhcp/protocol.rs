@@ -137,7 +137,18 @@ pub fn call(socket: &Path, op: Op, timeout: Duration) -> io::Result<Response> {
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
     write_message(&mut stream, &Request { version: PROTOCOL_VERSION, op })?;
-    read_message(&mut stream)
+    let mut bytes = Vec::new();
+    stream.take(MAX_MESSAGE).read_to_end(&mut bytes)?;
+    // The Go reference daemon serves net/rpc over HTTP: it answers our JSON with an HTTP
+    // error. Say what is listening rather than how its answer failed to parse.
+    if bytes.starts_with(b"HTTP/") {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "an HTTP server answers there (the Go reference dhcp daemon?), not cni-rs's daemon; \
+             run `cni-plugins dhcp daemon` instead",
+        ));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 #[cfg(test)]
