@@ -118,7 +118,7 @@ pub(super) struct Phases {
 
 /// ADD of every attachment, then DEL of every attachment, each call timed. Runs on the
 /// calling thread, which must be in the run's host namespace.
-fn sequential_add_del(
+pub(super) fn sequential_add_del(
     cni: &CniConfig,
     list: &NetworkConfigList,
     attachments: &[RuntimeConf],

@@ -1,12 +1,14 @@
 //! The workloads, and the runner that alternates the plugin sets over rounds.
 
 pub mod chain;
+mod dhcp;
 pub mod exec_cost;
 mod floor;
 mod ipam;
 mod parallel;
 
 pub use chain::ChainWorkload;
+pub use dhcp::DhcpWorkload;
 pub use exec_cost::ExecCost;
 pub use floor::run_floor_round;
 pub use ipam::IpamAlone;

@@ -1,4 +1,5 @@
 //! IPAM plugins.
 
+pub mod dhcp;
 pub mod host_local;
 pub mod static_ipam;

@@ -1,0 +1,164 @@
+//! W6: bridge + dhcp IPAM against a real DHCP server (dnsmasq, Debian `dnsmasq-base`) in
+//! a server namespace on the run's bridge, each set with its own lease daemon (ours keeps
+//! its state in the run's state root). ADD of all, then DEL of all, through libcni.
+//!
+//! The Go daemon's ADD takes seconds, so W6 uses at most [`MAX_CONTAINERS`] containers
+//! and one round; setting up the network (ip, dnsmasq) is not timed and not the plugins'
+//! code, so it uses the usual tools.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{BenchContext, SetOutcome, Workload};
+use crate::error::{BenchError, Result};
+use crate::options::WorkloadId;
+use crate::plugin_set::PluginSet;
+use crate::sandbox::{BenchHost, OwnedNetns};
+use serde_json::json;
+
+pub const MAX_CONTAINERS: usize = 20;
+const DNSMASQ: &str = "/usr/sbin/dnsmasq";
+const BRIDGE: &str = "cnkd0";
+
+pub struct DhcpWorkload;
+
+/// Kills and reaps a process it owns when dropped (also on error paths).
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ip(netns: &OwnedNetns, args: &[&str]) -> Result<()> {
+    let name = netns.path_str();
+    let name = Path::new(&name).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let out = Command::new("ip")
+        .arg("-n")
+        .arg(&name)
+        .args(args)
+        .output()
+        .map_err(|e| BenchError::io("run ip", e))?;
+    if !out.status.success() {
+        return Err(BenchError::io(
+            format!("ip {args:?}"),
+            std::io::Error::other(String::from_utf8_lossy(&out.stderr).into_owned()),
+        ));
+    }
+    Ok(())
+}
+
+/// Starts `binary args` inside `netns` (ip netns exec replaces itself with the program).
+fn spawn_in(netns: &OwnedNetns, binary: &Path, args: &[String], log: &Path) -> Result<Reaped> {
+    let name = netns.path_str();
+    let name = Path::new(&name).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let log = std::fs::File::create(log).map_err(|e| BenchError::io("create a log file", e))?;
+    let child = Command::new("ip")
+        .args(["netns", "exec", &name])
+        .arg(binary)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| BenchError::io(format!("start {}", binary.display()), e))?;
+    Ok(Reaped(child))
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        if Instant::now() > deadline {
+            return Err(BenchError::io(what.to_string(), std::io::Error::other("timed out")));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+impl Workload for DhcpWorkload {
+    fn id(&self) -> WorkloadId {
+        WorkloadId::W6
+    }
+
+    fn title(&self) -> String {
+        format!("bridge + dhcp (each set's daemon) against dnsmasq, up to {MAX_CONTAINERS} containers")
+    }
+
+    fn needs(&self) -> Vec<&'static str> {
+        vec!["bridge", "dhcp"]
+    }
+
+    fn rounds(&self, _requested: usize) -> usize {
+        1
+    }
+
+    fn run(&self, ctx: &BenchContext, set: &PluginSet, out: &mut SetOutcome) -> Result<()> {
+        if !Path::new(DNSMASQ).exists() {
+            out.note("needs dnsmasq (Debian package dnsmasq-base)");
+            return Err(BenchError::io("W6", std::io::Error::other("dnsmasq is not installed")));
+        }
+        let host = BenchHost::create(ctx.state_root())?;
+        let server = OwnedNetns::create(&format!("cnk-s{}-{}", std::process::id(), ctx.pool.len()))?;
+        ip(&host.netns, &["link", "add", BRIDGE, "type", "bridge"])?;
+        ip(&host.netns, &["link", "set", BRIDGE, "up"])?;
+        ip(
+            &host.netns,
+            &["link", "add", "vsrv", "type", "veth", "peer", "name", "srv0", "netns", &server.path_str()],
+        )?;
+        ip(&host.netns, &["link", "set", "vsrv", "master", BRIDGE, "up"])?;
+        ip(&server, &["addr", "add", "10.77.0.1/16", "dev", "srv0"])?;
+        ip(&server, &["link", "set", "srv0", "up"])?;
+
+        let dir = host.data_dir();
+        let dnsmasq_args: Vec<String> = [
+            "--no-daemon",
+            "--conf-file=/dev/null",
+            "--user=root",
+            "--group=root",
+            "--interface=srv0",
+            "--bind-interfaces",
+            "--except-interface=lo",
+            "--port=0",
+            "--no-ping",
+            "--dhcp-range=10.77.1.0,10.77.255.250,255.255.0.0,1h",
+            "--dhcp-option=3,10.77.0.1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([format!("--dhcp-leasefile={}", dir.join("dnsmasq.leases").display())])
+        .collect();
+        let _dnsmasq = spawn_in(&server, Path::new(DNSMASQ), &dnsmasq_args, &dir.join("dnsmasq.log"))?;
+
+        // Ours keeps leases on disk: in the run's state root, not in /var/lib/cni/dhcp.
+        let daemon_bin = set.binary("dhcp");
+        let help = Command::new(&daemon_bin).args(["daemon", "--help"]).output();
+        let ours = help.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("-statedir"));
+        let socket = dir.join("dhcp.sock");
+        let mut daemon_args = vec!["daemon".to_string(), "-socketpath".into(), socket.display().to_string()];
+        if ours {
+            daemon_args.extend(["-statedir".into(), dir.join("leases").display().to_string()]);
+        }
+        let _daemon = spawn_in(&host.netns, &daemon_bin, &daemon_args, &dir.join("daemon.log"))?;
+        wait_for("the dhcp daemon's socket", || socket.exists())?;
+
+        let config = json!({
+            "cniVersion": "1.0.0",
+            "name": "cnkdhcp",
+            "plugins": [{"type": "bridge", "bridge": BRIDGE,
+                         "ipam": {"type": "dhcp", "daemonSocketPath": socket}}],
+        });
+        let list = super::chain::load_list(&config)?;
+        let cni = libcni::CniConfig::new([set.dir.clone()]).with_cache_dir(host.cache_dir.path());
+        let n = ctx.containers.min(MAX_CONTAINERS);
+        let attachments: Vec<libcni::RuntimeConf> =
+            (0..n).map(|i| super::chain::runtime_conf(i, &ctx.pool.get(i).path_str(), false)).collect();
+        let phases = host.netns.run(|| super::chain::sequential_add_del(&cni, &list, &attachments))??;
+        out.op("ADD").add_phase(phases.add.iter().copied(), phases.add_wall);
+        out.op("DEL").add_phase(phases.del.iter().copied(), phases.del_wall);
+        out.fact("containers", n as u64);
+        Ok(())
+    }
+}

@@ -1,0 +1,567 @@
+//! The lease-keeping daemon: answers the plugin's requests and keeps every lease alive.
+//!
+//! Each lease has a maintenance thread that sleeps until T1, renews (unicast), rebinds at
+//! T2 (broadcast) and, when the lease expires or the server refuses (NAK), logs it, marks
+//! the lease `expired` (STATUS shows it, CHECK fails) and keeps trying to get an address
+//! again. Threads only ever enter a container's namespace through [`NetNs::run`] to create
+//! a socket, which moves them back out before it returns.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use cni_net::NetNs;
+use cni_types::validate::{validate_container_id, validate_interface_name, validate_network_name};
+use cni_types::ErrorCode;
+
+use super::client::{log, Client, ClientError, ClientParams, Timing};
+use super::lease::{unix_now, Lease};
+use super::protocol::{self, LeaseStatus, Op, Request, Response, PROTOCOL_VERSION};
+use super::store::{AttachmentKey, Record, Store};
+
+/// A retry after a failed renewal waits half the time left to the next deadline (RFC 2131
+/// 4.4.5), at least this...
+const MIN_RETRY: Duration = Duration::from_secs(1);
+/// ...and at most this (the RFC's floor of 60 s is for leases of hours; ours may be short).
+const MAX_RETRY: Duration = Duration::from_secs(60);
+/// How many released addresses the daemon remembers (to ask for them again, option 50, when
+/// the same attachment comes back); the memory is a hint, so it is simply cleared when full.
+const MAX_REMEMBERED: usize = 4096;
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub state_dir: PathBuf,
+    /// Prepended to every namespace path (the daemon may run in a container that sees the
+    /// host's filesystem under a prefix).
+    pub host_prefix: String,
+    pub timing: Timing,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Bound,
+    Renewing,
+    Rebinding,
+    Expired,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Bound => "bound",
+            Phase::Renewing => "renewing",
+            Phase::Rebinding => "rebinding",
+            Phase::Expired => "expired",
+        }
+    }
+}
+
+struct TrackedState {
+    record: Record,
+    phase: Phase,
+    last_error: String,
+    /// Set by DEL/GC: the maintenance thread stops and never writes the record again.
+    stopping: bool,
+}
+
+/// A lease the daemon keeps, shared between the request handlers and its thread.
+struct Tracked {
+    state: Mutex<TrackedState>,
+    wake: Condvar,
+}
+
+impl Tracked {
+    fn lock(&self) -> MutexGuard<'_, TrackedState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sleeps until unix time `at` or a stop; true when stopped.
+    fn sleep_until(&self, at: u64) -> bool {
+        let mut state = self.lock();
+        loop {
+            if state.stopping {
+                return true;
+            }
+            let now = unix_now();
+            if now >= at {
+                return false;
+            }
+            // Wake at least every minute: the wall clock may jump (suspend, NTP).
+            let wait = Duration::from_secs((at - now).min(60));
+            state = self.wake.wait_timeout(state, wait).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
+    fn sleep_for(&self, d: Duration) -> bool {
+        self.sleep_until(unix_now() + d.as_secs().max(1))
+    }
+
+    fn stop(&self) -> Record {
+        let mut state = self.lock();
+        state.stopping = true;
+        self.wake.notify_all();
+        state.record.clone()
+    }
+}
+
+pub struct Daemon {
+    settings: Settings,
+    store: Store,
+    leases: Mutex<HashMap<AttachmentKey, Arc<Tracked>>>,
+    /// The address each recently deleted attachment had: servers that pick addresses by
+    /// hardware address (a new veth has a new one) give it back when asked.
+    released: Mutex<HashMap<AttachmentKey, Ipv4Addr>>,
+}
+
+fn phase_at(lease: &Lease, now: u64) -> Phase {
+    if now < lease.renew_at() {
+        Phase::Bound
+    } else if now < lease.rebind_at() {
+        Phase::Renewing
+    } else if now < lease.expires_at() {
+        Phase::Rebinding
+    } else {
+        Phase::Expired
+    }
+}
+
+impl Daemon {
+    pub fn new(settings: Settings) -> std::io::Result<Arc<Daemon>> {
+        let store = Store::open(&settings.state_dir)?;
+        Ok(Arc::new(Daemon {
+            settings,
+            store,
+            leases: Mutex::new(HashMap::new()),
+            released: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    fn leases(&self) -> MutexGuard<'_, HashMap<AttachmentKey, Arc<Tracked>>> {
+        self.leases.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn netns_path(&self, netns: &str) -> PathBuf {
+        PathBuf::from(format!("{}{netns}", self.settings.host_prefix))
+    }
+
+    fn client(&self, record: &Record) -> Result<Client, ClientError> {
+        let ns = NetNs::open(self.netns_path(&record.netns))?;
+        Client::open(&ns, &record.key.ifname, record.params.clone(), self.settings.timing)
+    }
+
+    /// Resumes the leases a previous run left on disk: those whose namespace and interface
+    /// still exist are kept (and renewed when due); the others are forgotten.
+    pub fn resume(self: &Arc<Daemon>) -> std::io::Result<()> {
+        let (records, unreadable) = self.store.load_all()?;
+        for (path, err) in unreadable {
+            log::info(format_args!("ignoring {}: {err}", path.display()));
+        }
+        for record in records {
+            let alive = NetNs::open(self.netns_path(&record.netns))
+                .and_then(|ns| cni_net::Netlink::in_ns(&ns)?.link_by_name(&record.key.ifname))
+                .map(|link| link.is_some())
+                .unwrap_or(false);
+            if !alive {
+                log::info(format_args!(
+                    "released lease {} of {}: its namespace or interface is gone",
+                    record.lease.address, record.key
+                ));
+                if let Err(e) = self.store.remove(&record.key) {
+                    log::info(format_args!("cannot remove the record of {}: {e}", record.key));
+                }
+                continue;
+            }
+            log::info(format_args!("resuming lease {} of {}", record.lease.address, record.key));
+            self.track(record);
+        }
+        Ok(())
+    }
+
+    fn track(self: &Arc<Daemon>, record: Record) {
+        let key = record.key.clone();
+        let phase = phase_at(&record.lease, unix_now());
+        let tracked = Arc::new(Tracked {
+            state: Mutex::new(TrackedState { record, phase, last_error: String::new(), stopping: false }),
+            wake: Condvar::new(),
+        });
+        if let Some(old) = self.leases().insert(key, tracked.clone()) {
+            old.stop();
+        }
+        let daemon = self.clone();
+        std::thread::spawn(move || daemon.maintain(&tracked));
+    }
+
+    /// Saves the record unless the lease was stopped meanwhile (a DEL removed its file).
+    fn update(&self, tracked: &Tracked, lease: Option<Lease>, phase: Phase, error: String) {
+        let mut state = tracked.lock();
+        if state.stopping {
+            return;
+        }
+        state.phase = phase;
+        state.last_error = error;
+        if let Some(lease) = lease {
+            state.record.lease = lease;
+            if let Err(e) = self.store.save(&state.record) {
+                log::info(format_args!("cannot save the lease of {}: {e}", state.record.key));
+            }
+        }
+    }
+
+    fn maintain(&self, tracked: &Tracked) {
+        loop {
+            let record = {
+                let state = tracked.lock();
+                if state.stopping {
+                    return;
+                }
+                state.record.clone()
+            };
+            let lease = &record.lease;
+            let now = unix_now();
+            match phase_at(lease, now) {
+                Phase::Bound => {
+                    self.update(tracked, None, Phase::Bound, String::new());
+                    if tracked.sleep_until(lease.renew_at()) {
+                        return;
+                    }
+                }
+                phase @ (Phase::Renewing | Phase::Rebinding) => {
+                    let rebind = phase == Phase::Rebinding;
+                    let boundary = if rebind { lease.expires_at() } else { lease.rebind_at() };
+                    let limit = Duration::from_secs(boundary.saturating_sub(now))
+                        .clamp(MIN_RETRY, self.settings.timing.timeout);
+                    self.update(tracked, None, phase, String::new());
+                    let outcome = self.client(&record).and_then(|c| c.extend(lease, rebind, limit));
+                    match outcome {
+                        Ok(new) => {
+                            log::info(format_args!(
+                                "{} lease {} of {} for {} s",
+                                if rebind { "rebound" } else { "renewed" },
+                                new.address,
+                                record.key,
+                                new.lease_secs
+                            ));
+                            self.update(tracked, Some(new), Phase::Bound, String::new());
+                        }
+                        Err(ClientError::Nak(msg)) => {
+                            log::info(format_args!(
+                                "lease {} of {} refused by the server: {msg:?}",
+                                lease.address, record.key
+                            ));
+                            let mut lost = lease.clone();
+                            lost.lease_secs = 0;
+                            lost.renew_secs = 0;
+                            lost.rebind_secs = 0;
+                            self.update(
+                                tracked,
+                                Some(lost),
+                                Phase::Expired,
+                                format!("DHCPNAK {}", msg.unwrap_or_default()),
+                            );
+                        }
+                        Err(e) => {
+                            log::debug(format_args!("{} {}: {e}", phase.name(), record.key));
+                            self.update(tracked, None, phase, e.to_string());
+                            let left = Duration::from_secs(boundary.saturating_sub(unix_now()));
+                            if tracked.sleep_for((left / 2).clamp(MIN_RETRY, MAX_RETRY)) {
+                                return;
+                            }
+                        }
+                    }
+                }
+                Phase::Expired => {
+                    let first = tracked.lock().phase != Phase::Expired;
+                    if first {
+                        log::info(format_args!(
+                            "lease {} of {} expired; asking for a new one",
+                            lease.address, record.key
+                        ));
+                        self.update(tracked, None, Phase::Expired, "lease expired".into());
+                    }
+                    match self.client(&record).and_then(|c| c.acquire(Some(lease.address.addr()))) {
+                        Ok(new) => {
+                            // The daemon does not readdress the container (the interface
+                            // plugin configured it); a different address makes CHECK fail,
+                            // so the runtime can re-create the attachment.
+                            let moved = new.address.addr() != lease.address.addr();
+                            log::info(format_args!(
+                                "new lease {} for {}{}",
+                                new.address,
+                                record.key,
+                                if moved {
+                                    format!(" (the interface still has {})", lease.address)
+                                } else {
+                                    String::new()
+                                }
+                            ));
+                            self.update(tracked, Some(new), Phase::Bound, String::new());
+                        }
+                        Err(e) => {
+                            self.update(tracked, None, Phase::Expired, format!("lease expired; {e}"));
+                            if tracked.sleep_for(self.settings.timing.resend_max.clamp(MIN_RETRY, MAX_RETRY))
+                            {
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn add(self: &Arc<Daemon>, key: AttachmentKey, netns: String, params: ClientParams) -> Response {
+        let existing = self.leases().get(&key).cloned();
+        if let Some(tracked) = existing {
+            let state = tracked.lock();
+            // A repeated ADD for the same attachment gets its lease back.
+            if state.record.netns == netns && state.phase != Phase::Expired && state.record.params == params {
+                return Response::with_lease(state.record.lease.clone());
+            }
+        }
+        let record = Record::new(key.clone(), netns, params, placeholder_lease());
+        let client = match self.client(&record) {
+            Ok(c) => c,
+            Err(e) => {
+                return Response::error(
+                    ErrorCode::Io as u32,
+                    format!("dhcp: {} in {}: {e}", key.ifname, record.netns),
+                )
+            }
+        };
+        let previous = self.released.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        let lease = match client.acquire(previous) {
+            Ok(lease) => lease,
+            Err(e @ ClientError::Timeout(_)) => {
+                return Response::error(
+                    ErrorCode::TryAgainLater as u32,
+                    format!("dhcp: no lease for {} of container {}: {e}", key.ifname, key.container_id),
+                )
+            }
+            Err(e) => {
+                return Response::error(ErrorCode::Internal as u32, format!("dhcp: acquiring a lease: {e}"))
+            }
+        };
+        let record = Record { lease: lease.clone(), ..record };
+        if let Err(e) = self.store.save(&record) {
+            let _ = client.release(&lease);
+            return Response::error(ErrorCode::Io as u32, format!("dhcp: saving the lease: {e}"));
+        }
+        log::info(format_args!("leased {} to {} for {} s", lease.address, key, lease.lease_secs));
+        self.track(record);
+        Response::with_lease(lease)
+    }
+
+    /// Stops keeping a lease and releases it; nothing to do for an unknown attachment.
+    fn del(&self, key: &AttachmentKey) -> Response {
+        let Some(tracked) = self.leases().remove(key) else {
+            return Response::ok();
+        };
+        let record = tracked.stop();
+        {
+            let mut released = self.released.lock().unwrap_or_else(|p| p.into_inner());
+            if released.len() >= MAX_REMEMBERED {
+                released.clear();
+            }
+            released.insert(key.clone(), record.lease.address.addr());
+        }
+        let expired = phase_at(&record.lease, unix_now()) == Phase::Expired;
+        if !expired {
+            match self.client(&record).and_then(|c| c.release(&record.lease)) {
+                Ok(()) => log::info(format_args!("released {} of {key}", record.lease.address)),
+                // The namespace may be gone already (DEL after the container died).
+                Err(e) => log::info(format_args!("cannot send DHCPRELEASE for {key}: {e}")),
+            }
+        }
+        match self.store.remove(key) {
+            Ok(()) => Response::ok(),
+            Err(e) => Response::error(ErrorCode::Io as u32, format!("dhcp: removing the lease record: {e}")),
+        }
+    }
+
+    fn check(&self, key: &AttachmentKey) -> Response {
+        let Some(tracked) = self.leases().get(key).cloned() else {
+            return Response::error(ErrorCode::Internal as u32, format!("dhcp: no lease held for {key}"));
+        };
+        let state = tracked.lock();
+        if state.phase == Phase::Expired {
+            return Response::error(
+                ErrorCode::Internal as u32,
+                format!("dhcp: the lease of {key} is lost: {}", state.last_error),
+            );
+        }
+        Response::with_lease(state.record.lease.clone())
+    }
+
+    fn gc(&self, network: &str, valid: &[protocol::ValidAttachment]) -> Response {
+        let doomed: Vec<AttachmentKey> = self
+            .leases()
+            .keys()
+            .filter(|k| k.network == network)
+            .filter(|k| !valid.iter().any(|v| v.container_id == k.container_id && v.ifname == k.ifname))
+            .cloned()
+            .collect();
+        let errors: Vec<String> =
+            doomed.iter().map(|k| self.del(k)).filter(|r| !r.ok).map(|r| r.msg).collect();
+        if errors.is_empty() {
+            Response::ok()
+        } else {
+            Response::error(ErrorCode::Io as u32, errors.join("; "))
+        }
+    }
+
+    fn status(&self) -> Response {
+        let mut leases: Vec<LeaseStatus> = self
+            .leases()
+            .values()
+            .map(|t| {
+                let s = t.lock();
+                LeaseStatus {
+                    key: s.record.key.clone(),
+                    address: s.record.lease.address.to_string(),
+                    state: s.phase.name().into(),
+                    last_error: s.last_error.clone(),
+                }
+            })
+            .collect();
+        leases.sort_by(|a, b| a.key.cmp(&b.key));
+        Response { leases, ..Response::ok() }
+    }
+
+    pub fn handle(self: &Arc<Daemon>, request: Request) -> Response {
+        if request.version != PROTOCOL_VERSION {
+            return Response::error(
+                ErrorCode::IncompatibleVersion as u32,
+                format!("dhcp daemon speaks protocol version {PROTOCOL_VERSION}, not {}", request.version),
+            );
+        }
+        // Any local client may connect: names become file names and the namespace path is
+        // entered, so both are checked here too, not only by the plugin.
+        let key = match &request.op {
+            Op::Add { key, .. } | Op::Del { key } | Op::Check { key } => Some(key),
+            _ => None,
+        };
+        if let Some(key) = key {
+            let valid = validate_network_name(&key.network)
+                .and_then(|()| validate_container_id(&key.container_id))
+                .and_then(|()| validate_interface_name(&key.ifname));
+            if let Err(e) = valid {
+                return Response::error(e.code, format!("dhcp daemon: {}", e.msg));
+            }
+        }
+        if let Op::Add { netns, .. } = &request.op {
+            if !netns.starts_with('/') {
+                return Response::error(
+                    ErrorCode::InvalidEnvironment as u32,
+                    format!("dhcp daemon: netns {netns:?} is not an absolute path"),
+                );
+            }
+        }
+        match request.op {
+            Op::Add { key, netns, params } => self.add(key, netns, params),
+            Op::Del { key } => self.del(&key),
+            Op::Check { key } => self.check(&key),
+            Op::Gc { network, valid } => self.gc(&network, &valid),
+            Op::Status => self.status(),
+        }
+    }
+
+    /// Serves requests forever, each connection on its own thread (an acquisition takes
+    /// seconds and must not hold up the others).
+    pub fn serve(self: &Arc<Daemon>, listener: UnixListener) -> std::io::Result<()> {
+        for stream in listener.incoming() {
+            let mut stream: UnixStream = match stream {
+                Ok(s) => s,
+                Err(e) => {
+                    log::info(format_args!("accept: {e}"));
+                    continue;
+                }
+            };
+            let daemon = self.clone();
+            std::thread::spawn(move || {
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+                let response = match protocol::read_message::<Request>(&mut stream) {
+                    Ok(request) => daemon.handle(request),
+                    Err(e) => {
+                        Response::error(ErrorCode::Decode as u32, format!("dhcp daemon: bad request: {e}"))
+                    }
+                };
+                if let Err(e) = protocol::write_message(&mut stream, &response) {
+                    log::debug(format_args!("answering a request: {e}"));
+                }
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The lease of a record not yet acquired (only used to find the client's namespace).
+fn placeholder_lease() -> Lease {
+    Lease {
+        address: ipnet::Ipv4Net::default(),
+        server_id: Ipv4Addr::UNSPECIFIED,
+        routers: Vec::new(),
+        classless_routes: Vec::new(),
+        static_routes: Vec::new(),
+        dns_servers: Vec::new(),
+        domain: None,
+        search: Vec::new(),
+        mtu: None,
+        lease_secs: 0,
+        renew_secs: 0,
+        rebind_secs: 0,
+        acquired_unix: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn daemon(dir: &std::path::Path) -> Arc<Daemon> {
+        let timing = Timing { timeout: Duration::from_secs(1), resend_max: Duration::from_secs(1) };
+        Daemon::new(Settings { state_dir: dir.into(), host_prefix: String::new(), timing }).unwrap()
+    }
+
+    fn key(network: &str, id: &str, ifname: &str) -> AttachmentKey {
+        AttachmentKey { network: network.into(), container_id: id.into(), ifname: ifname.into() }
+    }
+
+    #[test]
+    fn host_prefix_goes_before_namespace_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let timing = Timing { timeout: Duration::from_secs(1), resend_max: Duration::from_secs(1) };
+        let settings = Settings { state_dir: dir.path().into(), host_prefix: "/host".into(), timing };
+        let d = Daemon::new(settings).unwrap();
+        assert_eq!(d.netns_path("/run/netns/c1"), PathBuf::from("/host/run/netns/c1"));
+        assert_eq!(daemon(dir.path()).netns_path("/proc/1/ns/net"), PathBuf::from("/proc/1/ns/net"));
+    }
+
+    #[test]
+    fn names_are_checked_before_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = daemon(dir.path());
+        let bad = [key("../x", "c", "eth0"), key("n", "../../etc", "eth0"), key("n", "c", "a/b")];
+        for k in bad {
+            let r = d.handle(Request { version: PROTOCOL_VERSION, op: Op::Del { key: k.clone() } });
+            assert!(!r.ok, "{k:?} accepted");
+        }
+        let params = ClientParams { client_id: vec![0], provide: vec![], request: vec![] };
+        let r = d.handle(Request {
+            version: PROTOCOL_VERSION,
+            op: Op::Add { key: key("n", "c", "eth0"), netns: "relative".into(), params },
+        });
+        assert_eq!(r.code, 4, "{r:?}");
+        let r = d.handle(Request { version: 2, op: Op::Status });
+        assert_eq!(r.code, 1, "{r:?}");
+        // Unknown attachments: DEL is fine, CHECK is not.
+        assert!(
+            d.handle(Request { version: PROTOCOL_VERSION, op: Op::Del { key: key("n", "c", "eth0") } }).ok
+        );
+        assert!(
+            !d.handle(Request { version: PROTOCOL_VERSION, op: Op::Check { key: key("n", "c", "eth0") } }).ok
+        );
+    }
+}

@@ -1,0 +1,329 @@
+//! The `dhcp` IPAM plugin: every verb is a request to the daemon (see [`super::protocol`]).
+//!
+//! Configuration (`ipam` object), as the reference's:
+//! - `daemonSocketPath` [/run/cni/dhcp.sock];
+//! - `request`: `[{"skipDefault": true}, {"option": "121"}, ...]`: the options asked for
+//!   (option 55); the defaults (what the result needs) unless `skipDefault`;
+//! - `provide`: `[{"option": "host-name", "fromArg": "K8S_POD_NAME"}, {"option": "12",
+//!   "value": "web"}]`: options sent to the server, the value given or taken from CNI_ARGS;
+//! - `broadcast`: accepted (requests in INIT always ask for broadcast replies).
+
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cni_sdk::{CniError, CniResult, Plugin, Request};
+use cni_types::ErrorCode;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use super::client::ClientParams;
+use super::options::DEFAULT_REQUESTED;
+use super::protocol::{self, Op, Response, ValidAttachment, DEFAULT_SOCKET_PATH};
+use super::store::AttachmentKey;
+
+/// How long the plugin waits for the daemon: more than an acquisition may take with the
+/// daemon's default timeout and retransmissions.
+const CALL_TIMEOUT: Duration = Duration::from_secs(90);
+
+#[derive(Debug, Deserialize)]
+struct NetConf {
+    ipam: DhcpConf,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DhcpConf {
+    #[serde(default)]
+    daemon_socket_path: Option<String>,
+    #[serde(default)]
+    request: Vec<RequestOption>,
+    #[serde(default)]
+    provide: Vec<ProvideOption>,
+    #[serde(default)]
+    #[allow(dead_code)] // accepted for compatibility; see the module doc
+    broadcast: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestOption {
+    #[serde(default)]
+    skip_default: bool,
+    #[serde(default)]
+    option: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ProvideOption {
+    option: serde_json::Value,
+    #[serde(default)]
+    value: Option<String>,
+    #[serde(default)]
+    from_arg: Option<String>,
+}
+
+/// An option given by number (`121`, `"121"`) or by its usual name.
+fn option_code(field: &str, value: &serde_json::Value) -> Result<u8, CniError> {
+    let bad =
+        || CniError::invalid_config(format!("dhcp: {field}: {value} is not a DHCP option (1-254 or a name)"));
+    let code = match value {
+        serde_json::Value::Number(n) => n.as_u64().ok_or_else(bad)?,
+        serde_json::Value::String(s) => match s.as_str() {
+            "subnet-mask" => 1,
+            "routers" | "router" => 3,
+            "dns-servers" | "domain-name-servers" => 6,
+            "host-name" | "hostname" => 12,
+            "domain-name" => 15,
+            "interface-mtu" => 26,
+            "static-routes" => 33,
+            "dhcp-renewal-time" => 58,
+            "dhcp-rebinding-time" => 59,
+            "dhcp-client-identifier" => 61,
+            "domain-search" => 119,
+            "classless-static-routes" | "classless-route" => 121,
+            other => other.parse::<u64>().map_err(|_| bad())?,
+        },
+        _ => return Err(bad()),
+    };
+    match u8::try_from(code) {
+        Ok(c @ 1..=254) => Ok(c),
+        _ => Err(bad()),
+    }
+}
+
+/// Option 61 for an attachment: type 0 (not a hardware address, RFC 2132 9.14) and a name
+/// that is the same for every ADD of this attachment, so a server that keys leases by
+/// client id gives the address back. Readable when it fits; hashed when it would not.
+fn client_id(network: &str, container_id: &str, ifname: &str) -> Vec<u8> {
+    let text = format!("{container_id}/{network}/{ifname}");
+    let mut id = vec![0u8];
+    if text.len() <= 200 {
+        id.extend_from_slice(text.as_bytes());
+    } else {
+        let digest = Sha256::digest(text.as_bytes());
+        id.extend(digest.iter().flat_map(|b| format!("{b:02x}").into_bytes()));
+    }
+    id
+}
+
+fn params(req: &Request, conf: &DhcpConf) -> Result<ClientParams, CniError> {
+    let skip_default = conf.request.iter().any(|r| r.skip_default);
+    let mut request: Vec<u8> = if skip_default { Vec::new() } else { DEFAULT_REQUESTED.to_vec() };
+    for (i, r) in conf.request.iter().enumerate() {
+        if let Some(o) = &r.option {
+            let code = option_code(&format!("ipam.request[{i}].option"), o)?;
+            if !request.contains(&code) {
+                request.push(code);
+            }
+        }
+    }
+    let mut provide = Vec::new();
+    for (i, p) in conf.provide.iter().enumerate() {
+        let code = option_code(&format!("ipam.provide[{i}].option"), &p.option)?;
+        let value = match (&p.value, &p.from_arg) {
+            (Some(v), _) => v.clone(),
+            (None, Some(arg)) => match req.args.get(arg) {
+                Some(v) => v.to_string(),
+                // Like the reference: an absent argument means nothing to provide.
+                None => continue,
+            },
+            (None, None) => {
+                return Err(CniError::invalid_config(format!(
+                    "dhcp: ipam.provide[{i}]: needs value or fromArg"
+                )))
+            }
+        };
+        if value.is_empty() || value.len() > 255 {
+            return Err(CniError::invalid_config(format!(
+                "dhcp: ipam.provide[{i}]: the value must be 1-255 bytes, not {}",
+                value.len()
+            )));
+        }
+        provide.push((code, value.into_bytes()));
+    }
+    Ok(ClientParams {
+        client_id: client_id(&req.conf.name, &req.container_id, &req.ifname),
+        provide,
+        request,
+    })
+}
+
+fn load(req: &Request) -> Result<(DhcpConf, PathBuf), CniError> {
+    let conf: NetConf = req.config()?;
+    let socket = PathBuf::from(conf.ipam.daemon_socket_path.as_deref().unwrap_or(DEFAULT_SOCKET_PATH));
+    Ok((conf.ipam, socket))
+}
+
+fn key(req: &Request) -> AttachmentKey {
+    AttachmentKey {
+        network: req.conf.name.clone(),
+        container_id: req.container_id.clone(),
+        ifname: req.ifname.clone(),
+    }
+}
+
+/// Sends `op`; a daemon that is not there is `unreachable`'s code (11 for the verbs that
+/// change leases, 50 for STATUS), a refusal is the daemon's own CNI error.
+fn call(socket: &std::path::Path, op: Op, unreachable: ErrorCode) -> Result<Response, CniError> {
+    let response = protocol::call(socket, op, CALL_TIMEOUT).map_err(|e| {
+        let absent = matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused);
+        if absent {
+            CniError::new(
+                unreachable,
+                format!(
+                    "dhcp: daemon not running (no one at {}), start it with `cni-plugins dhcp daemon`",
+                    socket.display()
+                ),
+            )
+        } else {
+            CniError::new(unreachable, format!("dhcp: talking to the daemon at {}: {e}", socket.display()))
+        }
+    })?;
+    if response.ok {
+        Ok(response)
+    } else {
+        let code = if response.code == 0 { ErrorCode::Internal as u32 } else { response.code };
+        Err(CniError::new(code, response.msg))
+    }
+}
+
+pub struct Dhcp;
+
+impl Plugin for Dhcp {
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        let (conf, socket) = load(req)?;
+        let params = params(req, &conf)?;
+        let netns = req
+            .netns_path()
+            .ok_or_else(|| CniError::new(ErrorCode::InvalidEnvironment, "dhcp: CNI_NETNS is required"))?;
+        let response = call(
+            &socket,
+            Op::Add { key: key(req), netns: netns.to_string(), params },
+            ErrorCode::TryAgainLater,
+        )?;
+        let lease = response
+            .lease
+            .ok_or_else(|| CniError::internal("dhcp: the daemon answered ADD without a lease"))?;
+        Ok(CniResult {
+            interfaces: Vec::new(),
+            ips: vec![lease.ip_config()],
+            routes: lease.routes(),
+            dns: lease.dns(),
+        })
+    }
+
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        let (_, socket) = load(req)?;
+        call(&socket, Op::Del { key: key(req) }, ErrorCode::TryAgainLater).map(drop)
+    }
+
+    fn check(&self, req: &Request) -> Result<(), CniError> {
+        let (_, socket) = load(req)?;
+        let response = call(&socket, Op::Check { key: key(req) }, ErrorCode::TryAgainLater)?;
+        if let (Some(lease), Ok(Some(prev))) = (&response.lease, req.prev_result()) {
+            let addr = std::net::IpAddr::V4(lease.address.addr());
+            if !prev.ips.iter().any(|ip| ip.address.addr() == addr) {
+                return Err(CniError::internal(format!(
+                    "dhcp: the lease is for {addr}, which is not in the result of {}",
+                    req.ifname
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn gc(&self, req: &Request) -> Result<(), CniError> {
+        let (_, socket) = load(req)?;
+        let valid = req
+            .valid_attachments()?
+            .into_iter()
+            .map(|a| ValidAttachment { container_id: a.container_id, ifname: a.ifname })
+            .collect();
+        call(&socket, Op::Gc { network: req.conf.name.clone(), valid }, ErrorCode::TryAgainLater).map(drop)
+    }
+
+    fn status(&self, req: &Request) -> Result<(), CniError> {
+        let (_, socket) = load(req)?;
+        call(&socket, Op::Status, ErrorCode::NotAvailable).map(drop)
+    }
+
+    fn about(&self) -> String {
+        "dhcp IPAM (cni-rs): leases from a DHCP server, kept by `cni-plugins dhcp daemon`".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn option_codes_by_number_or_name() {
+        assert_eq!(option_code("f", &json!(121)).unwrap(), 121);
+        assert_eq!(option_code("f", &json!("121")).unwrap(), 121);
+        assert_eq!(option_code("f", &json!("host-name")).unwrap(), 12);
+        let err = option_code("ipam.request[0].option", &json!("bogus")).unwrap_err();
+        assert_eq!(err.code, 7);
+        assert!(err.msg.contains("ipam.request[0].option"), "{}", err.msg);
+        assert!(option_code("f", &json!(255)).is_err());
+        assert!(option_code("f", &json!(0)).is_err());
+        assert!(option_code("f", &json!([1])).is_err());
+    }
+
+    fn request(ipam: serde_json::Value, cni_args: &str) -> Request {
+        let conf = json!({"cniVersion": "1.0.0", "name": "net", "type": "dhcp", "ipam": ipam}).to_string();
+        Request {
+            command: cni_sdk::Command::Add,
+            container_id: "c1".into(),
+            netns: "/run/netns/x".into(),
+            ifname: "eth0".into(),
+            args: cni_types::args::CniArgs::parse(cni_args).unwrap(),
+            path: vec![],
+            stdin: conf.as_bytes().to_vec(),
+            conf: serde_json::from_str(&conf).unwrap(),
+            version: cni_sdk::Version::V1_0_0,
+        }
+    }
+
+    fn params_of(ipam: serde_json::Value, cni_args: &str) -> Result<ClientParams, CniError> {
+        let req = request(ipam, cni_args);
+        let (conf, _) = load(&req)?;
+        params(&req, &conf)
+    }
+
+    #[test]
+    fn request_and_provide_options() {
+        let p = params_of(json!({"type": "dhcp"}), "").unwrap();
+        assert_eq!(p.request, DEFAULT_REQUESTED);
+        assert!(p.provide.is_empty());
+        assert_eq!(p.client_id, b"\0c1/net/eth0");
+
+        let p = params_of(
+            json!({"type": "dhcp", "request": [{"skipDefault": true}, {"option": "classless-static-routes"}, {"option": 3}],
+                   "provide": [{"option": "host-name", "fromArg": "K8S_POD_NAME"}, {"option": "60", "value": "cni"},
+                               {"option": 77, "fromArg": "ABSENT"}]}),
+            "IgnoreUnknown=1;K8S_POD_NAME=web-1",
+        )
+        .unwrap();
+        assert_eq!(p.request, [121, 3]);
+        assert_eq!(p.provide, [(12, b"web-1".to_vec()), (60, b"cni".to_vec())]);
+
+        let err = params_of(json!({"type": "dhcp", "provide": [{"option": 12}]}), "").unwrap_err();
+        assert!(err.msg.contains("ipam.provide[0]") && err.code == 7, "{err:?}");
+        let err =
+            params_of(json!({"type": "dhcp", "provide": [{"option": 12, "value": ""}]}), "").unwrap_err();
+        assert!(err.msg.contains("ipam.provide[0]"), "{err:?}");
+        let err = params_of(json!({"type": "dhcp", "daemonSocketPath": 5}), "").unwrap_err();
+        assert!(err.msg.contains("daemonSocketPath"), "{err:?}");
+    }
+
+    #[test]
+    fn client_ids_are_stable_and_bounded() {
+        assert_eq!(client_id("net", "c1", "eth0"), b"\0c1/net/eth0");
+        let long = client_id("net", &"a".repeat(300), "eth0");
+        assert_eq!(long.len(), 65);
+        assert_eq!(long, client_id("net", &"a".repeat(300), "eth0"));
+    }
+}

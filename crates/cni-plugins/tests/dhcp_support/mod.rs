@@ -1,0 +1,237 @@
+//! For the dhcp tests: a throwaway network with a real DHCP server (dnsmasq or kea) in its
+//! own namespace on a bridge in the test's host namespace, and the lease daemon with a temp
+//! socket and state directory. Every process started here is killed by its guard's Drop,
+//! also when a test panics. Needs the Debian packages `dnsmasq-base` and
+//! `kea-dhcp4-server` (tests fail with that message when they are missing).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use cni_plugins::ipam::dhcp::protocol::{self, Op, Response};
+use cni_testkit::ns::TestNetns;
+use serde_json::{json, Value};
+
+pub const BRIDGE: &str = "dhbr0";
+pub const SERVER_IP: &str = "10.77.0.1";
+pub const GO_DHCP: &str = "/usr/lib/cni/dhcp";
+pub const GO_BRIDGE: &str = "/usr/lib/cni/bridge";
+
+/// Kills and reaps a child process when dropped.
+pub struct ChildGuard(pub Option<Child>);
+
+impl ChildGuard {
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn require_binary(path: &str, package: &str) {
+    assert!(Path::new(path).exists(), "{path} is missing: install the Debian package {package}");
+}
+
+/// Polls `done` every 50 ms for up to `limit`; panics with `what` if it never holds.
+pub fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "waited {limit:?} for: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn run_ip(ns: &TestNetns, args: &[&str]) {
+    let out = ns.command("ip").args(args).output().expect("run ip");
+    assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The host namespace with a bridge, and a server namespace plugged into it.
+pub struct Network {
+    pub host: TestNetns,
+    pub server: TestNetns,
+    pub dir: tempfile::TempDir,
+}
+
+impl Network {
+    pub fn new(prefix: &str) -> Network {
+        let host = TestNetns::with_prefix(prefix).unwrap();
+        let server = TestNetns::with_prefix(prefix).unwrap();
+        run_ip(&host, &["link", "add", BRIDGE, "type", "bridge"]);
+        run_ip(&host, &["link", "set", BRIDGE, "up"]);
+        let server_path = server.path().display().to_string();
+        run_ip(
+            &host,
+            &["link", "add", "vsrv", "type", "veth", "peer", "name", "srv0", "netns", &server_path],
+        );
+        run_ip(&host, &["link", "set", "vsrv", "master", BRIDGE, "up"]);
+        run_ip(&server, &["addr", "add", &format!("{SERVER_IP}/24"), "dev", "srv0"]);
+        run_ip(&server, &["link", "set", "srv0", "up"]);
+        Network { host, server, dir: tempfile::tempdir().unwrap() }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// dnsmasq with a 2-minute pool in 10.77.0.0/24, routes (121), DNS (6, 15, 119).
+    pub fn dnsmasq(&self) -> ChildGuard {
+        require_binary("/usr/sbin/dnsmasq", "dnsmasq-base");
+        let child = self
+            .server
+            .command("/usr/sbin/dnsmasq")
+            .args([
+                "--no-daemon",
+                "--conf-file=/dev/null",
+                "--user=root",
+                "--group=root",
+                "--interface=srv0",
+                "--bind-interfaces",
+                "--except-interface=lo",
+                "--port=0",
+                // An ICMP probe of each new address stalls dnsmasq for up to 3 s.
+                "--no-ping",
+                "--dhcp-range=10.77.0.10,10.77.0.50,255.255.255.0,2m",
+                "--dhcp-option=3,10.77.0.1",
+                "--dhcp-option=121,10.9.0.0/16,10.77.0.254,0.0.0.0/0,10.77.0.1",
+                "--dhcp-option=6,10.77.0.53",
+                "--dhcp-option=15,example.test",
+                "--dhcp-option=119,a.example,b.example",
+                "--log-dhcp",
+            ])
+            .arg(format!("--dhcp-leasefile={}", self.path("dnsmasq.leases").display()))
+            .arg(format!("--log-facility={}", self.path("dnsmasq.log").display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start dnsmasq");
+        let guard = ChildGuard(Some(child));
+        wait_for("dnsmasq to start", Duration::from_secs(10), || {
+            self.log("dnsmasq.log").contains("DHCP, IP range")
+        });
+        guard
+    }
+
+    /// kea-dhcp4 with short leases (`valid` seconds, T1 and T2 as given) and its lease file
+    /// and log in the temp dir.
+    pub fn kea(&self, valid: u32, t1: u32, t2: u32) -> ChildGuard {
+        require_binary("/usr/sbin/kea-dhcp4", "kea-dhcp4-server");
+        let conf = json!({"Dhcp4": {
+            "interfaces-config": {"interfaces": ["srv0"], "dhcp-socket-type": "raw"},
+            "lease-database": {"type": "memfile", "persist": true, "lfc-interval": 0,
+                               "name": self.path("kea-leases4.csv")},
+            "valid-lifetime": valid, "min-valid-lifetime": valid, "max-valid-lifetime": valid,
+            "renew-timer": t1, "rebind-timer": t2,
+            "subnet4": [{"id": 1, "subnet": "10.77.0.0/24",
+                         "pools": [{"pool": "10.77.0.100 - 10.77.0.150"}],
+                         "option-data": [{"name": "routers", "data": SERVER_IP},
+                                         {"name": "domain-name-servers", "data": "10.77.0.53"}]}],
+            "loggers": [{"name": "kea-dhcp4", "severity": "DEBUG", "debuglevel": 40,
+                         "output_options": [{"output": self.path("kea.log")}]}]
+        }});
+        let conf_path = self.path("kea.json");
+        std::fs::write(&conf_path, conf.to_string()).unwrap();
+        let child = self
+            .server
+            .command("/usr/sbin/kea-dhcp4")
+            .arg("-c")
+            .arg(&conf_path)
+            .env("KEA_PIDFILE_DIR", self.dir.path())
+            .env("KEA_LOCKFILE_DIR", self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start kea-dhcp4");
+        let guard = ChildGuard(Some(child));
+        wait_for("kea to open its sockets", Duration::from_secs(10), || {
+            self.log("kea.log").contains("DHCP4_STARTED")
+        });
+        guard
+    }
+
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.path(name)).unwrap_or_default()
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.path("dhcp.sock")
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.path("state")
+    }
+
+    /// Starts the daemon (in the host namespace; it enters containers' namespaces itself)
+    /// and waits until it answers STATUS.
+    pub fn daemon(&self) -> ChildGuard {
+        let log =
+            std::fs::OpenOptions::new().create(true).append(true).open(self.path("daemon.log")).unwrap();
+        let child = self
+            .host
+            .command(crate::common::plugin("dhcp"))
+            .arg("daemon")
+            .arg("-socketpath")
+            .arg(self.socket())
+            .arg("-statedir")
+            .arg(self.state_dir())
+            // The default timeout: on a loaded 2-core VM a 6 s one was seen to run out.
+            .args(["-timeout", "10s", "-resendmax", "2s", "-debug"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start the dhcp daemon");
+        let guard = ChildGuard(Some(child));
+        wait_for("the daemon to answer", Duration::from_secs(10), || {
+            protocol::call(&self.socket(), Op::Status, Duration::from_secs(5)).is_ok_and(|r| r.ok)
+        });
+        guard
+    }
+
+    /// The Go reference daemon (Debian `containernetworking-plugins`) on its own socket.
+    pub fn go_daemon(&self) -> ChildGuard {
+        require_binary(GO_DHCP, "containernetworking-plugins");
+        let log = std::fs::File::create(self.path("go-daemon.log")).unwrap();
+        let child = self
+            .host
+            .command(GO_DHCP)
+            .arg("daemon")
+            .arg("-socketpath")
+            .arg(self.path("go-dhcp.sock"))
+            .args(["-timeout", "6s"])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start the Go dhcp daemon");
+        let guard = ChildGuard(Some(child));
+        wait_for("the Go daemon's socket", Duration::from_secs(10), || self.path("go-dhcp.sock").exists());
+        guard
+    }
+
+    pub fn status(&self) -> Response {
+        protocol::call(&self.socket(), Op::Status, Duration::from_secs(5)).unwrap()
+    }
+
+    /// A bridge configuration delegating to dhcp.
+    pub fn conf(&self) -> Value {
+        json!({"cniVersion": "1.1.0", "name": "dhnet", "type": "bridge", "bridge": BRIDGE,
+               "ipam": {"type": "dhcp", "daemonSocketPath": self.socket(),
+                        "provide": [{"option": "host-name", "fromArg": "K8S_POD_NAME"}]}})
+    }
+
+    /// The files in the daemon's state directory.
+    pub fn records(&self) -> Vec<String> {
+        match std::fs::read_dir(self.state_dir()) {
+            Ok(dir) => dir.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+}
