@@ -36,6 +36,7 @@ pub mod mac;
 pub mod netlink;
 pub mod netns;
 pub mod nft;
+mod nl;
 pub mod sysctl;
 
 pub use detach::NO_HELPERS_VAR;

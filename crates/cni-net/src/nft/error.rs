@@ -2,6 +2,8 @@
 
 use std::io;
 
+use crate::error::NetlinkError;
+
 /// What can go wrong talking to nf_tables.
 #[derive(Debug, thiserror::Error)]
 pub enum NftError {
@@ -12,7 +14,7 @@ pub enum NftError {
     #[error("netlink I/O failed: {0}")]
     Io(#[source] io::Error),
     /// The kernel refused one operation of a batch; the whole batch was rolled back.
-    #[error("nftables batch operation #{index} ({operation}) failed: {}", errno_text(*.errno))]
+    #[error("nftables batch operation #{index} ({operation}) failed: {}", errno_text(*.errno, message))]
     Operation {
         /// Position of the failing operation in the batch (0-based, begin/end excluded).
         index: usize,
@@ -20,20 +22,26 @@ pub enum NftError {
         operation: String,
         /// Positive errno, e.g. `libc::EEXIST`.
         errno: i32,
+        /// The kernel's extended-ack text, when it sent one.
+        message: Option<String>,
     },
     /// Every operation was accepted but the commit itself failed (batch rolled back).
-    #[error("nftables batch commit failed: {}", errno_text(*.errno))]
+    #[error("nftables batch commit failed: {}", errno_text(*.errno, message))]
     Commit {
         /// Positive errno.
         errno: i32,
+        /// The kernel's extended-ack text, when it sent one.
+        message: Option<String>,
     },
     /// A query (dump or get) was refused.
-    #[error("nftables request {request} failed: {}", errno_text(*.errno))]
+    #[error("nftables request {request} failed: {}", errno_text(*.errno, message))]
     Request {
         /// What was asked.
         request: String,
         /// Positive errno.
         errno: i32,
+        /// The kernel's extended-ack text (or why a dump gave up), when there is one.
+        message: Option<String>,
     },
     /// The kernel did not answer every message within the receive timeout.
     #[error("no answer from the kernel for {missing} of the batch's operations")]
@@ -53,8 +61,12 @@ pub enum NftError {
     Invalid(String),
 }
 
-fn errno_text(errno: i32) -> String {
-    format!("{} (errno {errno})", io::Error::from_raw_os_error(errno))
+fn errno_text(errno: i32, message: &Option<String>) -> String {
+    let text = format!("{} (errno {errno})", io::Error::from_raw_os_error(errno));
+    match message {
+        Some(message) if !message.is_empty() => format!("{text}: {message}"),
+        _ => text,
+    }
 }
 
 impl NftError {
@@ -62,10 +74,26 @@ impl NftError {
     pub fn errno(&self) -> Option<i32> {
         match self {
             NftError::Operation { errno, .. }
-            | NftError::Commit { errno }
+            | NftError::Commit { errno, .. }
             | NftError::Request { errno, .. } => Some(*errno),
             NftError::Socket(e) | NftError::Io(e) => e.raw_os_error(),
             _ => None,
+        }
+    }
+
+    /// `request` failed in the shared netlink loop: kernel refusals keep errno and text.
+    pub(crate) fn from_netlink(request: &str, error: NetlinkError) -> NftError {
+        match error {
+            NetlinkError::Kernel { errno, message } => {
+                NftError::Request { request: request.to_string(), errno, message }
+            }
+            NetlinkError::Io(err) => NftError::Io(err),
+            NetlinkError::Decode(text) | NetlinkError::Unexpected(text) => NftError::Malformed(text),
+            NetlinkError::DumpInterrupted { attempts } => NftError::Request {
+                request: request.to_string(),
+                errno: libc::EINTR,
+                message: Some(format!("the ruleset changed during each of {attempts} dumps")),
+            },
         }
     }
 
