@@ -32,6 +32,7 @@
 
 mod detach;
 pub mod error;
+mod idempotent;
 pub mod mac;
 pub mod netlink;
 pub mod netns;
@@ -41,6 +42,7 @@ pub mod sysctl;
 
 pub use detach::NO_HELPERS_VAR;
 pub use error::{Error, NetlinkError, Result};
+pub use idempotent::Idempotent;
 pub use mac::MacAddr;
 pub use netlink::{Link, Netlink};
 pub use netns::NetNs;

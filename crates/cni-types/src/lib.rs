@@ -7,11 +7,13 @@
 pub mod args;
 pub mod config;
 pub mod error;
+pub mod io_result;
 pub mod result;
 pub mod validate;
 pub mod version;
 
 pub use config::{Dns, IpamConf, NetConf, NetConfList};
 pub use error::{CniError, ErrorCode};
+pub use io_result::IoResultExt;
 pub use result::{CniResult, Interface, IpConfig, Route};
 pub use version::{Version, VersionInfo};

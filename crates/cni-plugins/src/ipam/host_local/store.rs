@@ -22,6 +22,7 @@
 //! write leaves an empty file; DEL releases it through the prevResult and GC through its
 //! unknown holder. Skipping the sync saves 0.5–1.5 ms per ADD on ext4.
 
+use cni_types::IoResultExt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::net::IpAddr;
@@ -130,14 +131,6 @@ pub fn read_small(path: &Path) -> io::Result<Vec<u8>> {
     }
 }
 
-fn ignore_not_found(result: io::Result<()>) -> io::Result<bool> {
-    match result {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
 impl Store {
     /// Opens `<data_dir>/<network>`, creating it (0755, like the reference) and its lock
     /// file, and takes the exclusive lock, waiting for other plugins (ours or Go's).
@@ -181,11 +174,9 @@ impl Store {
         let target = self.ip_path(ip);
         let content = format!("{}{LINE_BREAK}{ifname}", container_id.trim());
         let io_err = |e| HostLocalError::io(&target, "reserving the address", e);
-        let mut file = match OpenOptions::new().write(true).create_new(true).mode(0o644).open(&target) {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
-            Err(e) => return Err(io_err(e)),
-        };
+        let created =
+            OpenOptions::new().write(true).create_new(true).mode(0o644).open(&target).ignore_exists();
+        let Some(mut file) = created.map_err(io_err)? else { return Ok(false) };
         if let Err(e) = file.write_all(content.as_bytes()) {
             let _ = fs::remove_file(&target);
             return Err(io_err(e));
@@ -196,9 +187,8 @@ impl Store {
     /// Who holds `ip`: `None` if it is free, `Some(None)` if its file is unreadable garbage.
     pub fn holder(&self, ip: IpAddr) -> Result<Option<Option<Holder>>, HostLocalError> {
         let path = self.ip_path(ip);
-        match read_small(&path) {
-            Ok(content) => Ok(Some(Holder::parse(&content))),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        match read_small(&path).ignore_missing() {
+            Ok(content) => Ok(content.map(|content| Holder::parse(&content))),
             Err(e) => Err(HostLocalError::io(path, "reading the address file", e)),
         }
     }
@@ -216,7 +206,9 @@ impl Store {
     /// Frees `ip`; returns whether a file was removed.
     pub fn release(&self, ip: IpAddr) -> Result<bool, HostLocalError> {
         let path = self.ip_path(ip);
-        ignore_not_found(fs::remove_file(&path))
+        fs::remove_file(&path)
+            .ignore_missing()
+            .map(|removed| removed.is_some())
             .map_err(|e| HostLocalError::io(path, "releasing the address", e))
     }
 

@@ -40,11 +40,12 @@
 //! released. That is per DEL, not per container on the host (and `nft` pays it too).
 
 use super::config::{PortMapConf, Protocol};
-use crate::common::nft_attach::{self, ignore_missing, Attachment};
+use crate::common::nft_attach::{self, Attachment};
 use cni_net::nft::{
     priority, Batch, Chain, ChainType, CmpOp, Expr, Family, Field, Hook, KeyType, KeyValue, ListedRule,
     MapData, MetaKey, NftClient, NftError, Register, RuleBuilder, Set, SetElement, SetRef, Table, Verdict,
 };
+use cni_net::Idempotent;
 use cni_sdk::CniError;
 use ipnet::IpNet;
 use std::collections::HashSet;
@@ -191,10 +192,7 @@ pub fn ensure_table(nft: &mut NftClient) -> Result<(), CniError> {
     let mut batch = Batch::new();
     batch.create_table(&Table::new(FAMILY, TABLE).with_comment("cni-rs portmap"));
     bootstrap(&mut batch)?;
-    match nft.commit(&batch) {
-        Err(e) if !e.is_already_exists() => Err(nft_error(&format!("create table {TABLE}"), e)),
-        _ => Ok(()),
-    }
+    nft.commit(&batch).ignore_exists().map(drop).map_err(|e| nft_error(&format!("create table {TABLE}"), e))
 }
 
 fn masq_chain(bit: u32) -> String {
@@ -207,19 +205,15 @@ fn masq_chain(bit: u32) -> String {
 pub fn ensure_masq_bit(nft: &mut NftClient, bit: u32) -> Result<(), CniError> {
     let chain = masq_chain(bit);
     // Look first: a refused batch is costly (the kernel takes ~10 ms to abort it).
-    match nft.list_rules(FAMILY, TABLE, &chain) {
-        Ok(rules) if !rules.is_empty() => return Ok(()),
-        Err(e) if !e.is_not_found() => return Err(nft_error("list the masquerade chain", e)),
-        _ => {}
+    let listed = nft.list_rules(FAMILY, TABLE, &chain).ignore_missing();
+    if listed.map_err(|e| nft_error("list the masquerade chain", e))?.is_some_and(|rules| !rules.is_empty()) {
+        return Ok(());
     }
     let mut batch = Batch::new();
     batch.create_chain(&Chain::regular(FAMILY, TABLE, chain.clone()));
     batch.add_rule(&build(rule(&chain).masquerade())?);
     batch.add_rule(&build(rule(POSTROUTING).mark_any(1 << bit).jump(chain))?);
-    match nft.commit(&batch) {
-        Err(e) if !e.is_already_exists() => Err(nft_error("add the masquerade rule", e)),
-        _ => Ok(()),
-    }
+    nft.commit(&batch).ignore_exists().map(drop).map_err(|e| nft_error("add the masquerade rule", e))
 }
 
 /// The rules of one attachment's chain.
@@ -275,11 +269,8 @@ pub fn attached_keys(nft: &mut NftClient, chain: &str) -> Result<Vec<DispatchKey
 
 /// The rules of an attachment's chain; none if there is no such chain.
 fn chain_rules(nft: &mut NftClient, chain: &str) -> Result<Vec<ListedRule>, CniError> {
-    match nft.list_rules(FAMILY, TABLE, chain) {
-        Ok(rules) => Ok(rules),
-        Err(e) if e.is_not_found() => Ok(Vec::new()),
-        Err(e) => Err(nft_error("list the attachment's chain", e)),
-    }
+    let rules = nft.list_rules(FAMILY, TABLE, chain).ignore_missing();
+    Ok(rules.map_err(|e| nft_error("list the attachment's chain", e))?.unwrap_or_default())
 }
 
 fn keys_of(listed: &[ListedRule]) -> Vec<DispatchKey> {
@@ -407,10 +398,10 @@ pub fn detach(nft: &mut NftClient, chain: &str) -> Result<(), CniError> {
 /// Removes the attachments of `network` whose chain is not in `keep`; then, when no
 /// attachment of any network is left, the whole table.
 pub fn gc(nft: &mut NftClient, network: &str, keep: &HashSet<String>) -> Result<(), CniError> {
-    let chains = match nft.list_chains(FAMILY, TABLE) {
-        Ok(chains) => chains,
-        Err(e) if e.is_not_found() => return Ok(()),
-        Err(e) => return Err(nft_error("list chains", e)),
+    let Some(chains) =
+        nft.list_chains(FAMILY, TABLE).ignore_missing().map_err(|e| nft_error("list chains", e))?
+    else {
+        return Ok(());
     };
     if chains.is_empty() {
         return Ok(());
@@ -431,7 +422,9 @@ pub fn gc(nft: &mut NftClient, network: &str, keep: &HashSet<String>) -> Result<
     if remaining == 0 {
         let mut batch = Batch::new();
         batch.delete_table(FAMILY, TABLE);
-        if let Err(e) = ignore_missing(nft.commit(&batch), "delete the empty table") {
+        if let Err(e) =
+            nft.commit(&batch).ignore_missing().map_err(|e| nft_error("delete the empty table", e))
+        {
             errors.push(e.msg);
         }
     }
