@@ -8,7 +8,7 @@
 //! other dotted key has all its dots turned into slashes, as sysctl(8) does.
 //!
 //! `/proc/sys/net` shows the network namespace of the thread that opens the file, so the
-//! namespaced variants open it on a [`NetNs::run`] thread.
+//! namespaced variants open it inside [`NetNs::run`].
 
 use std::path::PathBuf;
 
