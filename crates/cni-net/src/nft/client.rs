@@ -12,6 +12,7 @@ use super::sys::*;
 use super::table::{encode_table_name, TableInfo};
 use crate::error::NetlinkError;
 use crate::nl::{BatchError, Message};
+use crate::Idempotent;
 
 /// Receive-buffer room per batch operation: the kernel's accounting of one ACK plus one
 /// echoed rule (a 20 000-rule batch is tested to fit).
@@ -155,11 +156,10 @@ impl NftClient {
             },
             |message| TableInfo::decode(&message.into()).map_err(decode_failure),
         );
-        match answers {
-            Ok(tables) => Ok(tables.into_iter().next()),
-            Err(err) if err.errno() == Some(libc::ENOENT) => Ok(None),
-            Err(err) => Err(NftError::from_netlink(&format!("get table {} {name}", family.nft_name()), err)),
-        }
+        let tables = answers
+            .map_err(|err| NftError::from_netlink(&format!("get table {} {name}", family.nft_name()), err))
+            .ignore_missing()?;
+        Ok(tables.and_then(|tables| tables.into_iter().next()))
     }
 
     /// Runs a dump request and returns what `decode` keeps of each answer. A dump that the

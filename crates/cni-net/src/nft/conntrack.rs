@@ -14,6 +14,7 @@ use super::error::NftError;
 use super::msg::{put_message, Incoming};
 use super::socket::{decode_failure, NetfilterConversation};
 use super::sys::*;
+use crate::Idempotent;
 
 const fn ct_type(msg: u16) -> u16 {
     (NFNL_SUBSYS_CTNETLINK << 8) | msg
@@ -90,12 +91,10 @@ impl ConntrackClient {
             },
             |_| Ok(()),
         );
-        match deleted {
-            Err(err) if err.errno() != Some(libc::ENOENT) => {
-                Err(NftError::from_netlink("delete conntrack entry", err))
-            }
-            _ => Ok(()),
-        }
+        deleted
+            .map_err(|err| NftError::from_netlink("delete conntrack entry", err))
+            .ignore_missing()
+            .map(drop)
     }
 
     /// Deletes every entry of `family` whose original direction is `protocol` to

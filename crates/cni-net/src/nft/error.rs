@@ -107,3 +107,25 @@ impl NftError {
         self.errno() == Some(libc::ENOENT)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_refusal_keeps_errno_and_extended_ack_text() {
+        let refused = NetlinkError::Kernel { errno: libc::ENOENT, message: Some("No such chain".into()) };
+        let err = NftError::from_netlink("list rules inet t c", refused);
+        assert!(err.is_not_found());
+        let text = err.to_string();
+        assert!(text.contains("list rules inet t c"), "{text}");
+        assert!(text.contains("(errno 2): No such chain"), "{text}");
+    }
+
+    #[test]
+    fn a_dump_that_never_settles_says_so() {
+        let err = NftError::from_netlink("list chains", NetlinkError::DumpInterrupted { attempts: 10 });
+        assert_eq!(err.errno(), Some(libc::EINTR));
+        assert!(err.to_string().contains("changed during each of 10 dumps"), "{err}");
+    }
+}
