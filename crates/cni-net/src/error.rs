@@ -3,7 +3,8 @@
 //! [`Error`] is what every public function returns. Each variant says *what* was being done
 //! (which link, which namespace path, which sysctl key) and keeps the underlying cause, so a
 //! plugin can print a useful CNI error message and still branch on the errno (for example
-//! "bridge already exists" is success, "link not found" on DEL is success).
+//! "bridge already exists" is success, "link not found" on DEL is success: see
+//! [`crate::Idempotent`]).
 
 use std::io;
 use std::path::PathBuf;
@@ -116,7 +117,8 @@ pub enum Error {
     /// The caller passed something that cannot be turned into a request.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// The helper thread that runs a closure inside a namespace could not be spawned.
+    /// The helper thread that creates a named namespace (`unshare` affects only the thread
+    /// calling it) could not be spawned.
     #[error("spawn thread for namespace {}: {source}", path.display())]
     Thread {
         /// The namespace the thread was meant to enter.

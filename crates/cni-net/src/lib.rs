@@ -32,14 +32,17 @@
 
 mod detach;
 pub mod error;
+mod idempotent;
 pub mod mac;
 pub mod netlink;
 pub mod netns;
 pub mod nft;
+mod nl;
 pub mod sysctl;
 
 pub use detach::NO_HELPERS_VAR;
 pub use error::{Error, NetlinkError, Result};
+pub use idempotent::Idempotent;
 pub use mac::MacAddr;
 pub use netlink::{Link, Netlink};
 pub use netns::NetNs;

@@ -8,12 +8,13 @@
 //! other dotted key has all its dots turned into slashes, as sysctl(8) does.
 //!
 //! `/proc/sys/net` shows the network namespace of the thread that opens the file, so the
-//! namespaced variants open it on a [`NetNs::run`] thread.
+//! namespaced variants open it inside [`NetNs::run`].
 
 use std::path::PathBuf;
 
 use crate::error::{Error, Result};
 use crate::netns::NetNs;
+use crate::Idempotent;
 
 const PROC_SYS: &str = "/proc/sys";
 
@@ -76,10 +77,7 @@ pub fn disable_ipv6_dad(ns: &NetNs, interface: &str) -> Result<()> {
 /// [`disable_ipv6_dad`] in the calling thread's namespace. Where IPv6 is off there is no
 /// such setting, and nothing to do.
 pub fn disable_ipv6_dad_here(interface: &str) -> Result<()> {
-    match write(&format!("net/ipv6/conf/{interface}/accept_dad"), "0") {
-        Err(e) if e.is_not_found() => Ok(()),
-        other => other,
-    }
+    write(&format!("net/ipv6/conf/{interface}/accept_dad"), "0").ignore_missing().map(drop)
 }
 
 /// Enables IPv4 forwarding (`net.ipv4.ip_forward=1`) in `ns`.

@@ -231,7 +231,7 @@ fn a_failing_batch_applies_nothing_and_names_the_failing_operation() {
         b.add_rule(&tagged("c", "y"));
         let err = nft.commit(&b).unwrap_err();
         match &err {
-            NftError::Operation { index, operation, errno } => {
+            NftError::Operation { index, operation, errno, .. } => {
                 assert_eq!(*index, 3);
                 assert_eq!(*errno, libc::ENOENT);
                 assert!(operation.contains("delete rule inet cni-test c handle 4242"), "{operation}");

@@ -14,6 +14,7 @@
 
 use crate::error::{Error, Result};
 use base64::Engine;
+use cni_types::IoResultExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::fs::DirBuilder;
@@ -121,10 +122,10 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
 /// Reads a cache file. `Ok(None)` when there is none; `Err` when it exists but is empty,
 /// corrupt, or not a cache entry.
 pub(crate) fn read(path: &Path) -> Result<Option<NetworkAttachment>> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::Cache { path: path.to_path_buf(), reason: e.to_string() }),
+    let read = std::fs::read(path).ignore_missing();
+    let Some(bytes) = read.map_err(|e| Error::Cache { path: path.to_path_buf(), reason: e.to_string() })?
+    else {
+        return Ok(None);
     };
     parse(&bytes, path).map(Some)
 }
@@ -173,11 +174,8 @@ fn parse(bytes: &[u8], path: &Path) -> Result<NetworkAttachment> {
 
 /// Removes a cache file; a file that is already gone is fine.
 pub(crate) fn remove(path: &Path) -> Result<()> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::Cache { path: path.to_path_buf(), reason: format!("removing: {e}") }),
-    }
+    let removed = std::fs::remove_file(path).ignore_missing();
+    removed.map(drop).map_err(|e| Error::Cache { path: path.to_path_buf(), reason: format!("removing: {e}") })
 }
 
 /// Every readable `cniCacheV1` entry under `<cacheDir>/results`, in file-name order.
@@ -185,10 +183,9 @@ pub(crate) fn remove(path: &Path) -> Result<()> {
 /// GC.
 pub(crate) fn list(cache_dir: &Path) -> Result<Vec<NetworkAttachment>> {
     let dir = cache_dir.join("results");
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(format!("reading {}", dir.display()), e)),
+    let listed = std::fs::read_dir(&dir).ignore_missing();
+    let Some(entries) = listed.map_err(|e| Error::io(format!("reading {}", dir.display()), e))? else {
+        return Ok(Vec::new());
     };
     let mut paths: Vec<PathBuf> = entries
         .filter_map(|e| e.ok())

@@ -5,9 +5,11 @@ use std::time::{Duration, Instant};
 
 use netlink_packet_route::RouteNetlinkMessage;
 
-use super::codec::{decode_datagram, ReplyPayload};
+use super::codec::decode_message;
 use super::{Link, Netlink};
 use crate::error::{Error, NetlinkError, Result};
+use crate::nl::message::messages;
+use crate::nl::Wait;
 
 /// `RTNLGRP_LINK` from <linux/rtnetlink.h>.
 const RTNLGRP_LINK: u32 = 1;
@@ -37,9 +39,12 @@ impl Netlink {
     /// change between the two is never missed.
     pub fn wait_for_link(&mut self, index: u32, condition: LinkCondition, timeout: Duration) -> Result<Link> {
         let op = || format!("wait for link #{index}");
-        self.transport.join_group(RTNLGRP_LINK).map_err(|err| Error::netlink(op(), err.into()))?;
+        self.conversation
+            .transport
+            .join_group(RTNLGRP_LINK)
+            .map_err(|err| Error::netlink(op(), err.into()))?;
         let outcome = self.wait_subscribed(index, condition, timeout);
-        let _ = self.transport.leave_group(RTNLGRP_LINK);
+        let _ = self.conversation.transport.leave_group(RTNLGRP_LINK);
         outcome
     }
 
@@ -59,7 +64,7 @@ impl Netlink {
             if remaining.is_zero() {
                 return Err(Error::Timeout { what: format!("link #{index} to be {condition:?}"), timeout });
             }
-            let datagram = match self.transport.recv(Some(remaining)) {
+            let datagram = match self.conversation.transport.recv(Wait::For(remaining)) {
                 Ok(Some(datagram)) => datagram,
                 Ok(None) => continue,
                 // Notifications overflowed the socket buffer: some were lost, ask directly.
@@ -71,25 +76,25 @@ impl Netlink {
                     return Err(Error::netlink(format!("wait for link #{index}"), NetlinkError::Io(err)))
                 }
             };
-            let replies = decode_datagram(&datagram)
-                .map_err(|err| Error::netlink(format!("wait for link #{index}"), err))?;
-            for reply in replies {
-                match reply.payload {
-                    ReplyPayload::Message(message) => match *message {
-                        RouteNetlinkMessage::NewLink(message) if message.header.index == index => {
-                            let link = Link::from_message(&message);
-                            if condition.holds(&link) {
-                                return Ok(link);
-                            }
+            for message in messages(datagram) {
+                let message =
+                    message.map_err(|err| Error::netlink(format!("wait for link #{index}"), err))?;
+                if message.status().is_some() {
+                    continue; // a stray ack or end of dump, not a notification
+                }
+                match decode_message(message) {
+                    Ok(RouteNetlinkMessage::NewLink(message)) if message.header.index == index => {
+                        let link = Link::from_message(&message);
+                        if condition.holds(&link) {
+                            return Ok(link);
                         }
-                        RouteNetlinkMessage::DelLink(message) if message.header.index == index => {
-                            return Err(Error::LinkNotFound(format!("#{index}")));
-                        }
-                        _ => {}
-                    },
+                    }
+                    Ok(RouteNetlinkMessage::DelLink(message)) if message.header.index == index => {
+                        return Err(Error::LinkNotFound(format!("#{index}")));
+                    }
+                    Ok(_) => {}
                     // Could not decode a notification: fall back to asking.
-                    ReplyPayload::Undecodable(_) => recheck = true,
-                    _ => {}
+                    Err(_) => recheck = true,
                 }
             }
         }

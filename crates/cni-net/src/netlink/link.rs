@@ -239,7 +239,7 @@ impl Netlink {
     /// already is what was wanted, and whoever must know checks the kernel's state. If
     /// the work cannot be handed off, the link is deleted here, synchronously.
     pub fn delete_link_in_background(&mut self, index: u32) -> Result<()> {
-        let Some(fd) = self.transport.raw_fd() else { return self.delete_link(index) };
+        let Some(fd) = self.conversation.transport.raw_fd() else { return self.delete_link(index) };
         // No NLM_F_ACK: nobody reads the answer (an error still queues one, which this
         // socket's later exchanges skip by sequence number).
         let request = RouteNetlinkMessage::DelLink(link_message(LinkRef::Index(index)));

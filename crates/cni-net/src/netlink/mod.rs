@@ -21,7 +21,6 @@ mod neigh;
 mod route;
 mod rule;
 pub mod tc;
-mod transport;
 mod tun;
 
 pub use addr::{parse_ipnet, AddressFlags, IpAddress, IpFamily};
@@ -33,35 +32,41 @@ pub use route::{NextHop, Route, RouteProtocol, RouteScope, RouteType, MAIN_TABLE
 pub use rule::Rule;
 pub use tun::{create_tun, TunSpec, TunType};
 
-use std::time::Duration;
-
 use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 use netlink_packet_route::RouteNetlinkMessage;
 
 use crate::error::{Error, NetlinkError, Result};
 use crate::netns::NetNs;
-use codec::{decode_datagram, encode_request, ReplyPayload};
-use transport::{KernelSocket, Transport};
+use crate::nl::{Conversation, Socket, Transport};
+use codec::{decode_message, encode_request};
 
-/// How often a dump interrupted by concurrent changes is retried before giving up.
-const MAX_DUMP_ATTEMPTS: u32 = 10;
+/// `NETLINK_ROUTE` from <linux/netlink.h>.
+const NETLINK_ROUTE: i32 = 0;
+/// Receive buffer: big dumps (many routes) arrive in several datagrams, and notifications
+/// may pile up while a waiter is busy (ENOBUFS otherwise).
+const RECV_BUFFER_BYTES: usize = 1 << 20;
 
 /// One NETLINK_ROUTE socket, bound to one network namespace.
 pub struct Netlink {
-    transport: Box<dyn Transport>,
-    sequence: u32,
+    conversation: Conversation<Box<dyn Transport>>,
 }
 
 impl std::fmt::Debug for Netlink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Netlink").field("port_id", &self.transport.port_id()).finish()
+        f.debug_struct("Netlink").field("fd", &self.conversation.transport.raw_fd()).finish()
     }
 }
 
 impl Netlink {
     /// Opens a socket in the calling thread's network namespace.
     pub fn new() -> Result<Netlink> {
-        let socket = KernelSocket::open().map_err(|err| Error::netlink("open netlink socket", err.into()))?;
+        let open = || -> std::io::Result<Socket> {
+            let socket = Socket::open(NETLINK_ROUTE)?;
+            socket.set_strict_checking()?;
+            let _ = socket.set_recv_buffer(RECV_BUFFER_BYTES);
+            Ok(socket)
+        };
+        let socket = open().map_err(|err| Error::netlink("open netlink socket", err.into()))?;
         Ok(Netlink::with_transport(Box::new(socket)))
     }
 
@@ -72,16 +77,11 @@ impl Netlink {
     }
 
     fn with_transport(transport: Box<dyn Transport>) -> Netlink {
-        Netlink {
-            transport,
-            // Start somewhere other than 0/1 so stray replies to other sockets never match.
-            sequence: std::process::id().wrapping_mul(7919),
-        }
+        Netlink { conversation: Conversation::new(transport) }
     }
 
     pub(crate) fn next_sequence(&mut self) -> u32 {
-        self.sequence = self.sequence.wrapping_add(1);
-        self.sequence
+        self.conversation.next_sequence()
     }
 
     /// Sends `message` with `NLM_F_REQUEST | NLM_F_ACK | flags` and waits for its ack.
@@ -90,7 +90,12 @@ impl Netlink {
         message: RouteNetlinkMessage,
         flags: u16,
     ) -> std::result::Result<(), NetlinkError> {
-        self.exchange(message, flags).map(drop)
+        self.conversation
+            .request(
+                |sequence| encode_request(message, NLM_F_REQUEST | NLM_F_ACK | flags, sequence),
+                |_| Ok(()),
+            )
+            .map(drop)
     }
 
     /// Sends `message` with `NLM_F_REQUEST | NLM_F_ACK | flags` and returns the messages the
@@ -100,25 +105,10 @@ impl Netlink {
         message: RouteNetlinkMessage,
         flags: u16,
     ) -> std::result::Result<Vec<RouteNetlinkMessage>, NetlinkError> {
-        let sequence = self.next_sequence();
-        let bytes = encode_request(message, NLM_F_REQUEST | NLM_F_ACK | flags, sequence);
-        self.transport.send(&bytes)?;
-        let mut answers = Vec::new();
-        loop {
-            let datagram = self.receive(None)?;
-            for reply in decode_datagram(&datagram)? {
-                if reply.sequence != sequence {
-                    continue; // a late reply to an earlier request, or an event
-                }
-                match reply.payload {
-                    ReplyPayload::Ack => return Ok(answers),
-                    ReplyPayload::Error(error) => return Err(error),
-                    ReplyPayload::Message(message) => answers.push(*message),
-                    ReplyPayload::Undecodable(error) => return Err(error),
-                    ReplyPayload::Done => continue,
-                }
-            }
-        }
+        self.conversation.request(
+            |sequence| encode_request(message, NLM_F_REQUEST | NLM_F_ACK | flags, sequence),
+            decode_message,
+        )
     }
 
     /// Runs a dump for `message` and returns every reply message, retrying the whole dump
@@ -127,72 +117,11 @@ impl Netlink {
         &mut self,
         message: RouteNetlinkMessage,
     ) -> std::result::Result<Vec<RouteNetlinkMessage>, NetlinkError> {
-        for _ in 0..MAX_DUMP_ATTEMPTS {
-            match self.dump_once(message.clone())? {
-                DumpOutcome::Complete(messages) => return Ok(messages),
-                DumpOutcome::Interrupted => continue,
-            }
-        }
-        Err(NetlinkError::DumpInterrupted { attempts: MAX_DUMP_ATTEMPTS })
+        self.conversation.dump(
+            |sequence| encode_request(message.clone(), NLM_F_REQUEST | NLM_F_DUMP, sequence),
+            |reply| decode_message(reply).map(Some),
+        )
     }
-
-    fn dump_once(&mut self, message: RouteNetlinkMessage) -> std::result::Result<DumpOutcome, NetlinkError> {
-        let sequence = self.next_sequence();
-        let bytes = encode_request(message, NLM_F_REQUEST | NLM_F_DUMP, sequence);
-        self.transport.send(&bytes)?;
-        let mut messages = Vec::new();
-        let mut interrupted = false;
-        // The first failure is remembered but the dump is still read to its end, so no
-        // leftover datagrams confuse the next request on this socket.
-        let mut failure: Option<NetlinkError> = None;
-        loop {
-            let datagram = self.receive(None)?;
-            let replies = match decode_datagram(&datagram) {
-                Ok(replies) => replies,
-                Err(err) => {
-                    failure.get_or_insert(err);
-                    continue;
-                }
-            };
-            for reply in replies {
-                if reply.sequence != sequence {
-                    continue;
-                }
-                interrupted |= reply.interrupted;
-                match reply.payload {
-                    ReplyPayload::Message(message) => messages.push(*message),
-                    ReplyPayload::Undecodable(err) => {
-                        failure.get_or_insert(err);
-                    }
-                    ReplyPayload::Done => {
-                        if let Some(err) = failure {
-                            return Err(err);
-                        }
-                        return Ok(if interrupted {
-                            DumpOutcome::Interrupted
-                        } else {
-                            DumpOutcome::Complete(messages)
-                        });
-                    }
-                    // An error ends a dump (it is its last message).
-                    ReplyPayload::Error(err) => return Err(failure.unwrap_or(err)),
-                    ReplyPayload::Ack => return Err(NetlinkError::Unexpected("ack in a dump".into())),
-                }
-            }
-        }
-    }
-
-    fn receive(&mut self, timeout: Option<Duration>) -> std::result::Result<Vec<u8>, NetlinkError> {
-        match self.transport.recv(timeout)? {
-            Some(datagram) => Ok(datagram),
-            None => Err(NetlinkError::Io(std::io::ErrorKind::TimedOut.into())),
-        }
-    }
-}
-
-enum DumpOutcome {
-    Complete(Vec<RouteNetlinkMessage>),
-    Interrupted,
 }
 
 #[cfg(test)]

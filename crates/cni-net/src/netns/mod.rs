@@ -105,7 +105,9 @@ impl NetNs {
 
     /// True when this is the calling thread's own network namespace.
     ///
-    /// The plugin SDK uses it to refuse a `CNI_NETNS` that is the plugin's own namespace.
+    /// Only tests call it (to check where [`NetNs::run`] leaves a thread). The plugin SDK
+    /// refuses a `CNI_NETNS` that is the plugin's own namespace with the same comparison of
+    /// its own (`refuse_own_namespace` in cni-sdk, which does not depend on cni-net).
     pub fn is_current(&self) -> Result<bool> {
         let current = std::fs::metadata(THREAD_SELF_NETNS).map_err(|source| Error::Namespace {
             op: "stat network namespace",

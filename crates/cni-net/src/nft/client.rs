@@ -5,17 +5,18 @@ use super::batch::Batch;
 use super::chain::ChainInfo;
 use super::data::Family;
 use super::error::NftError;
-use super::msg::{nft_type, put_message, split_messages, Incoming};
+use super::msg::{nft_type, put_message, Incoming};
 use super::rule::{encode_chain_filter, ListedRule};
-use super::socket::NetfilterSocket;
+use super::socket::{decode_failure, NetfilterConversation};
 use super::sys::*;
 use super::table::{encode_table_name, TableInfo};
+use crate::error::NetlinkError;
+use crate::nl::{BatchError, Message};
+use crate::Idempotent;
 
 /// Receive-buffer room per batch operation: the kernel's accounting of one ACK plus one
 /// echoed rule (a 20 000-rule batch is tested to fit).
 const ANSWER_BYTES_PER_OPERATION: usize = 2048;
-/// How often a dump is retried when the ruleset changed while it was being read.
-const DUMP_ATTEMPTS: usize = 8;
 
 /// What a successful commit reports back.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -31,10 +32,10 @@ impl CommitOutcome {
 }
 
 /// A synchronous nf_tables client bound to one network namespace (the one the creating
-/// thread was in; see [`NetfilterSocket`]).
+/// thread was in).
 #[derive(Debug)]
 pub struct NftClient {
-    sock: NetfilterSocket,
+    sock: NetfilterConversation,
     /// Whether a commit through this client deleted anything (see [`Self::close_without_waiting`]).
     removed: bool,
 }
@@ -42,7 +43,7 @@ pub struct NftClient {
 impl NftClient {
     /// Opens a client for the calling thread's current network namespace.
     pub fn new() -> Result<Self, NftError> {
-        Ok(Self { sock: NetfilterSocket::open()?, removed: false })
+        Ok(Self { sock: NetfilterConversation::open()?, removed: false })
     }
 
     /// Closes the client without making this process wait for the kernel's cleanup.
@@ -75,70 +76,36 @@ impl NftClient {
         if count == 0 {
             return Ok(CommitOutcome::default());
         }
-        let begin_seq = self.sock.seq();
-        // Reserve the sequence numbers of the operations and the end marker.
-        for _ in 0..=count {
-            self.sock.seq();
-        }
+        // Sequence numbers: the begin marker, each operation, the end marker.
+        let begin_seq = self.sock.conversation.reserve_sequences(count as u32 + 2);
         let wire = batch.encode(begin_seq);
         // Each operation is answered with an ACK, rules also with their echo; all of it
         // is queued before we read, so the receive buffer must hold it (ENOBUFS otherwise).
-        self.sock.grow_buffers(wire.len() + count * ANSWER_BYTES_PER_OPERATION)?;
-        self.sock.send(&wire)?;
-
-        let mut acked = vec![false; count];
+        self.sock.make_room(wire.len() + count * ANSWER_BYTES_PER_OPERATION)?;
         let mut handles = vec![None; count];
-        let mut missing = count;
-        let mut first_failure: Option<(usize, i32)> = None;
-        let mut commit_errno = None;
-        while missing > 0 {
-            // The kernel answers a batch while processing our send, so once it has
-            // refused something everything it will say is already queued: do not wait.
-            let wait = first_failure.is_none() && commit_errno.is_none();
-            let datagram = match self.sock.recv(wait) {
-                Ok(Some(datagram)) => datagram,
-                Ok(None) => break,
-                Err(NftError::Io(e)) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                    return Err(NftError::AnswersLost);
-                }
-                Err(e) => return Err(e),
-            };
-            for msg in split_messages(datagram)? {
-                let op_index = |seq: u32| {
-                    let offset = seq.wrapping_sub(begin_seq).wrapping_sub(1) as usize;
-                    (offset < count).then_some(offset)
-                };
-                if let Some(ack) = msg.ack()? {
-                    if ack.request_seq == begin_seq && ack.errno != 0 {
-                        commit_errno = Some(ack.errno);
-                    } else if let Some(i) = op_index(ack.request_seq) {
-                        if !acked[i] {
-                            acked[i] = true;
-                            missing -= 1;
-                        }
-                        if ack.errno != 0 && first_failure.is_none_or(|(j, _)| i < j) {
-                            first_failure = Some((i, ack.errno));
-                        }
-                    }
-                } else if msg.msg_type == nft_type(NFT_MSG_NEWRULE) {
-                    if let Some(i) = op_index(msg.seq) {
-                        handles[i] = Some(ListedRule::decode(&msg)?.handle);
-                    }
-                }
+        let outcome = self.sock.conversation.batch(&wire, begin_seq, count, |index, message| {
+            // The echo of a new rule carries its handle.
+            if message.kind == nft_type(NFT_MSG_NEWRULE) {
+                handles[index] = Some(ListedRule::decode(&message.into()).map_err(decode_failure)?.handle);
             }
-        }
-        if let Some((index, errno)) = first_failure {
-            return Err(NftError::Operation {
-                index,
-                operation: batch.ops[index].description.clone(),
-                errno,
-            });
-        }
-        if let Some(errno) = commit_errno {
-            return Err(NftError::Commit { errno });
-        }
-        if missing > 0 {
-            return Err(NftError::MissingAck { missing });
+            Ok(())
+        });
+        match outcome {
+            Ok(()) => {}
+            Err(BatchError::Operation { index, source }) => {
+                let (errno, message) = kernel_refusal(source);
+                let operation = batch.ops[index].description.clone();
+                return Err(NftError::Operation { index, operation, errno, message });
+            }
+            Err(BatchError::Commit(source)) => {
+                let (errno, message) = kernel_refusal(source);
+                return Err(NftError::Commit { errno, message });
+            }
+            Err(BatchError::MissingAcks(missing)) => return Err(NftError::MissingAck { missing }),
+            Err(BatchError::Failed(NetlinkError::Io(err))) if err.raw_os_error() == Some(libc::ENOBUFS) => {
+                return Err(NftError::AnswersLost);
+            }
+            Err(BatchError::Failed(err)) => return Err(NftError::from_netlink("commit", err)),
         }
         self.removed |= batch.removes_anything();
         Ok(CommitOutcome { handles })
@@ -156,16 +123,11 @@ impl NftClient {
         let mut w = AttrWriter::new();
         encode_chain_filter(&mut w, table, chain);
         let what = format!("list rules {} {table} {chain}", family.nft_name());
-        let msgs = self.dump(NFT_MSG_GETRULE, family, &w.buf, &what)?;
-        let mut rules = Vec::new();
-        for m in &msgs {
-            let listed = ListedRule::decode(&split_messages(m)?[0])?;
+        self.dump(NFT_MSG_GETRULE, family, &w.buf, &what, |message| {
+            let listed = ListedRule::decode(&message)?;
             // Should a kernel ignore the dump filter, keep only the asked-for chain anyway.
-            if listed.rule.table == table && listed.rule.chain == chain {
-                rules.push(listed);
-            }
-        }
-        Ok(rules)
+            Ok((listed.rule.table == table && listed.rule.chain == chain).then_some(listed))
+        })
     }
 
     /// The chains of one table.
@@ -173,103 +135,69 @@ impl NftClient {
         let mut w = AttrWriter::new();
         w.put_str(NFTA_CHAIN_TABLE, table);
         let what = format!("list chains {} {table}", family.nft_name());
-        let msgs = self.dump(NFT_MSG_GETCHAIN, family, &w.buf, &what)?;
-        let mut chains = Vec::new();
-        for m in &msgs {
-            let info = ChainInfo::decode(&split_messages(m)?[0])?;
+        self.dump(NFT_MSG_GETCHAIN, family, &w.buf, &what, |message| {
+            let info = ChainInfo::decode(&message)?;
             // Older kernels ignore the table filter of a chain dump: filter here too.
-            if info.table == table {
-                chains.push(info);
-            }
-        }
-        Ok(chains)
+            Ok((info.table == table).then_some(info))
+        })
     }
 
     /// The table, if it exists.
     pub fn get_table(&mut self, family: Family, name: &str) -> Result<Option<TableInfo>, NftError> {
         let mut w = AttrWriter::new();
         encode_table_name(&mut w, name);
-        let seq = self.sock.seq();
-        let mut out = Vec::new();
         let msg_type = nft_type(NFT_MSG_GETTABLE);
-        put_message(&mut out, msg_type, NLM_F_REQUEST | NLM_F_ACK, seq, family.byte(), 0, &w.buf);
-        self.sock.send(&out)?;
-        let mut found = None;
-        loop {
-            let Some(datagram) = self.sock.recv(true)? else {
-                return Err(NftError::MissingAck { missing: 1 });
-            };
-            for msg in split_messages(datagram)? {
-                if msg.seq != seq {
-                    continue;
-                }
-                match msg.ack()? {
-                    Some(ack) if ack.errno == libc::ENOENT => return Ok(None),
-                    Some(ack) if ack.errno != 0 => {
-                        return Err(NftError::Request {
-                            request: format!("get table {} {name}", family.nft_name()),
-                            errno: ack.errno,
-                        })
-                    }
-                    Some(_) => return Ok(found),
-                    None => found = Some(TableInfo::decode(&msg)?),
-                }
-            }
-        }
+        let flags = NLM_F_REQUEST | NLM_F_ACK;
+        let answers = self.sock.conversation.request(
+            |seq| {
+                let mut out = Vec::new();
+                put_message(&mut out, msg_type, flags, seq, family.byte(), 0, &w.buf);
+                out
+            },
+            |message| TableInfo::decode(&message.into()).map_err(decode_failure),
+        );
+        let tables = answers
+            .map_err(|err| NftError::from_netlink(&format!("get table {} {name}", family.nft_name()), err))
+            .ignore_missing()?;
+        Ok(tables.and_then(|tables| tables.into_iter().next()))
     }
 
-    /// Runs a dump request and returns each answer message as owned bytes. A dump that
-    /// the kernel marks as interrupted (the ruleset changed meanwhile) is retried.
-    fn dump(&mut self, msg: u16, family: Family, attrs: &[u8], what: &str) -> Result<Vec<Vec<u8>>, NftError> {
-        for _ in 0..DUMP_ATTEMPTS {
-            let seq = self.sock.seq();
-            let mut out = Vec::new();
-            let flags = NLM_F_REQUEST | NLM_F_DUMP;
-            put_message(&mut out, nft_type(msg), flags, seq, family.byte(), 0, attrs);
-            self.sock.send(&out)?;
-            let (msgs, interrupted) = self.collect_dump(seq, what)?;
-            if !interrupted {
-                return Ok(msgs);
-            }
-        }
-        Err(NftError::Request { request: what.to_string(), errno: libc::EINTR })
-    }
-
-    fn collect_dump(&mut self, seq: u32, what: &str) -> Result<(Vec<Vec<u8>>, bool), NftError> {
-        let mut msgs = Vec::new();
-        let mut interrupted = false;
-        loop {
-            let Some(datagram) = self.sock.recv(true)? else {
-                return Err(NftError::MissingAck { missing: 1 });
-            };
-            for msg in split_messages(datagram)? {
-                if msg.seq != seq {
-                    continue;
-                }
-                interrupted |= msg.flags & NLM_F_DUMP_INTR != 0;
-                if msg.msg_type == NLMSG_DONE {
-                    return Ok((msgs, interrupted));
-                }
-                if let Some(ack) = msg.ack()? {
-                    if ack.errno != 0 {
-                        return Err(NftError::Request { request: what.to_string(), errno: ack.errno });
-                    }
-                    continue;
-                }
-                msgs.push(own_message(&msg));
-            }
-        }
+    /// Runs a dump request and returns what `decode` keeps of each answer. A dump that the
+    /// kernel marks as interrupted (the ruleset changed meanwhile) is run again.
+    fn dump<R>(
+        &mut self,
+        msg: u16,
+        family: Family,
+        attrs: &[u8],
+        what: &str,
+        mut decode: impl FnMut(Incoming<'_>) -> Result<Option<R>, NftError>,
+    ) -> Result<Vec<R>, NftError> {
+        self.sock
+            .conversation
+            .dump(
+                |seq| {
+                    let mut out = Vec::new();
+                    put_message(
+                        &mut out,
+                        nft_type(msg),
+                        NLM_F_REQUEST | NLM_F_DUMP,
+                        seq,
+                        family.byte(),
+                        0,
+                        attrs,
+                    );
+                    out
+                },
+                |message: Message<'_>| decode(message.into()).map_err(decode_failure),
+            )
+            .map_err(|err| NftError::from_netlink(what, err))
     }
 }
 
-/// Re-frames a borrowed message as standalone bytes, so it outlives the receive buffer.
-fn own_message(msg: &Incoming<'_>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(NLMSG_HDRLEN + msg.payload.len());
-    out.extend_from_slice(&((NLMSG_HDRLEN + msg.payload.len()) as u32).to_ne_bytes());
-    out.extend_from_slice(&msg.msg_type.to_ne_bytes());
-    out.extend_from_slice(&msg.flags.to_ne_bytes());
-    out.extend_from_slice(&msg.seq.to_ne_bytes());
-    out.extend_from_slice(&0u32.to_ne_bytes());
-    out.extend_from_slice(msg.payload);
-    out
+/// The errno and text of a kernel refusal (a socket failure has no text).
+fn kernel_refusal(error: NetlinkError) -> (i32, Option<String>) {
+    match error {
+        NetlinkError::Kernel { errno, message } => (errno, message),
+        other => (other.errno().unwrap_or(libc::EIO), Some(other.to_string())),
+    }
 }

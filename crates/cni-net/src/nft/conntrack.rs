@@ -11,9 +11,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use super::attr::{Attr, AttrWriter};
 use super::data::Family;
 use super::error::NftError;
-use super::msg::{put_message, split_messages};
-use super::socket::NetfilterSocket;
+use super::msg::{put_message, Incoming};
+use super::socket::{decode_failure, NetfilterConversation};
 use super::sys::*;
+use crate::Idempotent;
 
 const fn ct_type(msg: u16) -> u16 {
     (NFNL_SUBSYS_CTNETLINK << 8) | msg
@@ -41,13 +42,13 @@ pub struct ConntrackEntry {
 /// A ctnetlink client bound to the network namespace of the thread that created it.
 #[derive(Debug)]
 pub struct ConntrackClient {
-    sock: NetfilterSocket,
+    sock: NetfilterConversation,
 }
 
 impl ConntrackClient {
     /// Opens a client for the calling thread's current network namespace.
     pub fn new() -> Result<Self, NftError> {
-        Ok(Self { sock: NetfilterSocket::open()? })
+        Ok(Self { sock: NetfilterConversation::open()? })
     }
 
     /// Every entry of `family` (`Ipv4`, `Ipv6`, or `Inet` for both).
@@ -56,45 +57,18 @@ impl ConntrackClient {
             Family::Inet => 0, // AF_UNSPEC: all
             other => other.byte(),
         };
-        let seq = self.sock.seq();
-        let mut out = Vec::new();
         let msg_type = ct_type(IPCTNL_MSG_CT_GET);
-        put_message(&mut out, msg_type, NLM_F_REQUEST | NLM_F_DUMP, seq, l3, 0, &[]);
-        self.sock.send(&out)?;
-        let mut entries = Vec::new();
-        loop {
-            let Some(datagram) = self.sock.recv(true)? else {
-                return Err(NftError::MissingAck { missing: 1 });
-            };
-            for msg in split_messages(datagram)? {
-                if msg.seq != seq {
-                    continue;
-                }
-                if msg.msg_type == NLMSG_DONE {
-                    return Ok(entries);
-                }
-                if let Some(ack) = msg.ack()? {
-                    if ack.errno != 0 {
-                        return Err(NftError::Request { request: "list conntrack".into(), errno: ack.errno });
-                    }
-                    continue;
-                }
-                let family = msg.family();
-                let mut tuple = None;
-                let mut zone = 0;
-                for attr in msg.attrs() {
-                    let attr = attr?;
-                    match attr.kind {
-                        CTA_TUPLE_ORIG => tuple = Some(attr),
-                        CTA_ZONE => zone = be16(&attr)?,
-                        _ => {}
-                    }
-                }
-                if let Some(tuple) = tuple {
-                    entries.push(parse_tuple(&tuple, family, zone)?);
-                }
-            }
-        }
+        self.sock
+            .conversation
+            .dump(
+                |seq| {
+                    let mut out = Vec::new();
+                    put_message(&mut out, msg_type, NLM_F_REQUEST | NLM_F_DUMP, seq, l3, 0, &[]);
+                    out
+                },
+                |message| parse_entry(message.into()).map_err(decode_failure),
+            )
+            .map_err(|err| NftError::from_netlink("list conntrack", err))
     }
 
     /// Deletes one entry. An entry that is already gone is not an error.
@@ -108,28 +82,19 @@ impl ConntrackClient {
         if entry.zone != 0 {
             w.put(CTA_ZONE, &entry.zone.to_be_bytes());
         }
-        let seq = self.sock.seq();
-        let mut out = Vec::new();
         let msg_type = ct_type(IPCTNL_MSG_CT_DELETE);
-        put_message(&mut out, msg_type, NLM_F_REQUEST | NLM_F_ACK, seq, family.byte(), 0, &w.buf);
-        self.sock.send(&out)?;
-        loop {
-            let Some(datagram) = self.sock.recv(true)? else {
-                return Err(NftError::MissingAck { missing: 1 });
-            };
-            for msg in split_messages(datagram)? {
-                if msg.seq != seq {
-                    continue;
-                }
-                if let Some(ack) = msg.ack()? {
-                    return match ack.errno {
-                        0 => Ok(()),
-                        libc::ENOENT => Ok(()),
-                        errno => Err(NftError::Request { request: "delete conntrack entry".into(), errno }),
-                    };
-                }
-            }
-        }
+        let deleted = self.sock.conversation.request(
+            |seq| {
+                let mut out = Vec::new();
+                put_message(&mut out, msg_type, NLM_F_REQUEST | NLM_F_ACK, seq, family.byte(), 0, &w.buf);
+                out
+            },
+            |_| Ok(()),
+        );
+        deleted
+            .map_err(|err| NftError::from_netlink("delete conntrack entry", err))
+            .ignore_missing()
+            .map(drop)
     }
 
     /// Deletes every entry of `family` whose original direction is `protocol` to
@@ -150,6 +115,21 @@ impl ConntrackClient {
         }
         Ok(doomed.len())
     }
+}
+
+/// The original tuple of one listed entry (`None` for an entry without one).
+fn parse_entry(message: Incoming<'_>) -> Result<Option<ConntrackEntry>, NftError> {
+    let mut tuple = None;
+    let mut zone = 0;
+    for attr in message.attrs() {
+        let attr = attr?;
+        match attr.kind {
+            CTA_TUPLE_ORIG => tuple = Some(attr),
+            CTA_ZONE => zone = be16(&attr)?,
+            _ => {}
+        }
+    }
+    tuple.map(|tuple| parse_tuple(&tuple, message.family(), zone)).transpose()
 }
 
 fn be16(attr: &Attr<'_>) -> Result<u16, NftError> {

@@ -90,16 +90,16 @@ fn batch_frames_operations_between_begin_and_end() {
     let bytes = b.encode(100);
     let msgs = msg::split_messages(&bytes).unwrap();
     assert_eq!(msgs.len(), 3);
-    assert_eq!(msgs[0].msg_type, 0x10);
+    assert_eq!(msgs[0].kind, 0x10);
     assert_eq!(msgs[0].seq, 100);
     // res_id of begin/end is the nf_tables subsystem, big-endian.
-    assert_eq!(&msgs[0].payload[..4], &[0, 0, 0, 10]);
-    assert_eq!(msgs[1].msg_type, 10 << 8);
+    assert_eq!(&msgs[0].payload()[..4], &[0, 0, 0, 10]);
+    assert_eq!(msgs[1].kind, 10 << 8);
     assert_eq!(msgs[1].seq, 101);
     // REQUEST | ACK | CREATE
     assert_eq!(msgs[1].flags, 0x1 | 0x4 | 0x400);
-    assert_eq!(msgs[1].payload[0], 1, "inet family");
-    assert_eq!(msgs[2].msg_type, 0x11);
+    assert_eq!(msgs[1].payload()[0], 1, "inet family");
+    assert_eq!(msgs[2].kind, 0x11);
     assert_eq!(msgs[2].seq, 102);
 }
 
@@ -196,7 +196,7 @@ fn listed_rule_decodes_handle_comment_and_exprs() {
     let mut bytes = Vec::new();
     msg::put_message(&mut bytes, msg::nft_type(6), 0, 1, Family::Inet.byte(), 0, &w.buf);
     let msgs = msg::split_messages(&bytes).unwrap();
-    let listed = ListedRule::decode(&msgs[0]).unwrap();
+    let listed = ListedRule::decode(&msgs[0].into()).unwrap();
     assert_eq!(listed.handle, 77);
     assert_eq!(listed.rule, rule);
 }

@@ -1,6 +1,6 @@
 //! nftables over nfnetlink: no `nft` or `iptables` process at runtime.
 //!
-//! [`NftClient`] opens a raw `NETLINK_NETFILTER` socket in the calling thread's network
+//! [`NftClient`] opens a `NETLINK_NETFILTER` socket in the calling thread's network
 //! namespace (a socket stays bound to the namespace it was created in, so create the
 //! client from a thread inside the namespace to program, then use it from anywhere).
 //! Changes go in a [`Batch`], which the kernel applies atomically. Rules are built from
@@ -70,6 +70,5 @@ pub use rule::{ListedRule, Rule};
 pub use set::{
     concat_key, ifname_bytes, set_flags, ElementData, KeyType, KeyValue, MapData, Set, SetElement, SetRef,
 };
-pub use socket::NetfilterSocket;
 pub use table::{Family, Table, TableInfo};
 pub use udata::MAX_COMMENT_LEN;

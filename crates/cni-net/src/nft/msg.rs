@@ -1,9 +1,10 @@
-//! Netlink message framing: `nlmsghdr` + `nfgenmsg` + attributes, and parsing of what the
-//! kernel sends back.
+//! nfnetlink message framing: `nlmsghdr` + `nfgenmsg` + attributes, and the view of a
+//! received message that the decoders read (framing of what the kernel sends back, acks
+//! and errors are [`crate::nl`]'s).
 
 use super::attr::{align4, AttrIter};
-use super::error::NftError;
 use super::sys::*;
+use crate::nl::Message;
 
 /// The nf_tables message type on the wire: subsystem in the high byte.
 pub(crate) const fn nft_type(msg: u16) -> u16 {
@@ -33,36 +34,20 @@ pub(crate) fn put_message(
     out.resize(align4(out.len()), 0);
 }
 
-/// A message received from the kernel.
+/// The body of a message received from the kernel, as the nfnetlink decoders read it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Incoming<'a> {
-    pub(crate) msg_type: u16,
-    pub(crate) flags: u16,
-    pub(crate) seq: u32,
     /// Everything after the `nlmsghdr`.
     pub(crate) payload: &'a [u8],
 }
 
-/// What an `NLMSG_ERROR` says: the errno (0 for an ACK) and which request it answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Ack {
-    pub(crate) errno: i32,
-    pub(crate) request_seq: u32,
+impl<'a> From<Message<'a>> for Incoming<'a> {
+    fn from(message: Message<'a>) -> Self {
+        Incoming { payload: message.payload() }
+    }
 }
 
 impl<'a> Incoming<'a> {
-    pub(crate) fn ack(&self) -> Result<Option<Ack>, NftError> {
-        if self.msg_type != NLMSG_ERROR {
-            return Ok(None);
-        }
-        if self.payload.len() < 4 + NLMSG_HDRLEN {
-            return Err(NftError::Malformed("short NLMSG_ERROR".into()));
-        }
-        let code = i32::from_ne_bytes(self.payload[0..4].try_into().expect("4 bytes"));
-        let request_seq = u32::from_ne_bytes(self.payload[12..16].try_into().expect("4 bytes"));
-        Ok(Some(Ack { errno: -code, request_seq }))
-    }
-
     /// The nfgenmsg family byte of an nfnetlink message.
     pub(crate) fn family(&self) -> u8 {
         self.payload.first().copied().unwrap_or(0)
@@ -75,22 +60,9 @@ impl<'a> Incoming<'a> {
 }
 
 /// Splits a datagram into messages.
-pub(crate) fn split_messages(mut buf: &[u8]) -> Result<Vec<Incoming<'_>>, NftError> {
-    let mut out = Vec::new();
-    while buf.len() >= NLMSG_HDRLEN {
-        let len = u32::from_ne_bytes(buf[0..4].try_into().expect("4 bytes")) as usize;
-        if len < NLMSG_HDRLEN || len > buf.len() {
-            return Err(NftError::Malformed(format!("message claims {len} bytes")));
-        }
-        out.push(Incoming {
-            msg_type: u16::from_ne_bytes([buf[4], buf[5]]),
-            flags: u16::from_ne_bytes([buf[6], buf[7]]),
-            seq: u32::from_ne_bytes(buf[8..12].try_into().expect("4 bytes")),
-            payload: &buf[NLMSG_HDRLEN..len],
-        });
-        buf = &buf[align4(len).min(buf.len())..];
-    }
-    Ok(out)
+#[cfg(test)]
+pub(crate) fn split_messages(buf: &[u8]) -> Result<Vec<Message<'_>>, crate::error::NetlinkError> {
+    crate::nl::message::messages(buf).collect()
 }
 
 #[cfg(test)]
@@ -112,26 +84,6 @@ mod tests {
         let parsed = split_messages(&out).unwrap();
         assert_eq!(parsed.len(), 1);
         assert_eq!(parsed[0].seq, 7);
-        assert_eq!(parsed[0].msg_type, NFNL_MSG_BATCH_BEGIN);
-    }
-
-    #[test]
-    fn error_message_is_decoded() {
-        let mut out = Vec::new();
-        out.extend_from_slice(&36u32.to_ne_bytes());
-        out.extend_from_slice(&NLMSG_ERROR.to_ne_bytes());
-        out.extend_from_slice(&0u16.to_ne_bytes());
-        out.extend_from_slice(&9u32.to_ne_bytes());
-        out.extend_from_slice(&0u32.to_ne_bytes());
-        out.extend_from_slice(&(-libc::EEXIST).to_ne_bytes());
-        // the echoed request header: len, type, flags, seq, pid
-        out.extend_from_slice(&20u32.to_ne_bytes());
-        out.extend_from_slice(&nft_type(NFT_MSG_NEWTABLE).to_ne_bytes());
-        out.extend_from_slice(&0u16.to_ne_bytes());
-        out.extend_from_slice(&5u32.to_ne_bytes());
-        out.extend_from_slice(&0u32.to_ne_bytes());
-        let parsed = split_messages(&out).unwrap();
-        let ack = parsed[0].ack().unwrap().unwrap();
-        assert_eq!(ack, Ack { errno: libc::EEXIST, request_seq: 5 });
+        assert_eq!(parsed[0].kind, NFNL_MSG_BATCH_BEGIN);
     }
 }

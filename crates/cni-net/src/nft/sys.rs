@@ -5,21 +5,15 @@
 // --- netlink ---
 pub const NETLINK_NETFILTER: i32 = 12;
 pub const NLMSG_HDRLEN: usize = 16;
-pub const NLMSG_ERROR: u16 = 2;
-pub const NLMSG_DONE: u16 = 3;
 pub const NLM_F_REQUEST: u16 = 0x1;
 pub const NLM_F_ACK: u16 = 0x4;
 pub const NLM_F_ECHO: u16 = 0x8;
-pub const NLM_F_DUMP_INTR: u16 = 0x10;
 pub const NLM_F_DUMP: u16 = 0x100 | 0x200;
 pub const NLM_F_EXCL: u16 = 0x200;
 pub const NLM_F_CREATE: u16 = 0x400;
 pub const NLM_F_APPEND: u16 = 0x800;
 pub const NLA_F_NESTED: u16 = 0x8000;
 pub const NLA_TYPE_MASK: u16 = 0x3fff;
-pub const SOL_NETLINK: i32 = 270;
-pub const NETLINK_CAP_ACK: i32 = 10;
-pub const NETLINK_EXT_ACK: i32 = 11;
 
 // --- nfnetlink ---
 pub const NFGENMSG_LEN: usize = 4;

@@ -2,6 +2,7 @@
 
 use super::NetResultExt;
 use cni_net::netlink::{AddressFlags, IpFamily, Route as KernelRoute, RouteScope};
+use cni_net::Idempotent;
 use cni_net::{Link, Netlink};
 use cni_sdk::{CniError, CniResult};
 use cni_types::Route;
@@ -49,28 +50,16 @@ pub fn configure(
     nl.set_link_up(link.index).or_cni(&format!("set {} up", link.name))?;
     for ip in result.ips_of(Some(iface)) {
         let flags = if ip.is_ipv4() || enable_dad { AddressFlags::empty() } else { AddressFlags::Nodad };
-        match nl.add_address(link.index, ip.address, flags) {
-            Err(e) if !e.is_already_exists() => {
-                return Err(CniError::internal(format!(
-                    "failed to add IP addr {} to {}: {e}",
-                    ip.address, link.name
-                )))
-            }
-            _ => {}
-        }
+        nl.add_address(link.index, ip.address, flags).ignore_exists().map_err(|e| {
+            CniError::internal(format!("failed to add IP addr {} to {}: {e}", ip.address, link.name))
+        })?;
     }
     let (gw4, gw6) = gateways(result, iface);
     for route in &result.routes {
         let gateway = route.gw.or(if route.dst.addr().is_ipv4() { gw4 } else { gw6 });
-        match nl.add_route(&kernel_route(route, link.index, gateway)) {
-            Err(e) if !e.is_already_exists() => {
-                return Err(CniError::internal(format!(
-                    "failed to add route {} on {}: {e}",
-                    route.dst, link.name
-                )))
-            }
-            _ => {}
-        }
+        nl.add_route(&kernel_route(route, link.index, gateway)).ignore_exists().map_err(|e| {
+            CniError::internal(format!("failed to add route {} on {}: {e}", route.dst, link.name))
+        })?;
     }
     Ok(())
 }

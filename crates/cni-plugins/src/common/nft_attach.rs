@@ -20,6 +20,7 @@
 //! Used by masquerading (`masq`), bridge's MAC spoof check, the firewall and portmap.
 
 use cni_net::nft::{Batch, Chain, Family, ListedRule, NftClient, NftError, RuleBuilder, SetElement, SetRef};
+use cni_net::Idempotent;
 use cni_sdk::{Attachment, CniError, GcErrors, Request};
 
 /// FNV-1a over NUL-separated parts: short, stable names and tags.
@@ -121,10 +122,10 @@ pub fn ensure_table<T: DispatchTable>(nft: &mut NftClient) -> Result<(), CniErro
     let mut batch = Batch::new();
     batch.create_table(&cni_net::nft::Table::new(T::FAMILY, T::TABLE));
     T::bootstrap(&mut batch);
-    match nft.commit(&batch) {
-        Err(e) if !e.is_already_exists() => Err(nft_error(&format!("create table {}", T::TABLE), e)),
-        _ => Ok(()),
-    }
+    nft.commit(&batch)
+        .ignore_exists()
+        .map(drop)
+        .map_err(|e| nft_error(&format!("create table {}", T::TABLE), e))
 }
 
 /// Adds an attachment's chain with `rules` (built for that chain), its tag rules and its
@@ -188,10 +189,9 @@ pub fn detach<T: DispatchTable>(
     keys: Option<&[String]>,
 ) -> Result<(), CniError> {
     let chain = chain_name(network, who);
-    let listed = match nft.list_rules(T::FAMILY, T::TABLE, &chain) {
-        Ok(rules) => rules,
-        Err(e) if e.is_not_found() => return Ok(()),
-        Err(e) => return Err(nft_error("list the attachment's chain", e)),
+    let listed = nft.list_rules(T::FAMILY, T::TABLE, &chain).ignore_missing();
+    let Some(listed) = listed.map_err(|e| nft_error("list the attachment's chain", e))? else {
+        return Ok(());
     };
     // Attachment chains always hold rules: an empty listing means there is no chain (and so
     // no element pointing at it) — nothing to do, and no batch that would fail.
@@ -216,14 +216,6 @@ fn remove_chain<T: DispatchTable>(nft: &mut NftClient, chain: &str, keys: &[Stri
     delete_chain_and_elements(nft, T::FAMILY, T::TABLE, chain, &elements)
 }
 
-/// Success when `result` failed only because what it removes is already gone.
-pub fn ignore_missing<T>(result: Result<T, NftError>, what: &str) -> Result<(), CniError> {
-    match result {
-        Err(e) if !e.is_not_found() => Err(nft_error(what, e)),
-        _ => Ok(()),
-    }
-}
-
 /// Deletes `elements` and then `chain` (flushed first). One batch when every piece is
 /// there (the usual case); piece by piece when some is already gone, since a missing piece
 /// fails a whole batch. Missing pieces are fine: DEL is idempotent.
@@ -246,12 +238,13 @@ pub fn delete_chain_and_elements(
             for (set, element) in elements {
                 let mut one = Batch::new();
                 one.delete_elements(set, std::slice::from_ref(element));
-                ignore_missing(nft.commit(&one), "delete map element")?;
+                nft.commit(&one).ignore_missing().map_err(|e| nft_error("delete map element", e))?;
             }
             let mut tail = Batch::new();
             tail.flush_chain(family, table, chain);
             tail.delete_chain(family, table, chain);
-            ignore_missing(nft.commit(&tail), "delete the attachment's chain")
+            let deleted = nft.commit(&tail).ignore_missing();
+            deleted.map(drop).map_err(|e| nft_error("delete the attachment's chain", e))
         }
         Err(e) => Err(nft_error("delete the attachment's rules", e)),
     }
@@ -276,11 +269,8 @@ pub fn is_attached<T: DispatchTable>(
     network: &str,
     who: &Attachment,
 ) -> Result<bool, CniError> {
-    match nft.list_rules(T::FAMILY, T::TABLE, &chain_name(network, who)) {
-        Ok(rules) => Ok(!rules.is_empty()),
-        Err(e) if e.is_not_found() => Ok(false),
-        Err(e) => Err(nft_error("list the attachment's chain", e)),
-    }
+    let rules = nft.list_rules(T::FAMILY, T::TABLE, &chain_name(network, who)).ignore_missing();
+    Ok(rules.map_err(|e| nft_error("list the attachment's chain", e))?.is_some_and(|rules| !rules.is_empty()))
 }
 
 /// Removes every attachment chain of `network` whose attachment is not in `valid`. Lists
@@ -293,9 +283,9 @@ pub fn gc<T: DispatchTable>(
     valid: &[Attachment],
 ) -> Result<(), GcErrors> {
     let mut errors = GcErrors::new();
-    let chains = match nft.list_chains(T::FAMILY, T::TABLE) {
-        Ok(chains) => chains,
-        Err(e) if e.is_not_found() => return Ok(()),
+    let chains = match nft.list_chains(T::FAMILY, T::TABLE).ignore_missing() {
+        Ok(Some(chains)) => chains,
+        Ok(None) => return Ok(()),
         Err(e) => {
             errors.push(format!("table {}", T::TABLE), nft_error("list chains", e));
             return errors.into_result();
@@ -306,9 +296,9 @@ pub fn gc<T: DispatchTable>(
     let ours = ours.strip_prefix(TAG).expect("tag has the prefix");
     for chain in chains.iter().filter(|c| c.name.starts_with("cni-") && !keep.contains(&c.name)) {
         let object = || format!("chain {} {}", T::TABLE, chain.name);
-        let rules = match nft.list_rules(T::FAMILY, T::TABLE, &chain.name) {
-            Ok(rules) => rules,
-            Err(e) if e.is_not_found() => continue,
+        let rules = match nft.list_rules(T::FAMILY, T::TABLE, &chain.name).ignore_missing() {
+            Ok(Some(rules)) => rules,
+            Ok(None) => continue,
             Err(e) => {
                 errors.push(object(), nft_error("list chain", e));
                 continue;

@@ -4,6 +4,7 @@
 
 use super::{random_bytes, NetResultExt};
 use cni_net::netlink::{LinkSpec, VethSpec};
+use cni_net::Idempotent;
 use cni_net::{Link, MacAddr, NetNs, Netlink};
 use cni_sdk::CniError;
 
@@ -26,10 +27,9 @@ impl Drop for HostVeth {
         if self.armed {
             // Deleting one end deletes the pair. The guard runs on the host thread, so a
             // socket in the current namespace is the host's.
-            if let Err(e) = Netlink::new().and_then(|mut nl| nl.delete_link(self.link.index)) {
-                if !e.is_not_found() {
-                    eprintln!("rollback: cannot delete veth {}: {e}", self.link.name);
-                }
+            if let Err(e) = Netlink::new().and_then(|mut nl| nl.delete_link(self.link.index)).ignore_missing()
+            {
+                eprintln!("rollback: cannot delete veth {}: {e}", self.link.name);
             }
         }
     }
@@ -118,9 +118,11 @@ pub fn delete_container_end(req: &cni_sdk::Request) -> Result<(), CniError> {
     let Some(link) = nl.link_by_name(&req.ifname).or_cni("look up container interface")? else {
         return Ok(());
     };
-    let delete_now = |nl: &mut Netlink| match nl.delete_link(link.index) {
-        Err(e) if !e.is_not_found() => Err(CniError::internal(format!("delete {}: {e}", req.ifname))),
-        _ => Ok(()),
+    let delete_now = |nl: &mut Netlink| {
+        nl.delete_link(link.index)
+            .ignore_missing()
+            .map(drop)
+            .map_err(|e| CniError::internal(format!("delete {}: {e}", req.ifname)))
     };
     let parking = parking_name()?;
     let parked = nl.set_link_down(link.index).and_then(|()| nl.set_link_name(link.index, &parking));

@@ -9,6 +9,7 @@ use crate::common::iface;
 use crate::common::veth::{self, VethRequest};
 use crate::common::{masq, open_container_netns, NetResultExt};
 use cni_net::netlink::{AddressFlags, Route as KernelRoute, RouteScope};
+use cni_net::Idempotent;
 use cni_net::{Link, NetNs, Netlink};
 use cni_sdk::{delegate, CniError, CniResult, GcErrors, Plugin, Request};
 use cni_types::Dns;
@@ -56,23 +57,17 @@ fn configure_container(nl: &mut Netlink, link: &Link, result: &CniResult) -> Res
         let gateway = ip.gateway.expect("checked before");
         let subnet = ip.address.trunc();
         let kernel_subnet_route = KernelRoute::new(subnet).oif(link.index).scope(RouteScope::Link);
-        match nl.delete_route(&kernel_subnet_route) {
-            Err(e) if !e.is_not_found() => {
-                return Err(CniError::internal(format!("delete route {subnet}: {e}")))
-            }
-            _ => {}
-        }
+        nl.delete_route(&kernel_subnet_route)
+            .ignore_missing()
+            .map_err(|e| CniError::internal(format!("delete route {subnet}: {e}")))?;
         let mut to_gateway = KernelRoute::new(host_prefix(gateway)).oif(link.index).scope(RouteScope::Link);
         to_gateway.source = Some(ip.address.addr());
         let mut via_gateway = KernelRoute::new(subnet).oif(link.index).gateway(gateway);
         via_gateway.source = Some(ip.address.addr());
         for route in [to_gateway, via_gateway] {
-            match nl.add_route(&route) {
-                Err(e) if !e.is_already_exists() => {
-                    return Err(CniError::internal(format!("add route {}: {e}", route.destination)))
-                }
-                _ => {}
-            }
+            nl.add_route(&route)
+                .ignore_exists()
+                .map_err(|e| CniError::internal(format!("add route {}: {e}", route.destination)))?;
         }
     }
     Ok(())
@@ -83,19 +78,13 @@ fn configure_host(nl: &mut Netlink, link: &Link, result: &CniResult) -> Result<(
     for ip in result.ips_of(Some(CONTAINER_IFACE)) {
         let gateway = ip.gateway.expect("checked before");
         let flags = if gateway.is_ipv4() { AddressFlags::empty() } else { AddressFlags::Nodad };
-        match nl.add_address(link.index, host_prefix(gateway), flags) {
-            Err(e) if !e.is_already_exists() => {
-                return Err(CniError::internal(format!("add {gateway} to {}: {e}", link.name)))
-            }
-            _ => {}
-        }
+        nl.add_address(link.index, host_prefix(gateway), flags)
+            .ignore_exists()
+            .map_err(|e| CniError::internal(format!("add {gateway} to {}: {e}", link.name)))?;
         let route = KernelRoute::new(host_prefix(ip.address.addr())).oif(link.index).scope(RouteScope::Link);
-        match nl.add_route(&route) {
-            Err(e) if !e.is_already_exists() => {
-                return Err(CniError::internal(format!("add host route to {}: {e}", ip.address.addr())))
-            }
-            _ => {}
-        }
+        nl.add_route(&route)
+            .ignore_exists()
+            .map_err(|e| CniError::internal(format!("add host route to {}: {e}", ip.address.addr())))?;
     }
     Ok(())
 }

@@ -4,6 +4,7 @@
 use super::config::BridgeConf;
 use crate::common::NetResultExt;
 use cni_net::netlink::{AddressFlags, IpFamily};
+use cni_net::Idempotent;
 use cni_net::{Link, Netlink};
 use cni_sdk::{CniError, CniResult};
 use cni_types::Route;
@@ -78,10 +79,8 @@ pub fn ensure_address(nl: &mut Netlink, bridge: &Link, gw: IpNet, force: bool) -
     }
     // No DAD on the gateway either: a tentative gateway would drop the first packets.
     let flags = if family == IpFamily::V6 { AddressFlags::Nodad } else { AddressFlags::empty() };
-    match nl.add_address(bridge.index, gw, flags) {
-        Err(e) if !e.is_already_exists() => {
-            Err(CniError::internal(format!("could not add {gw} to {}: {e}", bridge.name)))
-        }
-        _ => Ok(()),
-    }
+    nl.add_address(bridge.index, gw, flags)
+        .ignore_exists()
+        .map(drop)
+        .map_err(|e| CniError::internal(format!("could not add {gw} to {}: {e}", bridge.name)))
 }

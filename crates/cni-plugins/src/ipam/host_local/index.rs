@@ -46,6 +46,7 @@
 //! In a directory only we write to, ADD, DEL and CHECK thus cost a constant number of file
 //! operations; after Go has written, the first operation pays one scan.
 
+use cni_types::IoResultExt;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
@@ -113,12 +114,10 @@ impl Index {
         let path = self.dir.join(STAMP_FILE);
         let mut result = rewrite_in_place(&path, content.as_bytes());
         if matches!(&result, Err(e) if e.kind() == io::ErrorKind::NotFound) {
-            match fs::create_dir(&self.dir) {
-                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
-                    return Err(HostLocalError::io(&self.dir, "creating the index directory", e))
-                }
-                _ => result = rewrite_in_place(&path, content.as_bytes()),
-            }
+            fs::create_dir(&self.dir)
+                .ignore_exists()
+                .map_err(|e| HostLocalError::io(&self.dir, "creating the index directory", e))?;
+            result = rewrite_in_place(&path, content.as_bytes());
         }
         result.map_err(index_io(&path, "writing the index stamp"))
     }
@@ -166,12 +165,9 @@ impl Index {
     fn create_table(&self, entries: &BTreeMap<String, Vec<IpAddr>>) -> Result<SlotTable, HostLocalError> {
         let path = self.table_path();
         self.table.borrow_mut().take();
-        match fs::create_dir(&self.dir) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
-                return Err(HostLocalError::io(&self.dir, "creating the index directory", e))
-            }
-            _ => {}
-        }
+        fs::create_dir(&self.dir)
+            .ignore_exists()
+            .map_err(|e| HostLocalError::io(&self.dir, "creating the index directory", e))?;
         SlotTable::create(&path, entries).map_err(index_io(&path, "writing the index table"))
     }
 
@@ -257,12 +253,10 @@ impl Index {
         let path = self.dir.join(STAMP_FILE);
         // Any byte but the header's first makes the stamp differ from every fingerprint.
         let spoil = OpenOptions::new().write(true).open(&path).and_then(|mut stamp| stamp.write_all(b"-"));
-        match spoil {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                Err(HostLocalError::io(&path, "invalidating the index stamp", e))
-            }
-            _ => Ok(()),
-        }
+        spoil
+            .ignore_missing()
+            .map(drop)
+            .map_err(|e| HostLocalError::io(&path, "invalidating the index stamp", e))
     }
 
     /// Declares the index complete for the directory as it is now.

@@ -22,6 +22,7 @@
 //! write leaves an empty file; DEL releases it through the prevResult and GC through its
 //! unknown holder. Skipping the sync saves 0.5–1.5 ms per ADD on ext4.
 
+use cni_types::IoResultExt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::net::IpAddr;
@@ -142,14 +143,6 @@ pub fn read_small(path: &Path) -> io::Result<Vec<u8>> {
     }
 }
 
-fn ignore_not_found(result: io::Result<()>) -> io::Result<bool> {
-    match result {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
 impl Store {
     /// Opens `<data_dir>/<network>`, creating it (0755, like the reference) and its lock
     /// file, and takes the exclusive lock, waiting for other plugins (ours or Go's).
@@ -193,11 +186,9 @@ impl Store {
         let target = self.ip_path(ip);
         let content = format!("{}{LINE_BREAK}{ifname}", container_id.trim());
         let io_err = |e| HostLocalError::io(&target, "reserving the address", e);
-        let mut file = match OpenOptions::new().write(true).create_new(true).mode(0o644).open(&target) {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
-            Err(e) => return Err(io_err(e)),
-        };
+        let created =
+            OpenOptions::new().write(true).create_new(true).mode(0o644).open(&target).ignore_exists();
+        let Some(mut file) = created.map_err(io_err)? else { return Ok(false) };
         if let Err(e) = file.write_all(content.as_bytes()) {
             let _ = fs::remove_file(&target);
             return Err(io_err(e));
@@ -208,9 +199,11 @@ impl Store {
     /// What `ip`'s file says: free, held by someone, or reserved by an unreadable file.
     pub fn reservation(&self, ip: IpAddr) -> Result<Reservation, HostLocalError> {
         let path = self.ip_path(ip);
-        match read_small(&path) {
-            Ok(content) => Ok(Holder::parse(&content).map_or(Reservation::Unreadable, Reservation::Held)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Reservation::Free),
+        match read_small(&path).ignore_missing() {
+            Ok(None) => Ok(Reservation::Free),
+            Ok(Some(content)) => {
+                Ok(Holder::parse(&content).map_or(Reservation::Unreadable, Reservation::Held))
+            }
             Err(e) => Err(HostLocalError::io(path, "reading the address file", e)),
         }
     }
@@ -228,7 +221,9 @@ impl Store {
     /// Frees `ip`; returns whether a file was removed.
     pub fn release(&self, ip: IpAddr) -> Result<bool, HostLocalError> {
         let path = self.ip_path(ip);
-        ignore_not_found(fs::remove_file(&path))
+        fs::remove_file(&path)
+            .ignore_missing()
+            .map(|removed| removed.is_some())
             .map_err(|e| HostLocalError::io(path, "releasing the address", e))
     }
 

@@ -15,6 +15,7 @@
 //! large, without the freed slots. Unused slots are holes: the file takes disk space only
 //! for slots ever written.
 
+use cni_types::IoResultExt;
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -100,10 +101,8 @@ fn header(capacity: u64, used: u64) -> [u8; SLOT] {
 impl SlotTable {
     /// Opens the table at `path`; `None` if there is none or it is not one.
     pub fn open(path: &Path) -> io::Result<Option<SlotTable>> {
-        let mut file = match OpenOptions::new().read(true).write(true).open(path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
+        let Some(mut file) = OpenOptions::new().read(true).write(true).open(path).ignore_missing()? else {
+            return Ok(None);
         };
         let mut first = [0u8; SLOT];
         if file.read_exact(&mut first).is_err() {

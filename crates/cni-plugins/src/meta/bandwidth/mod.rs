@@ -13,6 +13,7 @@ pub mod shaping;
 
 use crate::common::{open_container_netns, open_container_netns_for_del, NetResultExt};
 use cni_net::netlink::{LinkKind, LinkSpec};
+use cni_net::Idempotent;
 use cni_net::{Link, Netlink};
 use cni_sdk::{CniError, CniResult, GcErrors, Plugin, Request, Version};
 use cni_types::Interface;
@@ -192,12 +193,9 @@ impl Plugin for Bandwidth {
             }
         }
         if let Some(ifb) = ifb {
-            match host.delete_link(ifb.index) {
-                Err(e) if !e.is_not_found() => {
-                    return Err(CniError::internal(format!("bandwidth: delete IFB {name}: {e}")))
-                }
-                _ => {}
-            }
+            host.delete_link(ifb.index)
+                .ignore_missing()
+                .map_err(|e| CniError::internal(format!("bandwidth: delete IFB {name}: {e}")))?;
         }
         Ok(())
     }
@@ -241,11 +239,8 @@ impl Plugin for Bandwidth {
             if network != req.conf.name || in_use {
                 continue;
             }
-            match host.delete_link(link.index) {
-                Err(e) if !e.is_not_found() => {
-                    errors.push(format!("IFB {}", link.name), CniError::internal(format!("delete: {e}")))
-                }
-                _ => {}
+            if let Err(e) = host.delete_link(link.index).ignore_missing() {
+                errors.push(format!("IFB {}", link.name), CniError::internal(format!("delete: {e}")));
             }
         }
         Ok(errors.into_result()?)

@@ -17,6 +17,7 @@
 use crate::common::NetResultExt;
 use cni_net::netlink::tc::{QdiscKind, QdiscSpec, RedirectFilter, TbfParams, TcHandle};
 use cni_net::netlink::LinkKind;
+use cni_net::Idempotent;
 use cni_net::{Link, Netlink};
 use cni_sdk::CniError;
 use std::time::Duration;
@@ -79,10 +80,8 @@ impl Drop for Rollback {
                     nl.delete_filters(index, TcHandle::INGRESS_HOOK, REDIRECT_PRIORITY)
                 }
             };
-            if let Err(e) = outcome {
-                if !e.is_not_found() {
-                    eprintln!("bandwidth rollback: {e}");
-                }
+            if let Err(e) = outcome.ignore_missing() {
+                eprintln!("bandwidth rollback: {e}");
             }
         }
     }
@@ -176,29 +175,31 @@ pub fn remove_from_veth(nl: &mut Netlink, veth: &Link, ifb_index: Option<u32>) -
         all_ours &= ours;
     }
     if !at_our_priority.is_empty() && all_ours {
-        ignore_missing(nl.delete_filters(veth.index, TcHandle::INGRESS_HOOK, REDIRECT_PRIORITY))
+        ignore_missing_tc(nl.delete_filters(veth.index, TcHandle::INGRESS_HOOK, REDIRECT_PRIORITY))
             .or_cni(&what("delete redirect filter"))?;
         let hook = nl.ingress_hook_qdisc(veth.index).or_cni(&what("list qdiscs"))?;
         let others_left =
             !nl.filters(veth.index, TcHandle::INGRESS_HOOK).or_cni(&what("list filters"))?.is_empty();
         if hook.is_some_and(|q| q.kind == QdiscKind::Ingress) && !others_left {
-            ignore_missing(nl.delete_qdisc(veth.index, TcHandle::INGRESS, TcHandle::INGRESS_QDISC))
+            ignore_missing_tc(nl.delete_qdisc(veth.index, TcHandle::INGRESS, TcHandle::INGRESS_QDISC))
                 .or_cni(&what("delete ingress qdisc"))?;
         }
     }
     if let Some(root) = nl.root_qdisc(veth.index).or_cni(&what("list qdiscs"))? {
         if matches!(root.kind, QdiscKind::Tbf(_)) && root.handle == TBF_HANDLE {
-            ignore_missing(nl.delete_qdisc(veth.index, TcHandle::ROOT, TcHandle::UNSPEC))
+            ignore_missing_tc(nl.delete_qdisc(veth.index, TcHandle::ROOT, TcHandle::UNSPEC))
                 .or_cni(&what("delete tbf qdisc"))?;
         }
     }
     Ok(())
 }
 
-fn ignore_missing(result: cni_net::Result<()>) -> cni_net::Result<()> {
-    match result {
-        Err(e) if e.is_not_found() || e.errno() == Some(libc::EINVAL) => Ok(()),
-        other => other,
+/// [`Idempotent::ignore_missing`], and EINVAL too: tc answers the removal of a filter or
+/// qdisc that is not there with EINVAL as well as ENOENT.
+fn ignore_missing_tc(result: cni_net::Result<()>) -> cni_net::Result<()> {
+    match result.ignore_missing() {
+        Err(e) if e.errno() == Some(libc::EINVAL) => Ok(()),
+        other => other.map(drop),
     }
 }
 

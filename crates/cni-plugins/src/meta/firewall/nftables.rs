@@ -44,6 +44,7 @@ use cni_net::nft::{
     ct_state, priority, Batch, Chain, ChainPolicy, ChainType, Family, Field, Hook, KeyType, KeyValue,
     ListedRule, MapData, NftClient, NftError, RuleBuilder, Set, SetElement, SetRef, Table, Verdict,
 };
+use cni_net::Idempotent;
 use cni_sdk::{CniError, ErrorCode, Request};
 
 use super::config::IngressPolicy;
@@ -145,10 +146,7 @@ fn ensure_bridge_table(nft: &mut NftClient) -> Result<(), CniError> {
     let base = || RuleBuilder::new(Family::Bridge, TABLE, FORWARD);
     batch.add_rule(&rule(base().load_key(&[Field::IifName]).in_set(&ports).drop()));
     batch.add_rule(&rule(base().load_key(&[Field::OifName]).in_set(&ports).drop()));
-    match nft.commit(&batch) {
-        Err(e) if !e.is_already_exists() => Err(nft_error("create bridge table", e)),
-        _ => Ok(()),
-    }
+    nft.commit(&batch).ignore_exists().map(drop).map_err(|e| nft_error("create bridge table", e))
 }
 
 fn isolation_chain(bridge: &str) -> String {
@@ -162,11 +160,9 @@ fn ensure_bridge_isolation(nft: &mut NftClient, bridge: &str) -> Result<(), CniE
     let chain = isolation_chain(bridge);
     // The usual case, the bridge is already isolated: one cheap read instead of a batch
     // that the kernel would refuse (a refused batch costs as much as a commit).
-    match nft.list_rules(Family::Inet, TABLE, &chain) {
-        Ok(rules) if !rules.is_empty() => return Ok(()),
-        Ok(_) => {}
-        Err(e) if e.is_not_found() => {}
-        Err(e) => return Err(nft_error("list the bridge's isolation chain", e)),
+    let listed = nft.list_rules(Family::Inet, TABLE, &chain).ignore_missing();
+    if listed.map_err(|e| nft_error("list the bridge's isolation chain", e))?.is_some_and(|r| !r.is_empty()) {
+        return Ok(());
     }
     let mut batch = Batch::new();
     batch.create_chain(&Chain::regular(Family::Inet, TABLE, chain.clone()));
@@ -181,10 +177,10 @@ fn ensure_bridge_isolation(nft: &mut NftClient, bridge: &str) -> Result<(), CniE
         &[SetElement::new(&[KeyValue::IfName(bridge.to_string())])
             .with_verdict(Verdict::Jump(chain.clone()))],
     );
-    match nft.commit(&batch) {
-        Err(e) if !e.is_already_exists() => Err(nft_error(&format!("isolate bridge {bridge}"), e)),
-        _ => Ok(()),
-    }
+    nft.commit(&batch)
+        .ignore_exists()
+        .map(drop)
+        .map_err(|e| nft_error(&format!("isolate bridge {bridge}"), e))
 }
 
 /// The per-attachment rules: accept replies to and everything from each address.
@@ -247,12 +243,8 @@ pub fn add(req: &Request, policy: IngressPolicy, target: &Target) -> Result<(), 
 /// The keys ADD recorded in the attachment's own rule comments (complete even when the
 /// first rule's summary comment had to be truncated).
 fn recorded_keys(nft: &mut NftClient, network: &str, who: &Attachment) -> Result<Vec<String>, CniError> {
-    let rules = match nft.list_rules(Family::Inet, TABLE, &nft_attach::chain_name(network, who)) {
-        Ok(rules) => rules,
-        Err(e) if e.is_not_found() => return Ok(Vec::new()),
-        Err(e) => return Err(nft_error("list the attachment's chain", e)),
-    };
-    Ok(tagged_keys(&rules))
+    let rules = nft.list_rules(Family::Inet, TABLE, &nft_attach::chain_name(network, who)).ignore_missing();
+    Ok(tagged_keys(&rules.map_err(|e| nft_error("list the attachment's chain", e))?.unwrap_or_default()))
 }
 
 /// The `ip=` / `port=` tags of an attachment chain's rules.
@@ -310,8 +302,9 @@ pub fn check(req: &Request, policy: IngressPolicy, target: &Target) -> Result<()
         let bridge = target.require_bridge(policy)?;
         let rules = nft
             .list_rules(Family::Inet, TABLE, &isolation_chain(bridge))
-            .or_else(|e| if e.is_not_found() { Ok(Vec::new()) } else { Err(e) })
-            .map_err(|e| nft_error("list the bridge's isolation chain", e))?;
+            .ignore_missing()
+            .map_err(|e| nft_error("list the bridge's isolation chain", e))?
+            .unwrap_or_default();
         if rules.is_empty() {
             return Err(CniError::internal(format!("isolation rules for bridge {bridge} are missing")));
         }

@@ -47,6 +47,7 @@ use cni_net::nft::{
     priority, Batch, Chain, ChainType, CmpOp, Expr, Family, Field, Hook, KeyType, KeyValue, MapData, MetaKey,
     NftClient, NftError, Register, RuleBuilder, Set, SetElement, SetRef, Verdict,
 };
+use cni_net::Idempotent;
 use cni_sdk::{Attachment, CniError, GcErrors};
 use ipnet::IpNet;
 use std::net::IpAddr;
@@ -238,10 +239,7 @@ pub fn ensure_masq_bit(nft: &mut NftClient, bit: u32) -> Result<(), CniError> {
     }
     let mut batch = Batch::new();
     add_masq_bit(&mut batch, bit);
-    let commit = |nft: &mut NftClient| match nft.commit(&batch) {
-        Err(e) if !e.is_already_exists() => Err(e),
-        _ => Ok(()),
-    };
+    let commit = |nft: &mut NftClient| nft.commit(&batch).ignore_exists().map(drop);
     match commit(nft) {
         Ok(()) => Ok(()),
         // No table yet (the first attachment on this host): its bootstrap may well have
@@ -347,14 +345,16 @@ pub fn gc(nft: &mut NftClient, network: &str, valid: &[Attachment]) -> Result<()
     let mut errors = GcErrors::new();
     errors.merge(nft_attach::gc::<PortmapTable>(nft, network, valid));
     let table = format!("table {TABLE}");
-    match nft.list_chains(FAMILY, TABLE) {
-        Err(e) if e.is_not_found() => {}
+    match nft.list_chains(FAMILY, TABLE).ignore_missing() {
         Err(e) => errors.push(table, nft_error("list chains", e)),
-        Ok(chains) if chains.is_empty() || chains.iter().any(|c| c.name.starts_with(ATTACHMENT_PREFIX)) => {}
-        Ok(_) => {
+        Ok(None) => {}
+        Ok(Some(chains))
+            if chains.is_empty() || chains.iter().any(|c| c.name.starts_with(ATTACHMENT_PREFIX)) => {}
+        Ok(Some(_)) => {
             let mut batch = Batch::new();
             batch.delete_table(FAMILY, TABLE);
-            errors.record(table, nft_attach::ignore_missing(nft.commit(&batch), "delete the empty table"));
+            let deleted = nft.commit(&batch).ignore_missing();
+            errors.record(table, deleted.map(drop).map_err(|e| nft_error("delete the empty table", e)));
         }
     }
     errors.into_result()

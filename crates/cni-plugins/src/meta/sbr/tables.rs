@@ -3,6 +3,7 @@
 use super::{SourceAddress, FIRST_TABLE};
 use crate::common::NetResultExt;
 use cni_net::netlink::{IpFamily, Route, Rule, MAIN_TABLE};
+use cni_net::Idempotent;
 use cni_net::{NetNs, Netlink};
 use cni_sdk::CniError;
 use std::collections::BTreeSet;
@@ -64,42 +65,33 @@ impl Drop for Rollback {
     fn drop(&mut self) {
         let Some(nl) = self.nl.as_mut().filter(|_| self.armed) else { return };
         for route in &self.moved_from_main {
-            if let Err(e) = nl.add_route(route) {
-                if !e.is_already_exists() {
-                    eprintln!("sbr: rollback: cannot put back route {}: {e}", route.destination);
-                }
+            if let Err(e) = nl.add_route(route).ignore_exists() {
+                eprintln!("sbr: rollback: cannot put back route {}: {e}", route.destination);
             }
         }
         for route in self.routes.iter().rev() {
-            if let Err(e) = nl.delete_route(route) {
-                if !e.is_not_found() {
-                    eprintln!(
-                        "sbr: rollback: cannot delete route {} table {}: {e}",
-                        route.destination, route.table
-                    );
-                }
+            if let Err(e) = nl.delete_route(route).ignore_missing() {
+                eprintln!(
+                    "sbr: rollback: cannot delete route {} table {}: {e}",
+                    route.destination, route.table
+                );
             }
         }
         for rule in self.rules.iter().rev() {
-            if let Err(e) = nl.delete_rule(rule) {
-                if !e.is_not_found() {
-                    eprintln!("sbr: rollback: cannot delete rule from {:?}: {e}", rule.from);
-                }
+            if let Err(e) = nl.delete_rule(rule).ignore_missing() {
+                eprintln!("sbr: rollback: cannot delete rule from {:?}: {e}", rule.from);
             }
         }
     }
 }
 
 fn add_rule(nl: &mut Netlink, rollback: &mut Rollback, rule: Rule) -> Result<(), CniError> {
-    match nl.add_rule(&rule) {
-        Ok(()) => {
-            rollback.rules.push(rule);
-            Ok(())
-        }
-        // The same rule already there (a repeated ADD) is what we want.
-        Err(e) if e.is_already_exists() => Ok(()),
-        Err(e) => Err(CniError::internal(format!("sbr: failed to add rule: {e}"))),
+    // The same rule already there (a repeated ADD) is what we want, and not ours to undo.
+    let added = nl.add_rule(&rule).ignore_exists();
+    if added.map_err(|e| CniError::internal(format!("sbr: failed to add rule: {e}")))?.is_some() {
+        rollback.rules.push(rule);
     }
+    Ok(())
 }
 
 /// With a configured table: only the rules.
@@ -183,15 +175,14 @@ pub fn route_by_source(
     }
     // Removed only after every copy, so addresses sharing a subnet all find their routes.
     for (route, _) in main_routes.iter().zip(&moved).filter(|(_, m)| **m) {
-        match nl.delete_route(route) {
-            Ok(()) => rollback.moved_from_main.push(route.clone()),
-            Err(e) if e.is_not_found() => {}
-            Err(e) => {
-                return Err(CniError::internal(format!(
-                    "sbr: failed to delete route {} from the main table: {e}",
-                    route.destination
-                )))
-            }
+        let deleted = nl.delete_route(route).ignore_missing().map_err(|e| {
+            CniError::internal(format!(
+                "sbr: failed to delete route {} from the main table: {e}",
+                route.destination
+            ))
+        })?;
+        if deleted.is_some() {
+            rollback.moved_from_main.push(route.clone());
         }
     }
     rollback.armed = false;
@@ -227,10 +218,8 @@ pub fn remove(nl: &mut Netlink, addresses: &[SourceAddress], table: Option<u32>)
         r.from.is_some_and(|from| hosts.contains(&from)) && table.is_none_or(|t| r.table == t)
     });
     for rule in ours {
-        match nl.delete_rule(rule) {
-            Ok(()) => {}
-            Err(e) if e.is_not_found() => {}
-            Err(e) => errors.push(format!("delete rule from {:?} lookup {}: {e}", rule.from, rule.table)),
+        if let Err(e) = nl.delete_rule(rule).ignore_missing() {
+            errors.push(format!("delete rule from {:?} lookup {}: {e}", rule.from, rule.table));
         }
         emptied.insert(rule.table);
     }
@@ -241,10 +230,8 @@ pub fn remove(nl: &mut Netlink, addresses: &[SourceAddress], table: Option<u32>)
             }
             for family in [IpFamily::V4, IpFamily::V6] {
                 for route in nl.routes(family, Some(t)).or_cni("list routes")? {
-                    if let Err(e) = nl.delete_route(&route) {
-                        if !e.is_not_found() {
-                            errors.push(format!("delete route {} from table {t}: {e}", route.destination));
-                        }
+                    if let Err(e) = nl.delete_route(&route).ignore_missing() {
+                        errors.push(format!("delete route {} from table {t}: {e}", route.destination));
                     }
                 }
             }

@@ -6,6 +6,7 @@
 
 use cni_net::MacAddr;
 use cni_sdk::{CniError, Request};
+use cni_types::IoResultExt;
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use std::fmt;
@@ -155,10 +156,11 @@ fn sysctl_setting(configured_key: &str, value: &str, ifname: &str) -> Result<Sys
 /// Reads the allowlist: `None` when there is no file (no restriction), else its regexes.
 fn load_allowlist() -> Result<Option<Vec<regex_lite::Regex>>, CniError> {
     let path = std::env::var_os(ALLOWLIST_ENV).map(PathBuf::from).unwrap_or_else(|| DEFAULT_ALLOWLIST.into());
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(CniError::io(format!("tuning: cannot read {}: {e}", path.display()))),
+    let read = std::fs::read_to_string(&path).ignore_missing();
+    let Some(text) =
+        read.map_err(|e| CniError::io(format!("tuning: cannot read {}: {e}", path.display())))?
+    else {
+        return Ok(None);
     };
     let mut patterns = Vec::new();
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {

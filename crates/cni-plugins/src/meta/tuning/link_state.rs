@@ -5,6 +5,7 @@
 use super::config::{SysctlSetting, TuningConf};
 use super::state::Originals;
 use crate::common::NetResultExt;
+use cni_net::Idempotent;
 use cni_net::{sysctl, Link, MacAddr, NetNs, Netlink};
 use cni_sdk::CniError;
 
@@ -180,10 +181,8 @@ pub fn restore(ns: &NetNs, ifname: &str, record: &Originals) -> Vec<String> {
                     }
                 };
                 let mut attempt = |what: &str, r: cni_net::Result<()>| {
-                    if let Err(e) = r {
-                        if !e.is_not_found() {
-                            errors.push(format!("restore {what} of {ifname}: {e}"));
-                        }
+                    if let Err(e) = r.ignore_missing() {
+                        errors.push(format!("restore {what} of {ifname}: {e}"));
                     }
                 };
                 // MTU before MAC, as the reference restores them.
@@ -211,10 +210,8 @@ pub fn restore(ns: &NetNs, ifname: &str, record: &Originals) -> Vec<String> {
             Err(e) => errors.push(format!("enter the container: {e}")),
             Ok(results) => {
                 for ((key, value), r) in values.iter().zip(results) {
-                    if let Err(e) = r {
-                        if !e.is_not_found() {
-                            errors.push(format!("restore sysctl {key}={value}: {e}"));
-                        }
+                    if let Err(e) = r.ignore_missing() {
+                        errors.push(format!("restore sysctl {key}={value}: {e}"));
                     }
                 }
             }

@@ -10,6 +10,7 @@
 //! /run is on disk.)
 
 use cni_sdk::CniError;
+use cni_types::IoResultExt;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -84,10 +85,11 @@ pub fn record_path(data_dir: &Path, container_id: &str, ifname: &str) -> PathBuf
 /// Reads a record; `None` when there is none. An unreadable (corrupt) record is treated as
 /// absent, with a note on stderr: it cannot be restored from, and must not block DEL.
 pub fn load(path: &Path) -> Result<Option<Originals>, CniError> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(CniError::io(format!("tuning: cannot read {}: {e}", path.display()))),
+    let read = std::fs::read(path).ignore_missing();
+    let Some(bytes) =
+        read.map_err(|e| CniError::io(format!("tuning: cannot read {}: {e}", path.display())))?
+    else {
+        return Ok(None);
     };
     match serde_json::from_slice(&bytes) {
         Ok(record) => Ok(Some(record)),
@@ -125,11 +127,10 @@ pub fn store(path: &Path, record: &Originals) -> Result<(), CniError> {
 
 /// Every readable record in `data_dir` with its path (for GC).
 pub fn list(data_dir: &Path) -> Result<Vec<(PathBuf, Originals)>, CniError> {
-    let entries = match std::fs::read_dir(data_dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(CniError::io(format!("tuning: cannot list {}: {e}", data_dir.display()))),
-    };
+    let listed = std::fs::read_dir(data_dir).ignore_missing();
+    let listed =
+        listed.map_err(|e| CniError::io(format!("tuning: cannot list {}: {e}", data_dir.display())))?;
+    let Some(entries) = listed else { return Ok(Vec::new()) };
     let mut records = Vec::new();
     for entry in entries.flatten() {
         let path = entry.path();
@@ -144,12 +145,10 @@ pub fn list(data_dir: &Path) -> Result<Vec<(PathBuf, Originals)>, CniError> {
 
 /// Removes a record; a missing one is fine (DEL is idempotent).
 pub fn remove(path: &Path) -> Result<(), CniError> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(CniError::io(format!("tuning: cannot remove {}: {e}", path.display())))
-        }
-        _ => Ok(()),
-    }
+    std::fs::remove_file(path)
+        .ignore_missing()
+        .map(drop)
+        .map_err(|e| CniError::io(format!("tuning: cannot remove {}: {e}", path.display())))
 }
 
 #[cfg(test)]
