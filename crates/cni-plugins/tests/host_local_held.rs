@@ -14,7 +14,7 @@ use std::path::Path;
 use cni_plugins::ipam::host_local::{self, HostLocalError};
 use support::{conf, ip, ip_files};
 
-const HELD: u32 = 20_000;
+const HELD: u32 = 5_000;
 
 fn nth_address(n: u32) -> IpAddr {
     // 10.60.0.2 onwards.
@@ -31,7 +31,7 @@ fn populate(dir: &Path, held: u32) {
 }
 
 #[test]
-fn twenty_thousand_foreign_reservations_are_indexed_and_respected() {
+fn five_thousand_foreign_reservations_are_indexed_and_respected() {
     let tmp = tempfile::tempdir().unwrap();
     let c = conf("held", tmp.path(), r#""subnet":"10.60.0.0/16""#);
     let dir = tmp.path().join("held");
