@@ -32,6 +32,21 @@ pub fn podman_list(data_dir: &Path) -> Value {
     })
 }
 
+/// W7: bridge (isGateway) + host-local, then bandwidth limiting both directions to
+/// `rate` bits/s with a bucket of `burst` bits.
+pub fn shaped_list(data_dir: &Path, rate: u64, burst: u64) -> Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": NETWORK,
+        "plugins": [
+            bridge_plugin(data_dir, false, false),
+            {"type": "bandwidth", "ingressRate": rate, "ingressBurst": burst,
+             "egressRate": rate, "egressBurst": burst},
+        ],
+    })
+}
+
+pub const SHAPED_PLUGINS: [&str; 3] = ["bridge", "host-local", "bandwidth"];
 pub const PODMAN_PLUGINS: [&str; 5] = ["bridge", "host-local", "portmap", "firewall", "tuning"];
 pub const BRIDGE_PLUGINS: [&str; 2] = ["bridge", "host-local"];
 

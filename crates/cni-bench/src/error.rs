@@ -28,6 +28,9 @@ pub enum BenchError {
     /// A plugin run outside libcni (VERSION, IPAM alone, RSS) failed.
     #[error("{0}")]
     Plugin(String),
+    /// The library under test (cni-net's nftables client, in the `nft` workload) failed.
+    #[error("{0}")]
+    Library(String),
     /// A correctness check of a workload failed (duplicate IP, wrong count, ...).
     #[error("check failed: {0}")]
     Check(String),

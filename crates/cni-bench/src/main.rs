@@ -23,8 +23,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use workloads::chain::Chain;
 use workloads::{
-    BenchContext, ChainWorkload, DhcpWorkload, ExecCost, IpamAlone, Parallel, SetOutcome, Workload,
-    WorkloadReport, WorkloadRun,
+    BenchContext, ChainWorkload, DhcpWorkload, ExecCost, IpamAlone, NftScale, Parallel, PluginScale,
+    SetOutcome, Shaping, Workload, WorkloadReport, WorkloadRun,
 };
 
 fn main() -> ExitCode {
@@ -159,7 +159,10 @@ fn workload_runs(options: &Options, sets: &[PluginSet]) -> Result<(Vec<WorkloadR
             WorkloadId::W3 => Box::new(Parallel),
             WorkloadId::W4 => Box::new(IpamAlone),
             WorkloadId::W5 => Box::new(ExecCost { plugins: common_plugins(sets)? }),
-            WorkloadId::W6 => Box::new(DhcpWorkload),
+            WorkloadId::W6 => Box::new(PluginScale),
+            WorkloadId::W7 => Box::new(Shaping),
+            WorkloadId::Nft => Box::new(NftScale),
+            WorkloadId::Dhcp => Box::new(DhcpWorkload),
             WorkloadId::Floor => {
                 floor = Some(SetOutcome::new("floor", None));
                 continue;

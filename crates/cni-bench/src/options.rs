@@ -8,8 +8,8 @@ pub const USAGE: &str = "usage: cni-bench [options]
                        runs in the first round only)
   --budget SECONDS     start no further round that would end after this (default 540), so a
                        full run ends within 10 minutes; the first round always runs
-  --workloads LIST     comma-separated subset of W1,W1nm,W2,W3,W4,W5,W6,floor (default:
-                       all but W6, which needs dnsmasq)
+  --workloads LIST     comma-separated subset of W1,W1nm,W2,W3,W4,W5,W6,W7,nft,floor,dhcp
+                       (default: all but dhcp, which needs dnsmasq)
   --a DIR              plugin directory A (default: the release `cni-plugins` next to this
                        binary, installed into a temp dir)
   --plugins-bin FILE   the multi-call binary to install as A (instead of the one next to cni-bench)
@@ -32,23 +32,17 @@ pub enum WorkloadId {
     W4,
     W5,
     W6,
+    W7,
+    Nft,
     Floor,
+    Dhcp,
 }
 
 impl WorkloadId {
-    /// What runs when `--workloads` is not given: all but W6, which needs dnsmasq and whose
-    /// Go side takes seconds per ADD (it would not fit a full run's budget or CI's smoke run).
-    pub const DEFAULT: [WorkloadId; 7] = [
-        WorkloadId::W1,
-        WorkloadId::W1nm,
-        WorkloadId::W2,
-        WorkloadId::W3,
-        WorkloadId::W4,
-        WorkloadId::W5,
-        WorkloadId::Floor,
-    ];
-
-    pub const ALL: [WorkloadId; 8] = [
+    /// What runs when `--workloads` is not given: all but dhcp, which needs dnsmasq and
+    /// whose Go side takes seconds per ADD (it would not fit a full run's budget or CI's
+    /// smoke run).
+    pub const DEFAULT: [WorkloadId; 10] = [
         WorkloadId::W1,
         WorkloadId::W1nm,
         WorkloadId::W2,
@@ -56,7 +50,23 @@ impl WorkloadId {
         WorkloadId::W4,
         WorkloadId::W5,
         WorkloadId::W6,
+        WorkloadId::W7,
+        WorkloadId::Nft,
         WorkloadId::Floor,
+    ];
+
+    pub const ALL: [WorkloadId; 11] = [
+        WorkloadId::W1,
+        WorkloadId::W1nm,
+        WorkloadId::W2,
+        WorkloadId::W3,
+        WorkloadId::W4,
+        WorkloadId::W5,
+        WorkloadId::W6,
+        WorkloadId::W7,
+        WorkloadId::Nft,
+        WorkloadId::Floor,
+        WorkloadId::Dhcp,
     ];
 
     pub fn name(self) -> &'static str {
@@ -68,7 +78,10 @@ impl WorkloadId {
             WorkloadId::W4 => "W4",
             WorkloadId::W5 => "W5",
             WorkloadId::W6 => "W6",
+            WorkloadId::W7 => "W7",
+            WorkloadId::Nft => "nft",
             WorkloadId::Floor => "floor",
+            WorkloadId::Dhcp => "dhcp",
         }
     }
 
@@ -172,8 +185,9 @@ fn positive(text: &str, name: &str) -> Result<usize, String> {
 fn workloads(list: &str) -> Result<Vec<WorkloadId>, String> {
     let mut chosen = Vec::new();
     for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let id = WorkloadId::parse(part)
-            .ok_or_else(|| format!("unknown workload {part:?} (known: W1,W1nm,W2,W3,W4,W5,W6,floor)"))?;
+        let id = WorkloadId::parse(part).ok_or_else(|| {
+            format!("unknown workload {part:?} (known: W1,W1nm,W2,W3,W4,W5,W6,W7,nft,floor,dhcp)")
+        })?;
         if !chosen.contains(&id) {
             chosen.push(id);
         }
@@ -198,7 +212,7 @@ mod tests {
     #[test]
     fn defaults() {
         let o = run(&[]).unwrap();
-        assert_eq!((o.containers, o.rounds, o.workloads.len()), (200, 3, 7));
+        assert_eq!((o.containers, o.rounds, o.workloads.len()), (200, 3, 10));
         assert!(!o.only_a && !o.smoke && o.dir_b.is_none());
         assert_eq!(o.budget.as_secs(), 540);
         assert_eq!(run(&["--budget", "60"]).unwrap().budget.as_secs(), 60);
@@ -214,11 +228,11 @@ mod tests {
 
     #[test]
     fn workload_list_and_dirs() {
-        let o =
-            run(&["--workloads", "w1, W4,floor,W1", "--a", "/x", "--b", "/y", "--json", "o.json"]).unwrap();
+        let o = run(&["--workloads", "w1, W4,floor,W1,NFT", "--a", "/x", "--b", "/y", "--json", "o.json"])
+            .unwrap();
         assert_eq!(o.state_dir, PathBuf::from(DEFAULT_STATE_DIR));
         assert_eq!(run(&["--state-dir", "/srv/s"]).unwrap().state_dir, PathBuf::from("/srv/s"));
-        assert_eq!(o.workloads, vec![WorkloadId::W1, WorkloadId::W4, WorkloadId::Floor]);
+        assert_eq!(o.workloads, vec![WorkloadId::W1, WorkloadId::W4, WorkloadId::Floor, WorkloadId::Nft]);
         assert_eq!(o.dir_a, Some(PathBuf::from("/x")));
         assert_eq!(o.dir_b, Some(PathBuf::from("/y")));
         assert_eq!(o.json, Some(PathBuf::from("o.json")));

