@@ -2,4 +2,5 @@
 
 pub mod bridge;
 pub mod loopback;
+pub mod macvlan;
 pub mod ptp;
