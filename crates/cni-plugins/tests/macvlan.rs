@@ -377,3 +377,32 @@ fn bad_input_gets_the_right_code_and_leaves_nothing() {
     let host_links = lab.env.host.netlink().unwrap().links().unwrap();
     assert!(host_links.iter().all(|l| l.kind != LinkKind::Macvlan), "{host_links:?}");
 }
+
+#[test]
+fn drop_in_for_the_go_plugin_each_checks_and_deletes_what_the_other_made() {
+    let go = Path::new("/usr/lib/cni/macvlan");
+    assert!(go.exists(), "{} is missing: apt-get install -y containernetworking-plugins", go.display());
+    let lab = lab(2);
+    let go_call = |verb: &str, c: &TestNetns, conf: &Value| {
+        cni_testkit::runner::PluginCall::new(go, verb)
+            .in_namespace(lab.env.host.path())
+            .cni_path(&common::plugin_dir().display().to_string())
+            .config(conf)
+            .netns(c.path())
+            .container_id(c.name())
+            .run()
+    };
+    // Go ADD, our CHECK and DEL.
+    let (a, b) = (&lab.env.containers[0], &lab.env.containers[1]);
+    let mut conf_a = conf("1.0.0", "private", "10.91.0.2/24");
+    conf_a["prevResult"] = go_call("ADD", a, &conf_a).json();
+    ok(call("macvlan", "CHECK", &lab.env.host, Some(a), &conf_a).run());
+    ok(call("macvlan", "DEL", &lab.env.host, Some(a), &conf_a).run());
+    assert!(leftover_links(a).is_empty());
+    // Our ADD, Go CHECK and DEL.
+    let mut conf_b = conf("1.0.0", "vepa", "10.91.0.3/24");
+    conf_b["prevResult"] = add("macvlan", &lab.env.host, b, &conf_b);
+    ok(go_call("CHECK", b, &conf_b));
+    ok(go_call("DEL", b, &conf_b));
+    assert!(leftover_links(b).is_empty());
+}
