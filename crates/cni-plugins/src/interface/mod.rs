@@ -4,3 +4,4 @@ pub mod bridge;
 pub mod loopback;
 pub mod macvlan;
 pub mod ptp;
+pub mod tap;
