@@ -16,6 +16,7 @@ mod events;
 mod ifb;
 mod link;
 mod link_create;
+mod link_move;
 mod link_set;
 mod macvlan;
 mod neigh;

@@ -1,6 +1,7 @@
 //! Interface plugins: they create or configure the container's interface.
 
 pub mod bridge;
+pub mod host_device;
 pub mod loopback;
 pub mod macvlan;
 pub mod ptp;
