@@ -255,3 +255,34 @@ fn every_verb_in_every_version_family() {
     let addrs = lan.netlink().unwrap().addresses(None, Some(IpFamily::V4)).unwrap();
     assert!(addrs.iter().any(|a| a.address.to_string() == "10.98.0.254/24"));
 }
+
+#[test]
+fn drop_in_for_the_go_plugin_each_moves_back_what_the_other_moved_in() {
+    let go = Path::new("/usr/lib/cni/host-device");
+    assert!(go.exists(), "{} is missing: apt-get install -y containernetworking-plugins", go.display());
+    let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
+    let lan = TestNetns::with_prefix(PREFIX).unwrap();
+    host_with_nic(&env, &lan);
+    let c = &env.containers[0];
+    let state = tempfile::tempdir().unwrap();
+    let conf = conf("1.0.0", state.path(), json!({"device": "nic0"}));
+    let go_call = |verb: &str| {
+        cni_testkit::runner::PluginCall::new(go, verb)
+            .in_namespace(env.host.path())
+            .cni_path(&common::plugin_dir().display().to_string())
+            .config(&conf)
+            .netns(c.path())
+            .container_id(c.name())
+            .run()
+    };
+    // Go ADD, our DEL: the name comes back from the alias.
+    ok(go_call("ADD"));
+    ok(call("host-device", "DEL", &env.host, Some(c), &conf).run());
+    assert!(env.host.netlink().unwrap().link_by_name("nic0").unwrap().is_some());
+    // Our ADD, Go DEL.
+    add("host-device", &env.host, c, &conf);
+    ok(go_call("DEL"));
+    let back = env.host.netlink().unwrap().require_link("nic0").unwrap();
+    assert_eq!(back.mtu, 1400);
+    assert!(c.netlink().unwrap().link_by_name("eth0").unwrap().is_none());
+}

@@ -80,3 +80,32 @@ fn go_macvlan_with_host_local() {
         host.run(|| cni.del_network_list(&list, &rt)).unwrap().unwrap();
     }
 }
+
+#[test]
+fn go_host_device_with_host_local() {
+    require_go("host-device");
+    let lan = TestNetns::with_prefix("cnlm").unwrap();
+    let host = host_with_nic(&lan);
+    let ctr = TestNetns::with_prefix("cnlm").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cni = CniConfig::new([GO_PLUGINS]).with_cache_dir(dir.path().join("cache"));
+    let list = list(
+        "1.0.0",
+        "cnl-hostdev",
+        json!({"type": "host-device", "device": "nic0",
+            "ipam": {"type": "host-local", "dataDir": dir.path().join("ipam"),
+                     "ranges": [[{"subnet": "10.93.0.0/24", "rangeStart": "10.93.0.20"}]]}}),
+    );
+    let rt = RuntimeConf::new("cnl-hostdev-ctr", ctr.path().display().to_string(), "eth0");
+    let added = host.run(|| cni.add_network_list(&list, &rt)).unwrap().unwrap();
+    let result = added.parse().unwrap();
+    assert_eq!(result.ips[0].address.to_string(), "10.93.0.20/24");
+    let eth0 = ctr.netlink().unwrap().require_link("eth0").unwrap();
+    assert_eq!(eth0.alias.as_deref(), Some("nic0"));
+    assert!(host.netlink().unwrap().link_by_name("nic0").unwrap().is_none());
+    lan_echo(&ctr, &lan);
+    host.run(|| cni.check_network_list(&list, &rt)).unwrap().unwrap();
+    host.run(|| cni.del_network_list(&list, &rt)).unwrap().unwrap();
+    assert!(host.netlink().unwrap().link_by_name("nic0").unwrap().is_some());
+    assert!(ctr.netlink().unwrap().link_by_name("eth0").unwrap().is_none());
+}
