@@ -159,6 +159,7 @@ fn workload_runs(options: &Options, sets: &[PluginSet]) -> Result<(Vec<WorkloadR
             WorkloadId::W3 => Box::new(Parallel),
             WorkloadId::W4 => Box::new(IpamAlone),
             WorkloadId::W5 => Box::new(ExecCost { plugins: common_plugins(sets)? }),
+            WorkloadId::W6 => Box::new(ChainWorkload { chain: Chain::Macvlan }),
             WorkloadId::Floor => {
                 floor = Some(SetOutcome::new("floor", None));
                 continue;

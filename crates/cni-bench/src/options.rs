@@ -8,7 +8,7 @@ pub const USAGE: &str = "usage: cni-bench [options]
                        runs in the first round only)
   --budget SECONDS     start no further round that would end after this (default 540), so a
                        full run ends within 10 minutes; the first round always runs
-  --workloads LIST     comma-separated subset of W1,W1nm,W2,W3,W4,W5,floor (default: all)
+  --workloads LIST     comma-separated subset of W1,W1nm,W2,W3,W4,W5,W6,floor (default: all)
   --a DIR              plugin directory A (default: the release `cni-plugins` next to this
                        binary, installed into a temp dir)
   --plugins-bin FILE   the multi-call binary to install as A (instead of the one next to cni-bench)
@@ -30,17 +30,19 @@ pub enum WorkloadId {
     W3,
     W4,
     W5,
+    W6,
     Floor,
 }
 
 impl WorkloadId {
-    pub const ALL: [WorkloadId; 7] = [
+    pub const ALL: [WorkloadId; 8] = [
         WorkloadId::W1,
         WorkloadId::W1nm,
         WorkloadId::W2,
         WorkloadId::W3,
         WorkloadId::W4,
         WorkloadId::W5,
+        WorkloadId::W6,
         WorkloadId::Floor,
     ];
 
@@ -52,6 +54,7 @@ impl WorkloadId {
             WorkloadId::W3 => "W3",
             WorkloadId::W4 => "W4",
             WorkloadId::W5 => "W5",
+            WorkloadId::W6 => "W6",
             WorkloadId::Floor => "floor",
         }
     }
@@ -157,7 +160,7 @@ fn workloads(list: &str) -> Result<Vec<WorkloadId>, String> {
     let mut chosen = Vec::new();
     for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let id = WorkloadId::parse(part)
-            .ok_or_else(|| format!("unknown workload {part:?} (known: W1,W1nm,W2,W3,W4,W5,floor)"))?;
+            .ok_or_else(|| format!("unknown workload {part:?} (known: W1,W1nm,W2,W3,W4,W5,W6,floor)"))?;
         if !chosen.contains(&id) {
             chosen.push(id);
         }
@@ -182,7 +185,7 @@ mod tests {
     #[test]
     fn defaults() {
         let o = run(&[]).unwrap();
-        assert_eq!((o.containers, o.rounds, o.workloads.len()), (200, 3, 7));
+        assert_eq!((o.containers, o.rounds, o.workloads.len()), (200, 3, 8));
         assert!(!o.only_a && !o.smoke && o.dir_b.is_none());
         assert_eq!(o.budget.as_secs(), 540);
         assert_eq!(run(&["--budget", "60"]).unwrap().budget.as_secs(), 60);
