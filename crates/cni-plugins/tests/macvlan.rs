@@ -82,6 +82,10 @@ fn bridge_mode_containers_talk_to_each_other_and_the_lan_but_not_the_master() {
     assert_eq!(ra["interfaces"][0]["mac"], eth0.mac.unwrap().to_string());
     assert_eq!(ra["interfaces"][0]["mtu"], master.mtu);
 
+    // As the reference: later link or MAC changes are announced by the kernel too.
+    for key in ["net.ipv4.conf.eth0.arp_notify", "net.ipv6.conf.eth0.ndisc_notify"] {
+        assert_eq!(cni_net::sysctl::read_in(a.netns(), key).unwrap().trim(), "1", "{key}");
+    }
     // The gratuitous ARP reached the LAN before any traffic did.
     let lan_neigh = lab.lan.netlink().unwrap().neighbours(IpFamily::V4, None).unwrap();
     assert!(

@@ -111,11 +111,22 @@ fn find_master(nl: &mut Netlink, conf: &MacvlanConf) -> Result<Link, CniError> {
 }
 
 /// Announces the container's new IPv4/IPv6 addresses on the segment (best effort, as the
-/// reference: a peer that misses it still learns the MAC by asking).
+/// reference: a peer that misses it still learns the MAC by asking), and, like the
+/// reference, has the kernel announce them again whenever the link comes up or its MAC
+/// changes (`arp_notify`, `ndisc_notify`). Those alone announce nothing here: the link
+/// came up before it had addresses.
 fn announce(ns: &NetNs, link: &Link, result: &CniResult) {
     let Some(mac) = link.mac else { return };
     let addrs: Vec<IpAddr> = result.ips_of(Some(CONTAINER_IFACE)).map(|ip| ip.address.addr()).collect();
     let sent = ns.run(|| {
+        for key in [
+            format!("net.ipv4.conf.{}.arp_notify", link.name),
+            format!("net.ipv6.conf.{}.ndisc_notify", link.name),
+        ] {
+            if let Err(e) = cni_net::sysctl::write(&key, "1") {
+                eprintln!("macvlan: cannot set {key}: {e}");
+            }
+        }
         for addr in addrs {
             let outcome = match addr {
                 IpAddr::V4(v4) => cni_net::announce::gratuitous_arp_v4(link.index, mac, v4),
@@ -283,9 +294,15 @@ impl Plugin for Macvlan {
         } else {
             find_master(&mut Netlink::new().or_cni("open netlink")?, &settings.conf)?
         };
-        let position = prev.interfaces.iter().position(|i| i.sandbox == req.netns).ok_or_else(|| {
-            CniError::internal(format!("no interface in prevResult has sandbox {}", req.netns))
-        })?;
+        let position =
+            prev.interfaces.iter().position(|i| i.name == req.ifname && i.sandbox == req.netns).ok_or_else(
+                || {
+                    CniError::internal(format!(
+                        "sandbox in prevResult doesn't match configured netns: {} (interface {})",
+                        req.netns, req.ifname
+                    ))
+                },
+            )?;
         let link = iface::check_link(&mut cont_nl, &prev, position)?;
         if link.kind != LinkKind::Macvlan {
             return Err(CniError::internal(format!(
