@@ -56,6 +56,11 @@ fn echo(from: &TestNetns, to: &TestNetns, addr: &str) -> Result<(), String> {
     tcp_echo(from.netns(), addr, b"over macvlan", Duration::from_secs(2)).map_err(|e| e.to_string())
 }
 
+/// DEL takes the macvlan out of service at once and leaves its deletion to a helper.
+fn wait_clean(ns: &TestNetns) {
+    common::eventually("the macvlan is still there", || leftover_links(ns).is_empty());
+}
+
 fn leftover_links(ns: &TestNetns) -> Vec<String> {
     ns.netlink().unwrap().links().unwrap().into_iter().map(|l| l.name).filter(|n| n != "lo").collect()
 }
@@ -201,7 +206,7 @@ fn without_ipam_the_link_is_up_without_addresses() {
     check["prevResult"] = r;
     ok(call("macvlan", "CHECK", &lab.env.host, Some(c), &check).run());
     ok(call("macvlan", "DEL", &lab.env.host, Some(c), &l2).run());
-    assert!(leftover_links(c).is_empty());
+    wait_clean(c);
 }
 
 #[test]
@@ -270,7 +275,7 @@ fn every_verb_in_every_version_family() {
             }
         }
         ok(call("macvlan", "DEL", &lab.env.host, Some(c), &conf).run());
-        assert!(leftover_links(c).is_empty(), "{version}");
+        wait_clean(c);
     }
     let version =
         call("macvlan", "VERSION", &lab.env.host, None, &json!({"cniVersion": "1.1.0"})).run().json();
@@ -297,7 +302,7 @@ fn check_finds_tampering_and_del_is_idempotent() {
         ok(call("macvlan", "DEL", &lab.env.host, Some(c), &conf).run());
     }
     ok(call("macvlan", "DEL", &lab.env.host, Some(c), &conf).unset("CNI_NETNS").run());
-    assert!(leftover_links(c).is_empty());
+    wait_clean(c);
 }
 
 fn host_local(data_dir: &Path, version: &str) -> Value {
@@ -402,7 +407,7 @@ fn drop_in_for_the_go_plugin_each_checks_and_deletes_what_the_other_made() {
     conf_a["prevResult"] = go_call("ADD", a, &conf_a).json();
     ok(call("macvlan", "CHECK", &lab.env.host, Some(a), &conf_a).run());
     ok(call("macvlan", "DEL", &lab.env.host, Some(a), &conf_a).run());
-    assert!(leftover_links(a).is_empty());
+    wait_clean(a);
     // Our ADD, Go CHECK and DEL.
     let mut conf_b = conf("1.0.0", "vepa", "10.91.0.3/24");
     conf_b["prevResult"] = add("macvlan", &lab.env.host, b, &conf_b);

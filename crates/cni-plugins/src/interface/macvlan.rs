@@ -7,7 +7,7 @@
 //! is an interface of the container's namespace and everything happens there.
 
 use crate::common::link_guard::CreatedLink;
-use crate::common::{iface, open_container_netns, open_container_netns_for_del, random_bytes, NetResultExt};
+use crate::common::{iface, open_container_netns, random_bytes, NetResultExt};
 use cni_net::netlink::{IpFamily, LinkKind, LinkSpec, MacvlanMode, MacvlanSpec, MAIN_TABLE};
 use cni_net::{Link, MacAddr, NetNs, Netlink};
 use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};
@@ -270,15 +270,9 @@ impl Plugin for Macvlan {
         if delegate::has_ipam(req) {
             delegate::ipam_forward(req)?;
         }
-        let Some(ns) = open_container_netns_for_del(req)? else { return Ok(()) };
-        let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
-        let Some(link) = nl.link_by_name(&req.ifname).or_cni("look up container interface")? else {
-            return Ok(());
-        };
-        match nl.delete_link(link.index) {
-            Err(e) if !e.is_not_found() => Err(CniError::internal(format!("delete {}: {e}", req.ifname))),
-            _ => Ok(()),
-        }
+        // As bridge and ptp do with the veth: out of service and renamed at once (the name
+        // is free for a re-ADD), deleted by a helper that waits out the unregistration.
+        crate::common::veth::delete_container_end(req)
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
