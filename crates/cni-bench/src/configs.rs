@@ -49,6 +49,25 @@ pub fn shaped_list(data_dir: &Path, rate: u64, burst: u64) -> Value {
 pub const SHAPED_PLUGINS: [&str; 3] = ["bridge", "host-local", "bandwidth"];
 pub const PODMAN_PLUGINS: [&str; 5] = ["bridge", "host-local", "portmap", "firewall", "tuning"];
 pub const BRIDGE_PLUGINS: [&str; 2] = ["bridge", "host-local"];
+pub const MACVLAN_PLUGINS: [&str; 2] = ["macvlan", "host-local"];
+
+/// The interface the macvlan workload's macvlans hang off, made in the run's host namespace (a veth end
+/// standing in for the NIC).
+pub const MACVLAN_MASTER: &str = "cnkm0";
+
+/// The macvlan workload: macvlan (bridge mode) + host-local.
+pub fn macvlan_list(data_dir: &Path) -> Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": NETWORK,
+        "plugins": [{
+            "type": "macvlan",
+            "master": MACVLAN_MASTER,
+            "mode": "bridge",
+            "ipam": {"type": "host-local", "ranges": [[{"subnet": SUBNET}]], "dataDir": data_dir},
+        }],
+    })
+}
 
 fn bridge_plugin(data_dir: &Path, ip_masq: bool, podman: bool) -> Value {
     let mut range = json!({"subnet": SUBNET});

@@ -163,6 +163,7 @@ fn workload_runs(options: &Options, sets: &[PluginSet]) -> Result<(Vec<WorkloadR
             WorkloadId::W7 => Box::new(Shaping),
             WorkloadId::Nft => Box::new(NftScale),
             WorkloadId::Dhcp => Box::new(DhcpWorkload),
+            WorkloadId::Macvlan => Box::new(ChainWorkload { chain: Chain::Macvlan }),
             WorkloadId::Floor => {
                 floor = Some(SetOutcome::new("floor", None));
                 continue;

@@ -8,7 +8,7 @@ pub const USAGE: &str = "usage: cni-bench [options]
                        runs in the first round only)
   --budget SECONDS     start no further round that would end after this (default 540), so a
                        full run ends within 10 minutes; the first round always runs
-  --workloads LIST     comma-separated subset of W1,W1nm,W2,W3,W4,W5,W6,W7,nft,floor,dhcp
+  --workloads LIST     comma-separated subset of W1,W1nm,W2,W3,W4,W5,W6,W7,nft,macvlan,floor,dhcp
                        (default: all but dhcp, which needs dnsmasq)
   --a DIR              plugin directory A (default: the release `cni-plugins` next to this
                        binary, installed into a temp dir)
@@ -36,13 +36,14 @@ pub enum WorkloadId {
     Nft,
     Floor,
     Dhcp,
+    Macvlan,
 }
 
 impl WorkloadId {
     /// What runs when `--workloads` is not given: all but dhcp, which needs dnsmasq and
     /// whose Go side takes seconds per ADD (it would not fit a full run's budget or CI's
     /// smoke run).
-    pub const DEFAULT: [WorkloadId; 10] = [
+    pub const DEFAULT: [WorkloadId; 11] = [
         WorkloadId::W1,
         WorkloadId::W1nm,
         WorkloadId::W2,
@@ -52,10 +53,11 @@ impl WorkloadId {
         WorkloadId::W6,
         WorkloadId::W7,
         WorkloadId::Nft,
+        WorkloadId::Macvlan,
         WorkloadId::Floor,
     ];
 
-    pub const ALL: [WorkloadId; 11] = [
+    pub const ALL: [WorkloadId; 12] = [
         WorkloadId::W1,
         WorkloadId::W1nm,
         WorkloadId::W2,
@@ -65,6 +67,7 @@ impl WorkloadId {
         WorkloadId::W6,
         WorkloadId::W7,
         WorkloadId::Nft,
+        WorkloadId::Macvlan,
         WorkloadId::Floor,
         WorkloadId::Dhcp,
     ];
@@ -82,6 +85,7 @@ impl WorkloadId {
             WorkloadId::Nft => "nft",
             WorkloadId::Floor => "floor",
             WorkloadId::Dhcp => "dhcp",
+            WorkloadId::Macvlan => "macvlan",
         }
     }
 
@@ -186,7 +190,7 @@ fn workloads(list: &str) -> Result<Vec<WorkloadId>, String> {
     let mut chosen = Vec::new();
     for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let id = WorkloadId::parse(part).ok_or_else(|| {
-            format!("unknown workload {part:?} (known: W1,W1nm,W2,W3,W4,W5,W6,W7,nft,floor,dhcp)")
+            format!("unknown workload {part:?} (known: W1,W1nm,W2,W3,W4,W5,W6,W7,nft,macvlan,floor,dhcp)")
         })?;
         if !chosen.contains(&id) {
             chosen.push(id);
@@ -212,7 +216,7 @@ mod tests {
     #[test]
     fn defaults() {
         let o = run(&[]).unwrap();
-        assert_eq!((o.containers, o.rounds, o.workloads.len()), (200, 3, 10));
+        assert_eq!((o.containers, o.rounds, o.workloads.len()), (200, 3, 11));
         assert!(!o.only_a && !o.smoke && o.dir_b.is_none());
         assert_eq!(o.budget.as_secs(), 540);
         assert_eq!(run(&["--budget", "60"]).unwrap().budget.as_secs(), 60);

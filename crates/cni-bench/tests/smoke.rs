@@ -7,7 +7,7 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 
-const WORKLOADS: [&str; 9] = ["W1", "W1nm", "W2", "W3", "W4", "W5", "W6", "W7", "nft"];
+const WORKLOADS: [&str; 10] = ["W1", "W1nm", "W2", "W3", "W4", "W5", "W6", "W7", "nft", "macvlan"];
 
 #[test]
 fn smoke_run_completes_with_well_formed_json() {

@@ -30,6 +30,7 @@
 //! # }
 //! ```
 
+pub mod announce;
 mod detach;
 pub mod error;
 mod idempotent;

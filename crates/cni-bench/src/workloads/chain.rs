@@ -1,4 +1,4 @@
-//! W1, W1nm, W2: one container after another, ADD of all, then DEL of all, through libcni.
+//! W1, W1nm, W2, macvlan: one container after another, ADD of all, then DEL of all, through libcni.
 
 use super::{container_id, BenchContext, SetOutcome, Workload};
 use crate::configs;
@@ -18,6 +18,8 @@ pub enum Chain {
     Bridge { ip_masq: bool },
     /// podman's default chain.
     Podman,
+    /// macvlan + host-local on a veth end standing in for the host's NIC.
+    Macvlan,
 }
 
 pub struct ChainWorkload {
@@ -30,6 +32,7 @@ impl Workload for ChainWorkload {
             Chain::Bridge { ip_masq: true } => WorkloadId::W1,
             Chain::Bridge { ip_masq: false } => WorkloadId::W1nm,
             Chain::Podman => WorkloadId::W2,
+            Chain::Macvlan => WorkloadId::Macvlan,
         }
     }
 
@@ -40,6 +43,7 @@ impl Workload for ChainWorkload {
             Chain::Podman => {
                 "podman default chain: bridge+host-local, portmap (1 mapping), firewall, tuning".into()
             }
+            Chain::Macvlan => "macvlan (bridge mode) + host-local".into(),
         }
     }
 
@@ -47,6 +51,7 @@ impl Workload for ChainWorkload {
         match self.chain {
             Chain::Bridge { .. } => configs::BRIDGE_PLUGINS.to_vec(),
             Chain::Podman => configs::PODMAN_PLUGINS.to_vec(),
+            Chain::Macvlan => configs::MACVLAN_PLUGINS.to_vec(),
         }
     }
 
@@ -55,6 +60,10 @@ impl Workload for ChainWorkload {
         let config = match self.chain {
             Chain::Bridge { ip_masq } => configs::bridge_list(host.data_dir(), ip_masq),
             Chain::Podman => configs::podman_list(host.data_dir()),
+            Chain::Macvlan => {
+                add_master(&host)?;
+                configs::macvlan_list(host.data_dir())
+            }
         };
         let list = load_list(&config)?;
         let cni = CniConfig::new([set.dir.clone()]).with_cache_dir(host.cache_dir.path());
@@ -70,6 +79,21 @@ impl Workload for ChainWorkload {
         }
         Ok(())
     }
+}
+
+/// The macvlans' master in the run's host namespace: a veth pair, both ends up (a
+/// macvlan has carrier only while its master has).
+fn add_master(host: &BenchHost) -> Result<()> {
+    use cni_net::netlink::{LinkSpec, VethSpec};
+    let setup = |e| BenchError::setup("create the macvlan master", e);
+    let mut nl = cni_net::Netlink::in_ns(host.netns.ns()).map_err(setup)?;
+    nl.add_veth(&VethSpec { link: LinkSpec::new(configs::MACVLAN_MASTER), peer: LinkSpec::new("cnkm1") })
+        .map_err(setup)?;
+    for name in [configs::MACVLAN_MASTER, "cnkm1"] {
+        let link = nl.require_link(name).map_err(setup)?;
+        nl.set_link_up(link.index).map_err(setup)?;
+    }
+    Ok(())
 }
 
 /// ADD latency of the first and last [`FLATNESS_WINDOW`] containers (pooled over rounds),

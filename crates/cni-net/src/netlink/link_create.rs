@@ -61,7 +61,7 @@ impl<'a> LinkSpec<'a> {
         self
     }
 
-    fn to_message(&self) -> Result<LinkMessage> {
+    pub(super) fn to_message(&self) -> Result<LinkMessage> {
         validate_link_name(&self.name)?;
         let mut message = LinkMessage::default();
         message.attributes.push(LinkAttribute::IfName(self.name.clone()));

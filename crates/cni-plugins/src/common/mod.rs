@@ -3,6 +3,7 @@
 //! interface, and checking that it is still there.
 
 pub mod iface;
+pub mod link_guard;
 pub mod masq;
 pub mod nft_attach;
 pub mod veth;

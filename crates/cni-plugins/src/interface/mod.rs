@@ -1,5 +1,8 @@
 //! Interface plugins: they create or configure the container's interface.
 
 pub mod bridge;
+pub mod host_device;
 pub mod loopback;
+pub mod macvlan;
 pub mod ptp;
+pub mod tap;

@@ -1,0 +1,313 @@
+//! `host-device`: moves an existing host interface into the container, renamed to
+//! CNI_IFNAME, and back on DEL.
+//!
+//! As in the reference, the link's alias carries the original name while it is in the
+//! container, so a reference plugin's DEL can move back what our ADD moved and vice
+//! versa. What the alias cannot hold — the original alias, MTU and up/down state — is
+//! kept in a small file per attachment under `dataDir`, so DEL puts the device back as
+//! it found it. A PCI device bound to a userspace driver (vfio-pci etc.) has no netdev:
+//! it is passed through in the result (`pciID`) and nothing is moved.
+
+mod select;
+
+use crate::common::{iface, open_container_netns, open_container_netns_for_del, NetResultExt};
+use cni_net::{Link, NetNs, Netlink};
+use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};
+use select::{HostDeviceConf, Selector};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+const CONTAINER_IFACE: usize = 0;
+
+/// How the device was on the host before ADD.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+struct Saved {
+    name: String,
+    #[serde(default)]
+    alias: String,
+    mtu: u32,
+    up: bool,
+}
+
+impl Saved {
+    fn of(link: &Link) -> Saved {
+        Saved {
+            name: link.name.clone(),
+            alias: link.alias.clone().unwrap_or_default(),
+            mtu: link.mtu,
+            up: link.up,
+        }
+    }
+}
+
+fn state_path(conf: &HostDeviceConf, req: &Request) -> PathBuf {
+    conf.data_dir.join(&req.conf.name).join(format!("{}-{}", req.container_id, req.ifname))
+}
+
+fn write_state(path: &std::path::Path, saved: &Saved) -> Result<(), CniError> {
+    let io = |e: std::io::Error| CniError::io(format!("cannot write {}: {e}", path.display()));
+    let dir = path.parent().expect("state files live in a directory");
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let temp = path.with_extension("tmp");
+    std::fs::write(&temp, serde_json::to_vec(saved).expect("plain struct")).map_err(io)?;
+    std::fs::rename(&temp, path).map_err(io)
+}
+
+fn read_state(path: &std::path::Path) -> Option<Saved> {
+    let bytes = std::fs::read(path).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+fn remove_state(path: &std::path::Path) -> Result<(), CniError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(CniError::io(format!("cannot remove {}: {e}", path.display())))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Moves the container's `ifname` back to the host under its original name and restores
+/// what `saved` says (without it, the name comes from the alias, as the reference does).
+/// `Ok(false)` if there was nothing to move.
+fn move_out(ns: &NetNs, ifname: &str, saved: Option<&Saved>) -> Result<bool, CniError> {
+    let mut cont_nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
+    let Some(link) = cont_nl.link_by_name(ifname).or_cni("look up container interface")? else {
+        return Ok(false);
+    };
+    let name = match (saved, &link.alias) {
+        (Some(saved), _) => saved.name.clone(),
+        (None, Some(alias)) if !alias.is_empty() => alias.clone(),
+        _ => {
+            return Err(CniError::internal(format!(
+                "cannot move {ifname} back: its original name is neither in its alias nor saved"
+            )))
+        }
+    };
+    let host = NetNs::current().or_cni("open the host namespace")?;
+    cont_nl.move_link(link.index, &host, &name, saved.map(|s| s.alias.as_str())).map_err(|e| {
+        CniError::internal(format!("failed to move {ifname} back to the host as {name}: {e}"))
+    })?;
+    if let Some(saved) = saved {
+        let mut host_nl = Netlink::new().or_cni("open netlink")?;
+        let back = host_nl.require_link(&name).or_cni("look up the device moved back")?;
+        if back.mtu != saved.mtu {
+            host_nl.set_link_mtu(back.index, saved.mtu).or_cni(&format!("restore the MTU of {name}"))?;
+        }
+        if saved.up {
+            host_nl.set_link_up(back.index).or_cni(&format!("set {name} up"))?;
+        }
+    }
+    Ok(true)
+}
+
+/// The device while it is in the container: moved back out on drop unless kept.
+struct MovedIn<'a> {
+    ns: &'a NetNs,
+    ifname: String,
+    saved: Saved,
+    armed: bool,
+}
+
+impl MovedIn<'_> {
+    fn keep(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for MovedIn<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Err(e) = move_out(self.ns, &self.ifname, Some(&self.saved)) {
+                eprintln!("rollback: {e}");
+            }
+        }
+    }
+}
+
+/// Moves `device` into the container as `ifname`. If the rename there fails (the name is
+/// taken), the device is brought back at once and the failure reported.
+fn move_in<'a>(ns: &'a NetNs, device: &Link, ifname: &str) -> Result<(MovedIn<'a>, Link), CniError> {
+    let saved = Saved::of(device);
+    let mut host_nl = Netlink::new().or_cni("open netlink")?;
+    let mut cont_nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
+    let moved = host_nl.move_link(device.index, ns, ifname, Some(&device.name));
+    if let Some(link) = cont_nl.link_by_name(ifname).or_cni("look up container interface")? {
+        if link.alias.as_deref() == Some(device.name.as_str()) {
+            return Ok((MovedIn { ns, ifname: ifname.to_string(), saved, armed: true }, link));
+        }
+    }
+    // Not moved at all (still on the host), or moved under its own name but not renamed:
+    // then it is the container's only link of that name, as names are unique there.
+    let still_here = host_nl
+        .link_by_index(device.index)
+        .or_cni("look up the device")?
+        .is_some_and(|l| l.name == device.name);
+    if !still_here {
+        move_out(ns, &device.name, Some(&saved))?;
+    }
+    Err(match moved {
+        Err(e) if e.is_already_exists() => CniError::internal(format!(
+            "failed to move {} in as {ifname:?}: the container already has an interface of that name",
+            device.name
+        )),
+        Err(e) => CniError::internal(format!("failed to move {} into the container: {e}", device.name)),
+        Ok(()) => CniError::internal(format!("{} did not arrive in the container as {ifname}", device.name)),
+    })
+}
+
+pub struct HostDevice;
+
+impl HostDevice {
+    fn passthrough(&self, req: &Request, pci: &str, driver: &str) -> CniResult {
+        eprintln!("host-device: {pci} is bound to {driver}: passed through without a netdev");
+        CniResult {
+            interfaces: vec![cni_types::Interface {
+                name: req.ifname.clone(),
+                sandbox: req.netns.clone(),
+                pci_id: pci.to_string(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn add_attachment(
+        &self,
+        req: &Request,
+        conf: &HostDeviceConf,
+        selector: &Selector,
+        ns: &NetNs,
+    ) -> Result<CniResult, CniError> {
+        let mut host_nl = Netlink::new().or_cni("open netlink")?;
+        let device = select::find(&mut host_nl, selector)?;
+        let (guard, link) = move_in(ns, &device, &req.ifname)?;
+        let mut cont_nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
+        let ipam = if delegate::has_ipam(req) { Some(delegate::ipam_add(req)?) } else { None };
+        let mut result = ipam.as_ref().map(|a| a.result().clone()).unwrap_or_default();
+        if ipam.is_some() {
+            if result.ips.is_empty() {
+                return Err(CniError::internal("IPAM plugin returned missing IP config"));
+            }
+            for ip in &mut result.ips {
+                ip.interface = Some(CONTAINER_IFACE);
+            }
+            iface::configure(&mut cont_nl, &link, &result, CONTAINER_IFACE, false)?;
+        } else {
+            cont_nl.set_link_up(link.index).or_cni(&format!("set {} up", req.ifname))?;
+        }
+        let now = cont_nl.require_link(&req.ifname).or_cni("look up the container interface")?;
+        result.interfaces = vec![cni_types::Interface {
+            name: now.name.clone(),
+            mac: now.mac.map(|m| m.to_string()).unwrap_or_default(),
+            mtu: Some(now.mtu),
+            sandbox: req.netns.clone(),
+            ..Default::default()
+        }];
+        if let Some(dns) = &conf.dns {
+            if result.dns.is_empty() {
+                result.dns = dns.clone();
+            }
+        }
+        write_state(&state_path(conf, req), &guard.saved)?;
+        guard.keep();
+        if let Some(ipam) = ipam {
+            ipam.commit();
+        }
+        Ok(result)
+    }
+}
+
+impl Plugin for HostDevice {
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        let (conf, selector) = HostDeviceConf::load(req)?;
+        let ns = open_container_netns(req)?;
+        if let Selector::Pci(pci) = &selector {
+            if let Some(driver) = select::pci_userspace_driver(pci) {
+                return Ok(self.passthrough(req, pci, &driver));
+            }
+        }
+        self.add_attachment(req, &conf, &selector, &ns)
+    }
+
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        let (conf, selector) = HostDeviceConf::load(req)?;
+        if let Selector::Pci(pci) = &selector {
+            if select::pci_userspace_driver(pci).is_some() {
+                return Ok(());
+            }
+        }
+        let state = state_path(&conf, req);
+        if let Some(ns) = open_container_netns_for_del(req)? {
+            move_out(&ns, &req.ifname, read_state(&state).as_ref())?;
+        }
+        // Also without a namespace: the address must not leak with the container.
+        if delegate::has_ipam(req) {
+            delegate::ipam_forward(req)?;
+        }
+        remove_state(&state)
+    }
+
+    fn check(&self, req: &Request) -> Result<(), CniError> {
+        let (_conf, selector) = HostDeviceConf::load(req)?;
+        if delegate::has_ipam(req) {
+            delegate::ipam_forward(req)?;
+        }
+        let prev = req.require_prev_result()?;
+        if let Selector::Pci(pci) = &selector {
+            if select::pci_userspace_driver(pci).is_some() {
+                return Ok(());
+            }
+        }
+        let position =
+            prev.interfaces.iter().position(|i| i.name == req.ifname && i.sandbox == req.netns).ok_or_else(
+                || {
+                    CniError::internal(format!(
+                        "Sandbox in prevResult doesn't match configured netns: {} (interface {})",
+                        req.netns, req.ifname
+                    ))
+                },
+            )?;
+        let ns = open_container_netns(req)?;
+        let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
+        let link = iface::check_link(&mut nl, &prev, position)?;
+        if link.alias.as_deref().unwrap_or("").is_empty() {
+            return Err(CniError::internal(format!(
+                "container interface {} has no alias: its host name is lost",
+                link.name
+            )));
+        }
+        iface::check_addresses(&mut nl, &link, &prev, position)?;
+        iface::check_routes(&mut nl, &link, &prev, position)?;
+        Ok(())
+    }
+
+    /// Releases IPAM and forgets the saved state of attachments the runtime no longer has.
+    fn gc(&self, req: &Request) -> Result<(), CniError> {
+        let conf: HostDeviceConf = req.config()?;
+        let ipam = if delegate::has_ipam(req) { delegate::ipam_forward(req) } else { Ok(()) };
+        let valid: std::collections::HashSet<String> =
+            req.valid_attachments()?.iter().map(|a| format!("{}-{}", a.container_id, a.ifname)).collect();
+        let dir = conf.data_dir.join(&req.conf.name);
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if !valid.contains(&name) {
+                    remove_state(&entry.path())?;
+                }
+            }
+        }
+        ipam
+    }
+
+    fn status(&self, req: &Request) -> Result<(), CniError> {
+        if delegate::has_ipam(req) {
+            delegate::ipam_forward(req)?;
+        }
+        Ok(())
+    }
+
+    fn about(&self) -> String {
+        "host-device: moves a host interface into the container".into()
+    }
+}
