@@ -13,6 +13,7 @@ pub fn plugins() -> &'static [Entry] {
     &[
         Entry { name: "bandwidth", make: || Box::new(crate::meta::bandwidth::Bandwidth) },
         Entry { name: "bridge", make: || Box::new(crate::interface::bridge::Bridge) },
+        Entry { name: "dummy", make: || Box::new(crate::interface::dummy::Dummy) },
         Entry { name: "firewall", make: || Box::new(crate::meta::firewall::Firewall) },
         Entry { name: "host-local", make: || Box::new(crate::ipam::host_local::plugin::HostLocal) },
         Entry { name: "loopback", make: || Box::new(crate::interface::loopback::Loopback) },

@@ -1,5 +1,6 @@
 //! Interface plugins: they create or configure the container's interface.
 
 pub mod bridge;
+pub mod dummy;
 pub mod loopback;
 pub mod ptp;

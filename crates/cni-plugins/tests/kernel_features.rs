@@ -1,0 +1,24 @@
+//! Plugins that need kernel features this machine's kernel lacks (dummy, 802.1q vlan,
+//! ipvlan), tested under Debian's kernel in QEMU (`tools/kernel-rig`).
+//!
+//! Every test below except `kernel_rig_runs_the_kernel_feature_tests` is ignored on the
+//! host: that one boots a single VM and runs this binary inside it with `--ignored`, so
+//! the whole group costs one VM, and a rig that cannot start fails it loudly. One test by
+//! hand (the binary is printed by `cargo test --no-run`):
+//!
+//!     tools/kernel-rig -- target/debug/deps/kernel_features-<hash> --ignored --exact dummy::add_check_del
+
+mod common;
+
+#[path = "kernel_features/dummy.rs"]
+mod dummy;
+
+/// How many rig-only tests this binary holds: a run passing fewer means some did not run.
+const RIG_TESTS: usize = 5;
+
+#[test]
+fn kernel_rig_runs_the_kernel_feature_tests() {
+    // The guest sees the host's file system read-only: install the plugin links now.
+    common::plugin_dir();
+    cni_testkit::kernel_rig::run_ignored_tests_in_rig(RIG_TESTS);
+}
