@@ -22,6 +22,7 @@ pub fn plugins() -> &'static [Entry] {
         Entry { name: "sbr", make: || Box::new(crate::meta::sbr::Sbr) },
         Entry { name: "static", make: || Box::new(crate::ipam::static_ipam::StaticIpam) },
         Entry { name: "tuning", make: || Box::new(crate::meta::tuning::Tuning) },
+        Entry { name: "vlan", make: || Box::new(crate::interface::vlan::Vlan) },
     ]
 }
 

@@ -6,6 +6,7 @@ pub mod container_link;
 pub mod iface;
 pub mod masq;
 pub mod nft_attach;
+pub mod sublink;
 pub mod veth;
 
 use cni_net::NetNs;

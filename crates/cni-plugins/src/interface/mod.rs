@@ -4,3 +4,4 @@ pub mod bridge;
 pub mod dummy;
 pub mod loopback;
 pub mod ptp;
+pub mod vlan;
