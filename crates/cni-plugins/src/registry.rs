@@ -16,6 +16,7 @@ pub fn plugins() -> &'static [Entry] {
         Entry { name: "dummy", make: || Box::new(crate::interface::dummy::Dummy) },
         Entry { name: "firewall", make: || Box::new(crate::meta::firewall::Firewall) },
         Entry { name: "host-local", make: || Box::new(crate::ipam::host_local::plugin::HostLocal) },
+        Entry { name: "ipvlan", make: || Box::new(crate::interface::ipvlan::Ipvlan) },
         Entry { name: "loopback", make: || Box::new(crate::interface::loopback::Loopback) },
         Entry { name: "portmap", make: || Box::new(crate::meta::portmap::Portmap) },
         Entry { name: "ptp", make: || Box::new(crate::interface::ptp::Ptp) },

@@ -12,11 +12,13 @@ mod common;
 
 #[path = "kernel_features/dummy.rs"]
 mod dummy;
+#[path = "kernel_features/ipvlan.rs"]
+mod ipvlan;
 #[path = "kernel_features/vlan.rs"]
 mod vlan;
 
 /// How many rig-only tests this binary holds: a run passing fewer means some did not run.
-const RIG_TESTS: usize = 8;
+const RIG_TESTS: usize = 12;
 
 #[test]
 fn kernel_rig_runs_the_kernel_feature_tests() {

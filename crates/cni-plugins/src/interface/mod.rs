@@ -2,6 +2,7 @@
 
 pub mod bridge;
 pub mod dummy;
+pub mod ipvlan;
 pub mod loopback;
 pub mod ptp;
 pub mod vlan;
