@@ -14,9 +14,11 @@ pub fn plugins() -> &'static [Entry] {
         Entry { name: "bandwidth", make: || Box::new(crate::meta::bandwidth::Bandwidth) },
         Entry { name: "bridge", make: || Box::new(crate::interface::bridge::Bridge) },
         Entry { name: "dhcp", make: || Box::new(crate::ipam::dhcp::plugin::Dhcp) },
+        Entry { name: "dummy", make: || Box::new(crate::interface::dummy::Dummy) },
         Entry { name: "firewall", make: || Box::new(crate::meta::firewall::Firewall) },
         Entry { name: "host-device", make: || Box::new(crate::interface::host_device::HostDevice) },
         Entry { name: "host-local", make: || Box::new(crate::ipam::host_local::plugin::HostLocal) },
+        Entry { name: "ipvlan", make: || Box::new(crate::interface::ipvlan::Ipvlan) },
         Entry { name: "loopback", make: || Box::new(crate::interface::loopback::Loopback) },
         Entry { name: "macvlan", make: || Box::new(crate::interface::macvlan::Macvlan) },
         Entry { name: "portmap", make: || Box::new(crate::meta::portmap::Portmap) },
@@ -25,6 +27,7 @@ pub fn plugins() -> &'static [Entry] {
         Entry { name: "static", make: || Box::new(crate::ipam::static_ipam::StaticIpam) },
         Entry { name: "tap", make: || Box::new(crate::interface::tap::Tap) },
         Entry { name: "tuning", make: || Box::new(crate::meta::tuning::Tuning) },
+        Entry { name: "vlan", make: || Box::new(crate::interface::vlan::Vlan) },
     ]
 }
 

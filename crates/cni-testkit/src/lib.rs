@@ -7,10 +7,12 @@
 //!   inside a chosen network namespace, and decodes what it printed.
 //! - [`ns`]: throwaway named network namespaces (`TestNetns`, `HostAndContainers`).
 //! - [`traffic`]: TCP/UDP echo servers and clients across namespaces.
+//! - [`kernel_rig`]: runs a test binary's rig-only tests under Debian's kernel in QEMU.
 //! - [`binaries`]: finds (building if needed) the workspace's binaries from a test.
 
 pub mod binaries;
 pub mod children;
+pub mod kernel_rig;
 pub mod ns;
 pub mod runner;
 pub mod test_plugin;

@@ -136,7 +136,9 @@ pub struct VxlanSpec {
 }
 
 impl Netlink {
-    fn create_link(
+    /// Creates a link of `kind`; the per-kind builders (here and in their own modules)
+    /// add their `IFLA_INFO_DATA` and extra attributes.
+    pub(super) fn create_link(
         &mut self,
         spec: &LinkSpec<'_>,
         kind: InfoKind,
@@ -155,7 +157,7 @@ impl Netlink {
 
     /// Looks up a link this socket just created (unless it was created in another namespace,
     /// in which case `None` is returned).
-    fn created(&mut self, spec: &LinkSpec<'_>) -> Result<Option<Link>> {
+    pub(super) fn created(&mut self, spec: &LinkSpec<'_>) -> Result<Option<Link>> {
         if spec.netns.is_some() {
             return Ok(None);
         }

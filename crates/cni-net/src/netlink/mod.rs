@@ -12,8 +12,10 @@
 
 mod addr;
 mod codec;
+mod dummy;
 mod events;
 mod ifb;
+mod ipvlan;
 mod link;
 mod link_create;
 mod link_move;
@@ -24,9 +26,11 @@ mod route;
 mod rule;
 pub mod tc;
 mod tun;
+mod vlan;
 
 pub use addr::{parse_ipnet, AddressFlags, IpAddress, IpFamily};
 pub use events::LinkCondition;
+pub use ipvlan::IpvlanMode;
 pub use link::{BridgePort, Link, LinkKind};
 pub use link_create::{BridgeOptions, LinkSpec, MacvlanMode, VethSpec, VxlanSpec};
 pub use macvlan::MacvlanSpec;
@@ -34,6 +38,7 @@ pub use neigh::{Neighbour, NeighbourState};
 pub use route::{NextHop, Route, RouteProtocol, RouteScope, RouteType, MAIN_TABLE};
 pub use rule::Rule;
 pub use tun::{create_tun, TunSpec, TunType};
+pub use vlan::MAX_VLAN_ID;
 
 use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 use netlink_packet_route::RouteNetlinkMessage;

@@ -2,10 +2,12 @@
 //! container's namespace, veth pairs with a rollback guard, putting an IPAM result on an
 //! interface, and checking that it is still there.
 
+pub mod container_link;
 pub mod iface;
 pub mod link_guard;
 pub mod masq;
 pub mod nft_attach;
+pub mod sublink;
 pub mod veth;
 
 use cni_net::NetNs;

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 /// The directory holding one link per plugin name (and the Go-compatible names only).
 ///
 /// It lives in cargo's temp dir for integration tests (inside `target/`, never the
-/// machine's /tmp) and is named after the binary's inode and mtime: every test process of
+/// machine's /tmp) and is named after the binary's size and mtime: every test process of
 /// one build shares it, a rebuild gets a new one, and the directories of older builds are
 /// removed (their links would otherwise keep every old binary alive on disk).
 pub fn plugin_dir() -> &'static Path {
@@ -18,7 +18,9 @@ pub fn plugin_dir() -> &'static Path {
     DIR.get_or_init(|| {
         let binary = Path::new(env!("CARGO_BIN_EXE_cni-plugins"));
         let meta = std::fs::metadata(binary).expect("the cni-plugins binary is built");
-        let build = format!("{}-{}.{}", meta.ino(), meta.mtime(), meta.mtime_nsec());
+        // Not the inode: the kernel rig's guest sees this file over 9p, with other inode
+        // numbers, and must find the directory the host made (its view is read-only).
+        let build = format!("{}-{}.{}", meta.size(), meta.mtime(), meta.mtime_nsec());
         let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cni-plugins-bin");
         let dir = root.join(&build);
         if !dir.join("bridge").exists() {

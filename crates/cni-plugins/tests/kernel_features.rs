@@ -1,0 +1,47 @@
+//! Plugins that need kernel features this machine's kernel lacks (dummy, 802.1q vlan,
+//! ipvlan), tested under Debian's kernel in QEMU (`tools/kernel-rig`).
+//!
+//! Every test below except `kernel_rig_runs_the_kernel_feature_tests` is ignored on the
+//! host: that one boots a single VM and runs this binary inside it with `--ignored`, so
+//! the whole group costs one VM, and a rig that cannot start fails it loudly. One test by
+//! hand (the binary is printed by `cargo test --no-run`):
+//!
+//!     tools/kernel-rig -- target/debug/deps/kernel_features-<hash> --ignored --exact dummy::add_check_del
+
+mod common;
+
+#[path = "kernel_features/dummy.rs"]
+mod dummy;
+#[path = "kernel_features/ipvlan.rs"]
+mod ipvlan;
+#[path = "kernel_features/vlan.rs"]
+mod vlan;
+
+/// How many rig-only tests this binary holds: a run passing fewer means some did not run.
+const RIG_TESTS: usize = 12;
+
+#[test]
+fn kernel_rig_runs_the_kernel_feature_tests() {
+    // The guest sees the host's file system read-only: install the plugin links now.
+    common::plugin_dir();
+    cni_testkit::kernel_rig::run_ignored_tests_in_rig(RIG_TESTS);
+}
+
+/// Runs `ip args` in `ns` (test set-up; plugins themselves never spawn `ip`).
+fn ip(ns: &cni_testkit::ns::TestNetns, args: &[&str]) {
+    let out = ns.command("ip").args(args).output().expect("run ip");
+    assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// One layer-2 segment in `host`: a plain bridge (it forwards tagged frames as they are)
+/// with a veth pair per name, the named end left outside, up, as a `master` for plugins.
+fn segment(host: &cni_testkit::ns::TestNetns, masters: &[&str]) {
+    ip(host, &["link", "add", "seg0", "type", "bridge"]);
+    ip(host, &["link", "set", "seg0", "up"]);
+    for master in masters {
+        let port = format!("p{master}");
+        ip(host, &["link", "add", master, "type", "veth", "peer", "name", &port]);
+        ip(host, &["link", "set", &port, "master", "seg0", "up"]);
+        ip(host, &["link", "set", master, "up"]);
+    }
+}
