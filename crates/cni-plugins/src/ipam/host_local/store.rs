@@ -270,8 +270,12 @@ impl Store {
     /// range's beginning: still correct, since the address files decide what is free.
     pub fn set_last_reserved(&self, range_set: usize, ip: IpAddr) -> Result<(), HostLocalError> {
         let path = self.last_reserved_path(range_set);
-        rewrite_in_place(&path, ip.to_string().as_bytes())
-            .map_err(|e| HostLocalError::io(&path, "recording the last reserved address", e))
+        match rewrite_in_place(&path, ip.to_string().as_bytes()) {
+            // A directory in its place (not ours to remove) only costs the next search its
+            // starting point, as an unreadable hint does: no reason to refuse the ADD.
+            Err(e) if e.raw_os_error() == Some(libc::EISDIR) => Ok(()),
+            other => other.map_err(|e| HostLocalError::io(&path, "recording the last reserved address", e)),
+        }
     }
 
     /// Every address file with its holder (`None` for garbage content), and the entries
