@@ -41,7 +41,7 @@ fn go_allocates_ours_sees_and_releases_and_vice_versa() {
     assert_eq!(ours_ips, vec![ip("10.9.0.4"), ip("fd00:1::1:0:0:4")]);
 
     // Ours releases Go's c1 by container ID alone.
-    let mut released = host_local::release(&conf, "c1", "eth0", &[]).unwrap();
+    let mut released = host_local::release(&conf, "c1", "eth0", &[]).unwrap().released;
     released.sort();
     assert_eq!(released, go_c1);
 
@@ -65,7 +65,7 @@ fn go_allocates_ours_sees_and_releases_and_vice_versa() {
     assert!(dir.join(".cni-rs-index/table").exists());
     assert!(dir.join(".cni-rs-index/stamp").exists());
     assert!(host_local::check(&conf, "c3", "eth0", &[]).is_err());
-    assert!(host_local::release(&conf, "c3", "eth0", &[]).unwrap().is_empty());
+    assert!(host_local::release(&conf, "c3", "eth0", &[]).unwrap().released.is_empty());
 
     // Ours allocates after Go's last address again; Go's c2/c4 stay untouched.
     let again = host_local::allocate(&conf, "c6", "eth0").unwrap();

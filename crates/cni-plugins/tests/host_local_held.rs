@@ -49,11 +49,14 @@ fn five_thousand_foreign_reservations_are_indexed_and_respected() {
     // A held container is known by ID: it cannot allocate twice, and releases its own.
     let err = host_local::allocate(&c, "held-7", "eth0").unwrap_err();
     assert!(matches!(err, HostLocalError::AlreadyAllocated { .. }), "{err}");
-    assert_eq!(host_local::release(&c, "held-7", "eth0", &[]).unwrap(), vec![nth_address(7)]);
+    assert_eq!(host_local::release(&c, "held-7", "eth0", &[]).unwrap().released, vec![nth_address(7)]);
 
     // Release by ID only (no prevResult) finds each of ours.
     for (round, address) in ours.iter().enumerate().filter(|(round, _)| round % 2 == 0) {
-        assert_eq!(host_local::release(&c, &format!("probe-{round}"), "eth0", &[]).unwrap(), vec![*address]);
+        assert_eq!(
+            host_local::release(&c, &format!("probe-{round}"), "eth0", &[]).unwrap().released,
+            vec![*address]
+        );
     }
     let files = ip_files(&dir);
     assert_eq!(files.len(), HELD as usize - 1 + ours.len() / 2);

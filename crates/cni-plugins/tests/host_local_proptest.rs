@@ -102,7 +102,7 @@ proptest! {
                 }
                 Op::Del(c) => {
                     let id = format!("c{c}");
-                    let released = host_local::release(&plain, &id, "eth0", &[]).unwrap();
+                    let released = host_local::release(&plain, &id, "eth0", &[]).unwrap().released;
                     let mut expected: Vec<IpAddr> = model
                         .iter()
                         .filter(|(k, _)| **k == id || k.starts_with(&format!("{id}+")))

@@ -47,7 +47,7 @@ fn go_fixture_is_seen_released_and_continued() {
     assert!(dup.to_string().contains("duplicate allocation is not allowed"), "{dup}");
 
     // DEL by ID alone (no prevResult) finds Go's allocation.
-    let released = host_local::release(&c, "ctr1", "eth0", &[]).unwrap();
+    let released = host_local::release(&c, "ctr1", "eth0", &[]).unwrap().released;
     assert_eq!(released.len(), 2, "{released:?}");
     let dir = tmp.path().join("fixnet");
     assert_eq!(ip_files(&dir), vec![ip("10.77.0.3"), ip("fd77::3")]);
@@ -163,12 +163,26 @@ fn truncated_and_garbage_files_do_not_break_del_or_gc() {
     fs::write(dir.join("10.0.0.3"), b"ctr2\r\neth").unwrap(); // ctr2's, cut short
     fs::write(dir.join("10.0.0.4"), [0xff, 0xfe, 0x00]).unwrap(); // ctr3's, garbage
 
-    // DEL with the prevResult releases the emptied file; DEL without it is harmless.
-    assert_eq!(host_local::release(&c, "ctr1", "eth0", &[ip("10.0.0.2")]).unwrap(), vec![ip("10.0.0.2")]);
-    assert_eq!(host_local::release(&c, "ctr2", "eth0", &[]).unwrap(), Vec::<std::net::IpAddr>::new());
-    assert_eq!(host_local::release(&c, "ctr3", "eth0", &[ip("10.0.0.4")]).unwrap(), vec![ip("10.0.0.4")]);
+    // DEL with the prevResult releases the emptied file; without it, the index (complete:
+    // damage rewrites a file, it does not change the directory) vouches for the file.
+    assert_eq!(
+        host_local::release(&c, "ctr1", "eth0", &[ip("10.0.0.2")]).unwrap().released,
+        vec![ip("10.0.0.2")]
+    );
+    assert_eq!(host_local::release(&c, "ctr2", "eth0", &[]).unwrap().released, vec![ip("10.0.0.3")]);
+    assert_eq!(
+        host_local::release(&c, "ctr3", "eth0", &[ip("10.0.0.4")]).unwrap().released,
+        vec![ip("10.0.0.4")]
+    );
+    // A file cut short that no trusted index entry vouches for (written by someone else:
+    // the index is rebuilt from the files) is left to GC; a DEL cannot tell it is its own.
+    fs::write(dir.join("10.0.0.9"), b"ctr9\r\ne").unwrap();
+    assert_eq!(
+        host_local::release(&c, "ctr9", "eth0", &[]).unwrap().released,
+        Vec::<std::net::IpAddr>::new()
+    );
     let outcome = host_local::gc(&c, &[key("ctr4", "eth0")]).unwrap();
-    assert_eq!(outcome.released, vec![ip("10.0.0.3")]);
+    assert_eq!(outcome.released, vec![ip("10.0.0.9")]);
     assert!(outcome.failures.is_empty());
     assert_eq!(ip_files(&dir), vec![ip("10.0.0.5")]);
     host_local::check(&c, "ctr4", "eth0", &[ip("10.0.0.5")]).unwrap();
@@ -207,13 +221,16 @@ fn reservations_made_behind_our_back_are_found() {
     fs::write(dir.join("last_reserved_ip.0"), "10.0.0.9").unwrap();
     let err = host_local::allocate(&c, "theirs", "eth0").unwrap_err();
     assert!(matches!(err, HostLocalError::AlreadyAllocated { .. }), "{err}");
-    assert_eq!(host_local::release(&c, "theirs", "eth0", &[]).unwrap(), vec![ip("10.0.0.9")]);
+    assert_eq!(host_local::release(&c, "theirs", "eth0", &[]).unwrap().released, vec![ip("10.0.0.9")]);
     // Legacy files are released with any interface of their container.
     fs::write(dir.join("10.0.0.20"), "old").unwrap();
-    assert_eq!(host_local::release(&c, "old", "eth3", &[]).unwrap(), vec![ip("10.0.0.20")]);
+    assert_eq!(host_local::release(&c, "old", "eth3", &[]).unwrap().released, vec![ip("10.0.0.20")]);
     // A stale index entry (Go released and re-gave the address) is not trusted.
     fs::write(dir.join("10.0.0.2"), "other\r\neth0").unwrap();
-    assert_eq!(host_local::release(&c, "ours", "eth0", &[]).unwrap(), Vec::<std::net::IpAddr>::new());
+    assert_eq!(
+        host_local::release(&c, "ours", "eth0", &[]).unwrap().released,
+        Vec::<std::net::IpAddr>::new()
+    );
     assert_eq!(fs::read(dir.join("10.0.0.2")).unwrap(), b"other\r\neth0");
 }
 
@@ -222,9 +239,9 @@ fn release_is_idempotent() {
     let tmp = tempfile::tempdir().unwrap();
     let c = conf("idem", tmp.path(), r#""subnet":"10.0.0.0/24""#);
     host_local::allocate(&c, "ctr1", "eth0").unwrap();
-    assert_eq!(host_local::release(&c, "ctr1", "eth0", &[]).unwrap().len(), 1);
-    assert_eq!(host_local::release(&c, "ctr1", "eth0", &[]).unwrap().len(), 0);
-    assert_eq!(host_local::release(&c, "never", "eth0", &[ip("10.0.0.77")]).unwrap().len(), 0);
+    assert_eq!(host_local::release(&c, "ctr1", "eth0", &[]).unwrap().released.len(), 1);
+    assert_eq!(host_local::release(&c, "ctr1", "eth0", &[]).unwrap().released.len(), 0);
+    assert_eq!(host_local::release(&c, "never", "eth0", &[ip("10.0.0.77")]).unwrap().released.len(), 0);
 }
 
 #[test]
@@ -237,8 +254,8 @@ fn an_interrupted_operation_forces_a_rebuild() {
     // As if a process died after spoiling the stamp and while rewriting the table.
     fs::remove_file(index.join("stamp")).unwrap();
     fs::write(index.join("table"), "cni-rs host-local index ta").unwrap();
-    assert_eq!(host_local::release(&c, "ctr1", "eth0", &[]).unwrap(), vec![ip("10.0.0.2")]);
-    assert_eq!(host_local::release(&c, "ctr2", "eth0", &[]).unwrap(), vec![ip("10.0.0.3")]);
+    assert_eq!(host_local::release(&c, "ctr1", "eth0", &[]).unwrap().released, vec![ip("10.0.0.2")]);
+    assert_eq!(host_local::release(&c, "ctr2", "eth0", &[]).unwrap().released, vec![ip("10.0.0.3")]);
     assert!(index.join("stamp").exists());
     // The rebuilt table lists nothing any more, and files of the older one-file-per-
     // attachment layout are removed by a rebuild.

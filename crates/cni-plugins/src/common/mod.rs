@@ -80,3 +80,47 @@ pub fn enable_forwarding(v4: bool) -> Result<(), CniError> {
     }
     cni_net::sysctl::write(key, "1").or_cni(&format!("enable {key}"))
 }
+
+/// The failures of one DEL. A DEL that stops at its first failure leaves everything after
+/// it behind (a runtime then retries the DEL, often forever, while the host veth lingers),
+/// so every step runs and the failures are reported together at the end.
+#[derive(Debug, Default)]
+pub struct DelErrors(Vec<(String, CniError)>);
+
+impl DelErrors {
+    pub fn new() -> DelErrors {
+        DelErrors::default()
+    }
+
+    /// Keeps `result`'s error, if any, as a failure to remove `object`.
+    pub fn record(&mut self, object: impl Into<String>, result: Result<(), CniError>) {
+        if let Err(error) = result {
+            self.0.push((object.into(), error));
+        }
+    }
+
+    /// One CNI error naming every object that could not be removed: a single failure
+    /// keeps its own code, several keep their common code or become 999; `details` gives
+    /// each failure on its own line.
+    pub fn into_result(self) -> Result<(), CniError> {
+        match self.0.as_slice() {
+            [] => Ok(()),
+            [(object, error)] => {
+                Err(CniError::new(error.code, format!("DEL could not remove {object}: {}", error.msg))
+                    .with_details(error.details.clone()))
+            }
+            many => {
+                let first = many[0].1.code;
+                let code = if many.iter().all(|(_, e)| e.code == first) {
+                    first
+                } else {
+                    ErrorCode::Internal.as_u32()
+                };
+                let objects: Vec<&str> = many.iter().map(|(o, _)| o.as_str()).collect();
+                let details: Vec<String> = many.iter().map(|(o, e)| format!("{o}: {}", e.msg)).collect();
+                Err(CniError::new(code, format!("DEL could not remove {}", objects.join(", ")))
+                    .with_details(details.join("\n")))
+            }
+        }
+    }
+}

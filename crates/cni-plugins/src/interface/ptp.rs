@@ -7,7 +7,7 @@
 
 use crate::common::iface;
 use crate::common::veth::{self, VethRequest};
-use crate::common::{masq, open_container_netns, NetResultExt};
+use crate::common::{masq, open_container_netns, DelErrors, NetResultExt};
 use cni_net::netlink::{AddressFlags, Route as KernelRoute, RouteScope};
 use cni_net::Idempotent;
 use cni_net::{Link, NetNs, Netlink};
@@ -159,16 +159,19 @@ impl Plugin for Ptp {
 
     fn del(&self, req: &Request) -> Result<(), CniError> {
         let conf: PtpConf = req.config()?;
-        if delegate::has_ipam(req) {
-            delegate::ipam_forward(req)?;
-        }
-        // As in bridge: the veth is taken out of service first (its deletion continues in
-        // the background), so no traffic leaves through masquerade rules about to go.
-        veth::delete_container_end(req)?;
+        // As in bridge: links and rules first, the IPAM release last, every step run even
+        // after one failed, and the failures reported together.
+        let mut errors = DelErrors::new();
+        // The veth is taken out of service first (its deletion continues in the
+        // background), so no traffic leaves through masquerade rules about to go.
+        errors.record("the container's veth", veth::delete_container_end(req));
         if conf.ip_masq {
-            masq::del(req, req.prev_result().ok().flatten().as_ref())?;
+            errors.record("the masquerade rules", masq::del(req, req.prev_result().ok().flatten().as_ref()));
         }
-        Ok(())
+        if delegate::has_ipam(req) {
+            errors.record("the IPAM plugin's allocations", delegate::ipam_forward(req));
+        }
+        errors.into_result()
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {

@@ -13,7 +13,7 @@ mod spoofcheck;
 
 use crate::common::iface;
 use crate::common::veth::{self, VethRequest};
-use crate::common::{masq, open_container_netns, NetResultExt};
+use crate::common::{masq, open_container_netns, DelErrors, NetResultExt};
 use cni_net::netlink::{BridgeOptions, LinkCondition, LinkKind, LinkSpec};
 use cni_net::{Link, MacAddr, NetNs, Netlink};
 use cni_sdk::{delegate, CniError, CniResult, GcErrors, Plugin, Request};
@@ -178,21 +178,25 @@ impl Plugin for Bridge {
     fn del(&self, req: &Request) -> Result<(), CniError> {
         // Not `load`: DEL must clean up even what a config refused at ADD would describe.
         let conf: BridgeConf = req.config()?;
-        if delegate::has_ipam(req) {
-            delegate::ipam_forward(req)?;
-        }
+        // Links and rules go before the IPAM release, and every step runs even after one
+        // failed: damaged IPAM state must not keep the host veth alive (a runtime retries
+        // a failed DEL, forever if the damage stays).
+        let mut errors = DelErrors::new();
         // The veth is taken out of service first (its deletion then continues in the
         // background), so no traffic leaves through masquerade rules about to go.
-        veth::delete_container_end(req)?;
+        errors.record("the container's veth", veth::delete_container_end(req));
         let prev = req.prev_result().ok().flatten();
         if conf.ip_masq {
-            masq::del(req, prev.as_ref())?;
+            errors.record("the masquerade rules", masq::del(req, prev.as_ref()));
         }
         if conf.mac_spoof_check {
             let host_port = prev.as_ref().and_then(|p| p.interfaces.get(HOST_IFACE)).map(|i| i.name.as_str());
-            spoofcheck::del(req, host_port)?;
+            errors.record("the MAC spoof-check rules", spoofcheck::del(req, host_port));
         }
-        Ok(())
+        if delegate::has_ipam(req) {
+            errors.record("the IPAM plugin's allocations", delegate::ipam_forward(req));
+        }
+        errors.into_result()
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {

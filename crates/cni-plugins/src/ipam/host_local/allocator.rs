@@ -32,20 +32,37 @@ pub struct Session {
     store: Store,
     index: Index,
     range_sets: usize,
+    /// Whether the index was complete when the directory was locked, i.e. its entries are
+    /// what our own operations recorded rather than what a rebuild read back from files.
+    /// Only then does an entry say whose a damaged address file was.
+    index_trusted: bool,
 }
 
 impl Session {
     /// Locks the directory and makes sure the index is complete, rebuilding it with one scan
     /// if a foreign writer (or an interrupted operation) changed the directory.
     pub fn open(store: Store, range_sets: usize) -> Result<Session, HostLocalError> {
-        let session = Session { index: Index::new(&store), store, range_sets };
-        let index = session.index();
-        if !index.is_complete(range_sets) {
-            let allocations = session.store.scan()?;
-            index.rebuild(&allocations)?;
-            index.mark_complete(range_sets)?;
+        let mut session = Session { index: Index::new(&store), store, range_sets, index_trusted: true };
+        if !session.index.is_complete(range_sets) {
+            session.index_trusted = false;
+            let allocations = session.store.scan()?.files;
+            let rebuilt =
+                session.index.rebuild(&allocations).and_then(|()| session.index.mark_complete(range_sets));
+            if rebuilt.is_err() {
+                // The index is only a hint that we alone write: whatever damaged it (a
+                // directory where its table or stamp should be), it is thrown away and
+                // built again rather than failing the operation.
+                session.index.discard()?;
+                session.index.rebuild(&allocations)?;
+                session.index.mark_complete(range_sets)?;
+            }
         }
         Ok(session)
+    }
+
+    /// See the field: whether index entries may vouch for damaged address files.
+    pub fn index_trusted(&self) -> bool {
+        self.index_trusted
     }
 
     pub fn store(&self) -> &Store {
@@ -73,6 +90,7 @@ impl Session {
             return Ok(self
                 .store
                 .scan()?
+                .files
                 .into_iter()
                 .filter(|(_, h)| h.as_ref().is_some_and(|h| h.is(container_id, ifname)))
                 .map(|(ip, _)| ip)

@@ -239,11 +239,37 @@ impl Index {
         out
     }
 
-    /// Whether the index is known to list every allocation of the directory.
+    /// Whether the index is known to list every allocation of the directory: the stamp
+    /// matches and the table, if there is one, is readable (a damaged table with a valid
+    /// stamp would otherwise be replaced by an empty one, forgetting every attachment).
+    /// The table opened here serves the operation's lookups.
     pub fn is_complete(&self, range_sets: usize) -> bool {
         match fs::read_to_string(self.dir.join(STAMP_FILE)) {
-            Ok(stamp) => stamp == self.fingerprint(range_sets),
+            Ok(stamp) if stamp == self.fingerprint(range_sets) => {}
+            _ => return false,
+        }
+        let path = self.table_path();
+        match SlotTable::open(&path) {
+            Ok(Some(table)) => {
+                *self.table.borrow_mut() = Some(table);
+                true
+            }
+            Ok(None) => fs::symlink_metadata(&path).is_err(),
             Err(_) => false,
+        }
+    }
+
+    /// Removes the whole index directory, whatever it contains, so that a rebuild starts
+    /// from nothing.
+    pub fn discard(&self) -> Result<(), HostLocalError> {
+        self.table.borrow_mut().take();
+        match fs::remove_dir_all(&self.dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                // A file where the directory should be.
+                fs::remove_file(&self.dir)
+                    .map_err(|_| HostLocalError::io(&self.dir, "discarding the damaged index", e))
+            }
+            _ => Ok(()),
         }
     }
 

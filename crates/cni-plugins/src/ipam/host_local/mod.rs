@@ -30,6 +30,7 @@ pub use allocator::Allocation;
 use allocator::Session;
 pub use config::{HostLocalConfig, IpSource, RequestedIp, RouteSpec, DEFAULT_DATA_DIR};
 pub use error::HostLocalError;
+use index::Index;
 use store::{Holder, Reservation, Store};
 
 /// Opens and locks the network directory of `conf` with a complete index.
@@ -117,34 +118,63 @@ pub fn allocate(
     })
 }
 
+/// What DEL did.
+#[derive(Debug, Default)]
+pub struct Released {
+    /// Addresses whose file was removed.
+    pub released: Vec<IpAddr>,
+    /// Addresses of the attachment that could not be released (a directory has the
+    /// address's name), and why. DEL carries on past them: failing would make the
+    /// runtime retry a DEL that cannot succeed.
+    pub skipped: Vec<(IpAddr, String)>,
+}
+
 /// DEL: releases every address held by (container_id, ifname). `known_ips` (the
-/// prevResult's addresses, if any) are checked first; then the index. Files that no longer
-/// name this attachment are left alone; an empty or garbage file at a `known_ips` address
-/// is released (nobody else can claim it). Idempotent: returns the addresses released.
+/// prevResult's addresses, if any) are checked first; then the index. Files that name
+/// another attachment are left alone. A file that names nobody (empty, garbage) or only a
+/// prefix of this attachment's record (cut short by a crash) is released when the
+/// prevResult or a trusted index entry says the address is this attachment's: otherwise
+/// it would stay reserved for good (GC releases it too, but not every runtime runs GC).
+/// Idempotent.
 pub fn release(
     conf: &HostLocalConfig,
     container_id: &str,
     ifname: &str,
     known_ips: &[IpAddr],
-) -> Result<Vec<IpAddr>, HostLocalError> {
+) -> Result<Released, HostLocalError> {
     let session = open_session(conf)?;
     with_changes(&session, || {
         let store = session.store();
-        let mut released = Vec::new();
-        for &ip in known_ips {
-            if store.reservation(ip)? == Reservation::Unreadable && store.release(ip)? {
-                released.push(ip);
-            }
-        }
+        let vouched: Vec<IpAddr> = if session.index_trusted() && Index::can_index(container_id, ifname) {
+            session.index().candidates(container_id, ifname)
+        } else {
+            Vec::new()
+        };
         let mut candidates: Vec<IpAddr> = known_ips.to_vec();
+        candidates.extend(vouched.iter().copied());
         candidates.extend(session.held_by(container_id, ifname)?);
+        let mut outcome = Released::default();
         for ip in candidates {
-            if !released.contains(&ip) && store.is_held_by(ip, container_id, ifname)? && store.release(ip)? {
-                released.push(ip);
+            if outcome.released.contains(&ip) || outcome.skipped.iter().any(|(s, _)| *s == ip) {
+                continue;
+            }
+            let ours = match store.reservation(ip)? {
+                Reservation::Free => false,
+                Reservation::Held(holder) => {
+                    holder.is(container_id, ifname) || holder.is_truncation_of(container_id, ifname)
+                }
+                Reservation::Unreadable => true,
+                Reservation::NotAFile => {
+                    outcome.skipped.push((ip, format!("{} is not a file", store.ip_path(ip).display())));
+                    continue;
+                }
+            };
+            if ours && store.release(ip)? {
+                outcome.released.push(ip);
             }
         }
         session.index().forget(container_id, ifname)?;
-        Ok(released)
+        Ok(outcome)
     })
 }
 
@@ -180,6 +210,9 @@ pub struct GcOutcome {
     pub released: Vec<IpAddr>,
     /// Addresses whose file could not be removed, and why; GC carried on past them.
     pub failures: Vec<(IpAddr, HostLocalError)>,
+    /// Entries named like an address that are not files (directories): the address stays
+    /// taken, and GC reports it rather than remove what it did not create.
+    pub not_files: Vec<IpAddr>,
 }
 
 /// GC: releases every allocation of the network whose holder is not in `valid`, including
@@ -196,7 +229,9 @@ pub fn gc(conf: &HostLocalConfig, valid: &[Attachment]) -> Result<GcOutcome, Hos
         let store = session.store();
         let mut outcome = GcOutcome::default();
         let mut kept = Vec::new();
-        for (ip, holder) in store.scan()? {
+        let scan = store.scan()?;
+        outcome.not_files = scan.not_files;
+        for (ip, holder) in scan.files {
             if holder.as_ref().is_some_and(is_valid) {
                 kept.push((ip, holder));
                 continue;

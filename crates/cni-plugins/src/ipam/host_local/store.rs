@@ -68,6 +68,19 @@ impl Holder {
         }
     }
 
+    /// Whether this holder is what remains of the attachment's record after it was cut
+    /// short (a crash, a full disk): its content is a strict prefix of what ADD writes.
+    /// Trust it only where something else says the address is the attachment's (the
+    /// index while complete, the prevResult): a foreign container ID can be a prefix too.
+    pub fn is_truncation_of(&self, container_id: &str, ifname: &str) -> bool {
+        let full = format!("{}{LINE_BREAK}{ifname}", container_id.trim());
+        let own = match &self.ifname {
+            Some(own) => format!("{}{LINE_BREAK}{own}", self.container_id),
+            None => self.container_id.clone(),
+        };
+        full.len() > own.len() && full.starts_with(&own)
+    }
+
     /// Whether this holder is the attachment (container_id, ifname): exact match, or a legacy
     /// file of that container.
     pub fn is(&self, container_id: &str, ifname: &str) -> bool {
@@ -89,6 +102,19 @@ pub enum Reservation {
     /// A file exists but names nobody (empty, as left by a plugin killed between create
     /// and write, or garbage): reserved, by no one a DEL could match.
     Unreadable,
+    /// Something other than a file (a directory) has the address's name: the address is
+    /// taken, but nothing of ours to release. Reported and skipped, never removed: we did
+    /// not create it.
+    NotAFile,
+}
+
+/// Every address entry of a network directory, as found by [`Store::scan`].
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// Address files with their holder (`None` for empty or garbage content).
+    pub files: Vec<(IpAddr, Option<Holder>)>,
+    /// Entries named like an address that are not regular files (directories).
+    pub not_files: Vec<IpAddr>,
 }
 
 /// An open, locked network directory. The lock is released when this is dropped.
@@ -204,6 +230,7 @@ impl Store {
             Ok(Some(content)) => {
                 Ok(Holder::parse(&content).map_or(Reservation::Unreadable, Reservation::Held))
             }
+            Err(e) if e.raw_os_error() == Some(libc::EISDIR) => Ok(Reservation::NotAFile),
             Err(e) => Err(HostLocalError::io(path, "reading the address file", e)),
         }
     }
@@ -238,24 +265,30 @@ impl Store {
     /// range's beginning: still correct, since the address files decide what is free.
     pub fn set_last_reserved(&self, range_set: usize, ip: IpAddr) -> Result<(), HostLocalError> {
         let path = self.last_reserved_path(range_set);
-        rewrite_in_place(&path, ip.to_string().as_bytes())
-            .map_err(|e| HostLocalError::io(&path, "recording the last reserved address", e))
+        match rewrite_in_place(&path, ip.to_string().as_bytes()) {
+            // A directory in its place (not ours to remove) only costs the next search its
+            // starting point, as an unreadable hint does: no reason to refuse the ADD.
+            Err(e) if e.raw_os_error() == Some(libc::EISDIR) => Ok(()),
+            other => other.map_err(|e| HostLocalError::io(&path, "recording the last reserved address", e)),
+        }
     }
 
-    /// Every address file with its holder (`None` for garbage content). Costs one read per
-    /// allocation: used by GC, index rebuilds and STATUS-free paths only.
-    pub fn scan(&self) -> Result<Vec<(IpAddr, Option<Holder>)>, HostLocalError> {
+    /// Every address file with its holder (`None` for garbage content), and the entries
+    /// named like an address that are not files. Costs one read per allocation: used by
+    /// GC, index rebuilds and STATUS-free paths only.
+    pub fn scan(&self) -> Result<Scan, HostLocalError> {
         let io_err = |e| HostLocalError::io(&self.dir, "listing the network directory", e);
-        let mut found = Vec::new();
+        let mut found = Scan::default();
         for entry in fs::read_dir(&self.dir).map_err(io_err)? {
             let entry = entry.map_err(io_err)?;
             let Some(ip) = entry.file_name().to_str().and_then(|n| n.parse::<IpAddr>().ok()) else {
                 continue;
             };
             match read_small(&entry.path()) {
-                Ok(content) => found.push((ip, Holder::parse(&content))),
-                // Released by nobody else (we hold the lock), but tolerate oddities such as a
-                // directory named like an address.
+                Ok(content) => found.files.push((ip, Holder::parse(&content))),
+                Err(e) if e.raw_os_error() == Some(libc::EISDIR) => found.not_files.push(ip),
+                // Released by nobody else (we hold the lock); anything else unreadable is
+                // left to the operations that touch that one address.
                 Err(_) => continue,
             }
         }
@@ -282,6 +315,11 @@ mod tests {
         assert_eq!(Holder::parse(b"ctr1\r\n"), Some(Holder { container_id: "ctr1".into(), ifname: None }));
         assert_eq!(Holder::parse(b"a b c"), None);
         assert_eq!(Holder::parse(&[0xff, 0xfe]), None);
+        let cut = Holder::parse(b"ctr1\r\net").unwrap();
+        assert!(cut.is_truncation_of("ctr1", "eth0"));
+        assert!(!cut.is_truncation_of("ctr1", "et"));
+        assert!(Holder::parse(b"ct").unwrap().is_truncation_of("ctr1", "eth0"));
+        assert!(!Holder::parse(b"ctr2").unwrap().is_truncation_of("ctr1", "eth0"));
     }
 
     #[test]

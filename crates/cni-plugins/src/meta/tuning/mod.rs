@@ -105,7 +105,12 @@ impl Plugin for Tuning {
     /// Restores what ADD recorded. No record, no namespace, no interface: nothing to do.
     fn del(&self, req: &Request) -> Result<(), CniError> {
         let path = record_path(req, &config::data_dir(req)?);
-        let Some(record) = state::load(&path)? else { return Ok(()) };
+        let Some(record) = state::load(&path)? else {
+            // Absent, or damaged beyond use: a damaged one goes, so it neither lingers nor
+            // blocks the next ADD.
+            state::remove_damaged(&path);
+            return Ok(());
+        };
         if let Some(ns) = open_container_netns_for_del(req)? {
             let errors = link_state::restore(&ns, &req.ifname, &record);
             if !errors.is_empty() {

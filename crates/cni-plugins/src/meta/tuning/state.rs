@@ -85,11 +85,15 @@ pub fn record_path(data_dir: &Path, container_id: &str, ifname: &str) -> PathBuf
 /// Reads a record; `None` when there is none. An unreadable (corrupt) record is treated as
 /// absent, with a note on stderr: it cannot be restored from, and must not block DEL.
 pub fn load(path: &Path) -> Result<Option<Originals>, CniError> {
-    let read = std::fs::read(path).ignore_missing();
-    let Some(bytes) =
-        read.map_err(|e| CniError::io(format!("tuning: cannot read {}: {e}", path.display())))?
-    else {
-        return Ok(None);
+    let bytes = match std::fs::read(path).ignore_missing() {
+        Ok(Some(b)) => b,
+        Ok(None) => return Ok(None),
+        // A directory in the record's place holds nothing to restore from either.
+        Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+            eprintln!("tuning: ignoring {}: not a file", path.display());
+            return Ok(None);
+        }
+        Err(e) => return Err(CniError::io(format!("tuning: cannot read {}: {e}", path.display()))),
     };
     match serde_json::from_slice(&bytes) {
         Ok(record) => Ok(Some(record)),
@@ -141,6 +145,20 @@ pub fn list(data_dir: &Path) -> Result<Vec<(PathBuf, Originals)>, CniError> {
         }
     }
     Ok(records)
+}
+
+/// Removes whatever unreadable thing has a record's name (garbage, an empty directory), so
+/// that it does not linger and a later ADD can write the record. Best effort, reported on
+/// stderr: DEL must not fail over a record that could not be used anyway.
+pub fn remove_damaged(path: &Path) {
+    let removed = match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(_) => return,
+    };
+    if let Err(e) = removed {
+        eprintln!("tuning: cannot remove the damaged record {}: {e}", path.display());
+    }
 }
 
 /// Removes a record; a missing one is fine (DEL is idempotent).

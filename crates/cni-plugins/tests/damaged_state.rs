@@ -1,0 +1,226 @@
+//! Damaged state must not block DEL (issue 14, "nothing lost, nothing leaked"): for every
+//! file host-local writes (an attachment's reservation, `lock`, `last_reserved_ip.0`, the
+//! index's table and stamp) and every kind of damage (emptied, cut short, garbage, a
+//! directory where the file should be), bridge + host-local DEL (without a prevResult: the
+//! hardest case, the runtime lost its cache) removes the veth and the reservation or reports
+//! exactly what it could not, GC then leaves nothing behind, and a later ADD works.
+
+mod common;
+
+use cni_net::netlink::LinkKind;
+use cni_testkit::ns::{HostAndContainers, TestNetns};
+use common::{call, eventually, ok};
+use serde_json::{json, Value};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+const PREFIX: &str = "cds";
+const NETWORK: &str = "dmgnet";
+
+#[derive(Debug, Clone, Copy)]
+enum Damage {
+    Empty,
+    CutShort,
+    Garbage,
+    Directory,
+}
+
+const DAMAGES: [Damage; 4] = [Damage::Empty, Damage::CutShort, Damage::Garbage, Damage::Directory];
+
+/// Damages the file at `path` in place. Rewriting a file's content (the first three kinds)
+/// leaves its directory untouched, as a crash or a full disk would.
+fn damage(path: &Path, kind: Damage) {
+    let content = fs::read(path).unwrap_or_default();
+    match kind {
+        Damage::Empty => fs::write(path, b"").unwrap(),
+        Damage::CutShort => fs::write(path, &content[..content.len() / 2]).unwrap(),
+        Damage::Garbage => fs::write(path, [0xff, 0xfe, 0x00, b'\r', b'\n', 0x80, b' ', b'x']).unwrap(),
+        Damage::Directory => {
+            let _ = fs::remove_file(path);
+            fs::create_dir(path).unwrap();
+        }
+    }
+}
+
+fn conf(data_dir: &Path) -> Value {
+    json!({"cniVersion": "1.1.0", "name": NETWORK, "type": "bridge", "bridge": "cds0", "isGateway": true,
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.71.0.0/24"}]], "dataDir": data_dir}})
+}
+
+fn gc_conf(data_dir: &Path) -> Value {
+    let mut gc = conf(data_dir);
+    gc["cni.dev/valid-attachments"] = json!([]);
+    gc
+}
+
+/// Address files (regular files named like an address) of the network.
+fn reservations(data_dir: &Path) -> Vec<String> {
+    let Ok(dir) = fs::read_dir(data_dir.join(NETWORK)) else { return Vec::new() };
+    dir.flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
+        .collect()
+}
+
+fn veths(host: &TestNetns) -> usize {
+    host.netlink().unwrap().links().unwrap().iter().filter(|l| l.kind == LinkKind::Veth).count()
+}
+
+/// Which file of the network directory a case damages, given the ADD result.
+type Target = fn(&Path, &Value) -> PathBuf;
+
+fn own_reservation(net_dir: &Path, result: &Value) -> PathBuf {
+    let address = result["ips"][0]["address"].as_str().unwrap();
+    net_dir.join(address.split('/').next().unwrap())
+}
+
+/// Runs every damage kind against the file `target` picks: ADD, damage, DEL, GC, repair
+/// what cannot be repaired automatically (a directory we did not create), ADD and DEL again.
+/// `del_reports` says whether DEL must fail (code 5 naming the path) for the directory case;
+/// `gc_reports` likewise for GC. Returns the number of cases run.
+fn run_cases(target: Target, del_reports: bool, gc_reports: bool) -> usize {
+    let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
+    let container = &env.containers[0];
+    let mut cases = 0;
+    for kind in DAMAGES {
+        let data = tempfile::tempdir().unwrap();
+        let conf = conf(data.path());
+        let net_dir = data.path().join(NETWORK);
+        let result = call("bridge", "ADD", &env.host, Some(container), &conf).run().json();
+        let path = target(&net_dir, &result);
+        damage(&path, kind);
+        let directory = matches!(kind, Damage::Directory);
+
+        let del = call("bridge", "DEL", &env.host, Some(container), &conf).run();
+        if directory && del_reports {
+            let err = del.error();
+            assert_eq!(err.code, 5, "{kind:?} {}: {err:?}", path.display());
+            assert!(err.msg.contains(&path.display().to_string()), "{kind:?}: {}", err.msg);
+        } else {
+            ok(del);
+        }
+        // Whatever happened to the state, the links are gone.
+        eventually(&format!("{kind:?} {}: veth left", path.display()), || veths(&env.host) == 0);
+        assert!(container.netlink().unwrap().link_by_name("eth0").unwrap().is_none());
+
+        let gc = call("bridge", "GC", &env.host, Some(container), &gc_conf(data.path())).run();
+        if directory && gc_reports {
+            let err = gc.error();
+            assert_eq!(err.code, 5, "{kind:?} {}: {err:?}", path.display());
+        } else {
+            ok(gc);
+        }
+        if directory && (del_reports || gc_reports) {
+            // Not ours to remove: the operator does, and everything works again.
+            fs::remove_dir(&path).unwrap();
+            if del_reports {
+                // The runtime retries the DEL that failed, which now succeeds.
+                ok(call("bridge", "DEL", &env.host, Some(container), &conf).run());
+            }
+        } else if directory {
+            // Ours and only a hint: the plugin replaced the directory itself (the index),
+            // or worked around it (last_reserved_ip.0 is rewritten only by an ADD).
+            // The later ADD works with the directory still there.
+            assert!(!path.is_dir() || path.ends_with("last_reserved_ip.0"), "{}", path.display());
+        }
+        assert!(
+            reservations(data.path()).is_empty(),
+            "{kind:?} {}: {:?}",
+            path.display(),
+            reservations(data.path())
+        );
+
+        let again = call("bridge", "ADD", &env.host, Some(container), &conf).run().json();
+        assert!(again["ips"][0]["address"].is_string(), "{kind:?}: {again}");
+        ok(call("bridge", "DEL", &env.host, Some(container), &conf).run());
+        // DEL is idempotent, damaged or not.
+        ok(call("bridge", "DEL", &env.host, Some(container), &conf).run());
+        assert!(reservations(data.path()).is_empty(), "{kind:?}: {:?}", reservations(data.path()));
+        eventually("veth left after the second DEL", || veths(&env.host) == 0);
+        cases += 1;
+    }
+    cases
+}
+
+#[test]
+fn the_attachments_reservation() {
+    // A directory named like the address: DEL skips it (stderr) and succeeds, GC reports it.
+    assert_eq!(run_cases(own_reservation, false, true), 4);
+}
+
+#[test]
+fn the_lock() {
+    // A directory: nothing can be locked, so DEL reports code 5 naming it (after removing
+    // the links); once repaired, DEL releases the address.
+    assert_eq!(run_cases(|dir, _| dir.join("lock"), true, true), 4);
+}
+
+#[test]
+fn last_reserved_ip() {
+    // Only where the next search starts: damage of any kind costs nothing.
+    assert_eq!(run_cases(|dir, _| dir.join("last_reserved_ip.0"), false, false), 4);
+}
+
+#[test]
+fn the_index_table() {
+    // The index is ours and only a hint: discarded and rebuilt from the address files.
+    assert_eq!(run_cases(|dir, _| dir.join(".cni-rs-index/table"), false, false), 4);
+}
+
+#[test]
+fn the_index_stamp() {
+    assert_eq!(run_cases(|dir, _| dir.join(".cni-rs-index/stamp"), false, false), 4);
+}
+
+/// tuning's record of one attachment, damaged each way: DEL succeeds and removes it (a
+/// damaged record cannot be restored from, and must not block the next ADD), a later ADD
+/// records again and its DEL restores.
+#[test]
+fn tunings_record() {
+    use cni_net::netlink::{LinkSpec, VethSpec};
+    use cni_testkit::runner::PluginCall;
+    const IFNAME: &str = "cdt0";
+    const ARP_FILTER: &str = "net.ipv4.conf.cdt0.arp_filter";
+    let host = TestNetns::with_prefix(PREFIX).unwrap();
+    let ctr = TestNetns::with_prefix(PREFIX).unwrap();
+    host.netlink()
+        .unwrap()
+        .add_veth(&VethSpec { link: LinkSpec::new("cdth0"), peer: LinkSpec::new(IFNAME).netns(ctr.netns()) })
+        .unwrap();
+    let mut cases = 0;
+    for kind in DAMAGES {
+        let data = tempfile::tempdir().unwrap();
+        let conf = json!({"cniVersion": "1.1.0", "name": "cdt-tuning", "type": "tuning",
+            "dataDir": data.path(), "sysctl": {ARP_FILTER: "1"},
+            "prevResult": {"cniVersion": "1.1.0", "interfaces": [{"name": IFNAME, "sandbox": ctr.path()}]}});
+        let run = |verb: &str| {
+            PluginCall::new(common::plugin("tuning"), verb)
+                .netns(ctr.path())
+                .ifname(IFNAME)
+                .config(&conf)
+                .in_namespace(host.path())
+                .run()
+        };
+        let arp_filter = || cni_net::sysctl::read_in(ctr.netns(), ARP_FILTER).unwrap().trim().to_string();
+        ok(run("ADD"));
+        assert_eq!(arp_filter(), "1");
+        let records: Vec<PathBuf> = fs::read_dir(data.path()).unwrap().flatten().map(|e| e.path()).collect();
+        assert_eq!(records.len(), 1, "{records:?}");
+        damage(&records[0], kind);
+
+        ok(run("DEL"));
+        ok(run("DEL"));
+        assert!(!records[0].exists(), "{kind:?}: the damaged record stayed");
+        // The original value is lost with the record; put it back by hand for the next case.
+        cni_net::sysctl::write_in(ctr.netns(), ARP_FILTER, "0").unwrap();
+
+        ok(run("ADD"));
+        assert_eq!(arp_filter(), "1");
+        ok(run("DEL"));
+        assert_eq!(arp_filter(), "0", "{kind:?}: the later ADD's DEL did not restore");
+        assert_eq!(fs::read_dir(data.path()).unwrap().count(), 0);
+        cases += 1;
+    }
+    assert_eq!(cases, 4);
+}
