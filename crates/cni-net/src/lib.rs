@@ -30,7 +30,7 @@
 //! # }
 //! ```
 
-mod detach;
+pub mod detach;
 pub mod error;
 pub mod mac;
 pub mod netlink;
