@@ -31,7 +31,7 @@
 //! ```
 
 pub mod announce;
-mod detach;
+pub mod detach;
 pub mod error;
 mod idempotent;
 pub mod mac;

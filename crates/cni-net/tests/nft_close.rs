@@ -11,6 +11,12 @@ use std::time::Duration;
 #[test]
 fn detached_close_keeps_the_commit_and_its_helper_is_reaped() {
     require_root();
+    // The only test in this file (binary): the opt-in, for the whole process, reaches no
+    // other test.
+    assert!(
+        cni_net::detach::enable_helper_processes(),
+        "helpers are on unless CNI_RS_NO_HELPER_PROCESSES is set"
+    );
     in_fresh_netns(|| {
         for round in 0..3 {
             let mut nft = NftClient::new().unwrap();

@@ -163,9 +163,15 @@ fn prove_connectivity(
     Ok(())
 }
 
+/// Whether this process runs as root (effective uid 0).
+#[allow(unsafe_code)] // the crate's only unsafe call: std has no geteuid
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 pub fn demo(ctx: &Context, network: Option<&str>) -> Result<(), Failure> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !is_root() {
         return Err(Failure("the demo creates network namespaces: run it as root".into()));
     }
     let scratch =

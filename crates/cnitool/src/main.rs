@@ -1,6 +1,9 @@
 //! `cnitool`: attach a network namespace to a CNI network by hand, and inspect what is
 //! attached. Compatible with the reference cnitool's commands and environment variables.
 
+// One unsafe call (geteuid in `demo`, which std does not offer), allowed there alone.
+#![deny(unsafe_code)]
+
 mod cli;
 mod commands;
 #[cfg(feature = "demo")]

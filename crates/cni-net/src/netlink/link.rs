@@ -230,14 +230,15 @@ impl Netlink {
         context(self.request(request, 0), || format!("delete link #{index}"))
     }
 
-    /// Deletes a link by index like [`Netlink::delete_link`], but returns before the
-    /// kernel has finished: the request is sent by a detached helper process (see
-    /// `crate::detach`), which waits out the device's unregistration (an `rcu_barrier()`,
-    /// ~20 ms) while this process goes on. Meant for a plugin's last step, on a link that
-    /// nothing uses any more, with its name already freed (renamed) if something may
-    /// want it back at once. No error is reported: a link that turns out to be gone
-    /// already is what was wanted, and whoever must know checks the kernel's state. If
-    /// the work cannot be handed off, the link is deleted here, synchronously.
+    /// Deletes a link by index like [`Netlink::delete_link`], but, in a program that
+    /// called [`crate::detach::enable_helper_processes`], returns before the kernel has
+    /// finished: the request is sent by a detached helper process, which waits out the
+    /// device's unregistration (an `rcu_barrier()`, ~20 ms) while this process goes on.
+    /// Meant for a plugin's last step, on a link that nothing uses any more, with its name
+    /// already freed (renamed) if something may want it back at once. No error is
+    /// reported: a link that turns out to be gone already is what was wanted, and whoever
+    /// must know checks the kernel's state. Without the opt-in, or if the work cannot be
+    /// handed off, the link is deleted here, synchronously.
     pub fn delete_link_in_background(&mut self, index: u32) -> Result<()> {
         let Some(fd) = self.conversation.transport.raw_fd() else { return self.delete_link(index) };
         // No NLM_F_ACK: nobody reads the answer (an error still queues one, which this

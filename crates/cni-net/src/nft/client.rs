@@ -58,7 +58,9 @@ impl NftClient {
     /// holds the commit mutex; see `crate::detach`), else at once — and exits. It keeps no
     /// other descriptor (no stdout pipe, no lock) and shares this process's memory, so
     /// starting it costs one `clone` and no wait. Meant for short-lived callers such as
-    /// plugins; if it cannot be started the socket is closed here, the slow way.
+    /// plugins, and only in a program that called
+    /// [`crate::detach::enable_helper_processes`]; without that, or if the helper cannot be
+    /// started, the socket is closed here, the slow way.
     pub fn close_without_waiting(self) {
         let tail = crate::detach::Tail::CloseAfterCaller { on_tick: self.removed };
         let handoff = crate::detach::detach(self.sock.raw_fd(), tail);

@@ -13,6 +13,9 @@ const USAGE: &str = "usage: cni-plugins <plugin> | install <dir> | --list | --he
   dhcp daemon     run the DHCP lease daemon the `dhcp` plugin talks to (dhcp daemon --help)";
 
 fn main() -> ExitCode {
+    // A plugin's caller waits for it to exit: the kernel's slow clean-up after a DEL goes
+    // to helper processes (unless CNI_RS_NO_HELPER_PROCESSES is set; see cni_net::detach).
+    cni_net::detach::enable_helper_processes();
     let args: Vec<String> = std::env::args().collect();
     let invoked_as = args.first().map(|a| basename(a)).unwrap_or_default();
     // bridge delegating to host-local (a link to this binary) then runs it in process.
