@@ -182,6 +182,12 @@ impl Plugin for Bridge {
         // failed: damaged IPAM state must not keep the host veth alive (a runtime retries
         // a failed DEL, forever if the damage stays).
         let mut errors = DelErrors::new();
+        // dhcp releases its lease over the container's interface: it goes while that is
+        // still there (its failure is recorded, and the links still go).
+        let ipam_first = delegate::has_ipam(req) && delegate::ipam_needs_interface(req);
+        if ipam_first {
+            errors.record("the IPAM plugin's allocations", delegate::ipam_forward(req));
+        }
         // The veth is taken out of service first (its deletion then continues in the
         // background), so no traffic leaves through masquerade rules about to go.
         errors.record("the container's veth", veth::delete_container_end(req));
@@ -193,7 +199,7 @@ impl Plugin for Bridge {
             let host_port = prev.as_ref().and_then(|p| p.interfaces.get(HOST_IFACE)).map(|i| i.name.as_str());
             errors.record("the MAC spoof-check rules", spoofcheck::del(req, host_port));
         }
-        if delegate::has_ipam(req) {
+        if delegate::has_ipam(req) && !ipam_first {
             errors.record("the IPAM plugin's allocations", delegate::ipam_forward(req));
         }
         errors.into_result()
