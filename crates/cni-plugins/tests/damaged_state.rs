@@ -1,9 +1,10 @@
 //! Damaged state must not block DEL (issue 14, "nothing lost, nothing leaked"): for every
 //! file host-local writes (an attachment's reservation, `lock`, `last_reserved_ip.0`, the
 //! index's table and stamp) and every kind of damage (emptied, cut short, garbage, a
-//! directory where the file should be), bridge + host-local DEL (without a prevResult: the
-//! hardest case, the runtime lost its cache) removes the veth and the reservation or reports
-//! exactly what it could not, GC then leaves nothing behind, and a later ADD works.
+//! directory where the file should be), bridge or ptp + host-local DEL (without a
+//! prevResult: the hardest case, the runtime lost its cache) removes the veth and the
+//! reservation or reports exactly what it could not, GC then leaves nothing behind, and a
+//! later ADD works: 2 plugins x 5 files x 4 kinds = 40 cases. tuning's record adds 4.
 
 mod common;
 
@@ -42,13 +43,16 @@ fn damage(path: &Path, kind: Damage) {
     }
 }
 
-fn conf(data_dir: &Path) -> Value {
-    json!({"cniVersion": "1.1.0", "name": NETWORK, "type": "bridge", "bridge": "cds0", "isGateway": true,
+/// The two interface plugins that delegate to IPAM.
+const PLUGINS: [&str; 2] = ["bridge", "ptp"];
+
+fn conf(plugin: &str, data_dir: &Path) -> Value {
+    json!({"cniVersion": "1.1.0", "name": NETWORK, "type": plugin, "bridge": "cds0", "isGateway": true,
         "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.71.0.0/24"}]], "dataDir": data_dir}})
 }
 
-fn gc_conf(data_dir: &Path) -> Value {
-    let mut gc = conf(data_dir);
+fn gc_conf(plugin: &str, data_dir: &Path) -> Value {
+    let mut gc = conf(plugin, data_dir);
     gc["cni.dev/valid-attachments"] = json!([]);
     gc
 }
@@ -83,16 +87,16 @@ fn run_cases(target: Target, del_reports: bool, gc_reports: bool) -> usize {
     let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
     let container = &env.containers[0];
     let mut cases = 0;
-    for kind in DAMAGES {
+    for (plugin, kind) in PLUGINS.iter().flat_map(|p| DAMAGES.map(|d| (*p, d))) {
         let data = tempfile::tempdir().unwrap();
-        let conf = conf(data.path());
+        let conf = conf(plugin, data.path());
         let net_dir = data.path().join(NETWORK);
-        let result = call("bridge", "ADD", &env.host, Some(container), &conf).run().json();
+        let result = call(plugin, "ADD", &env.host, Some(container), &conf).run().json();
         let path = target(&net_dir, &result);
         damage(&path, kind);
         let directory = matches!(kind, Damage::Directory);
 
-        let del = call("bridge", "DEL", &env.host, Some(container), &conf).run();
+        let del = call(plugin, "DEL", &env.host, Some(container), &conf).run();
         if directory && del_reports {
             let err = del.error();
             assert_eq!(err.code, 5, "{kind:?} {}: {err:?}", path.display());
@@ -104,7 +108,7 @@ fn run_cases(target: Target, del_reports: bool, gc_reports: bool) -> usize {
         eventually(&format!("{kind:?} {}: veth left", path.display()), || veths(&env.host) == 0);
         assert!(container.netlink().unwrap().link_by_name("eth0").unwrap().is_none());
 
-        let gc = call("bridge", "GC", &env.host, Some(container), &gc_conf(data.path())).run();
+        let gc = call(plugin, "GC", &env.host, Some(container), &gc_conf(plugin, data.path())).run();
         if directory && gc_reports {
             let err = gc.error();
             assert_eq!(err.code, 5, "{kind:?} {}: {err:?}", path.display());
@@ -116,7 +120,7 @@ fn run_cases(target: Target, del_reports: bool, gc_reports: bool) -> usize {
             fs::remove_dir(&path).unwrap();
             if del_reports {
                 // The runtime retries the DEL that failed, which now succeeds.
-                ok(call("bridge", "DEL", &env.host, Some(container), &conf).run());
+                ok(call(plugin, "DEL", &env.host, Some(container), &conf).run());
             }
         } else if directory {
             // Ours and only a hint: the plugin replaced the directory itself (the index),
@@ -131,11 +135,11 @@ fn run_cases(target: Target, del_reports: bool, gc_reports: bool) -> usize {
             reservations(data.path())
         );
 
-        let again = call("bridge", "ADD", &env.host, Some(container), &conf).run().json();
+        let again = call(plugin, "ADD", &env.host, Some(container), &conf).run().json();
         assert!(again["ips"][0]["address"].is_string(), "{kind:?}: {again}");
-        ok(call("bridge", "DEL", &env.host, Some(container), &conf).run());
+        ok(call(plugin, "DEL", &env.host, Some(container), &conf).run());
         // DEL is idempotent, damaged or not.
-        ok(call("bridge", "DEL", &env.host, Some(container), &conf).run());
+        ok(call(plugin, "DEL", &env.host, Some(container), &conf).run());
         assert!(reservations(data.path()).is_empty(), "{kind:?}: {:?}", reservations(data.path()));
         eventually("veth left after the second DEL", || veths(&env.host) == 0);
         cases += 1;
@@ -146,31 +150,31 @@ fn run_cases(target: Target, del_reports: bool, gc_reports: bool) -> usize {
 #[test]
 fn the_attachments_reservation() {
     // A directory named like the address: DEL skips it (stderr) and succeeds, GC reports it.
-    assert_eq!(run_cases(own_reservation, false, true), 4);
+    assert_eq!(run_cases(own_reservation, false, true), 8);
 }
 
 #[test]
 fn the_lock() {
     // A directory: nothing can be locked, so DEL reports code 5 naming it (after removing
     // the links); once repaired, DEL releases the address.
-    assert_eq!(run_cases(|dir, _| dir.join("lock"), true, true), 4);
+    assert_eq!(run_cases(|dir, _| dir.join("lock"), true, true), 8);
 }
 
 #[test]
 fn last_reserved_ip() {
     // Only where the next search starts: damage of any kind costs nothing.
-    assert_eq!(run_cases(|dir, _| dir.join("last_reserved_ip.0"), false, false), 4);
+    assert_eq!(run_cases(|dir, _| dir.join("last_reserved_ip.0"), false, false), 8);
 }
 
 #[test]
 fn the_index_table() {
     // The index is ours and only a hint: discarded and rebuilt from the address files.
-    assert_eq!(run_cases(|dir, _| dir.join(".cni-rs-index/table"), false, false), 4);
+    assert_eq!(run_cases(|dir, _| dir.join(".cni-rs-index/table"), false, false), 8);
 }
 
 #[test]
 fn the_index_stamp() {
-    assert_eq!(run_cases(|dir, _| dir.join(".cni-rs-index/stamp"), false, false), 4);
+    assert_eq!(run_cases(|dir, _| dir.join(".cni-rs-index/stamp"), false, false), 8);
 }
 
 /// tuning's record of one attachment, damaged each way: DEL succeeds and removes it (a
