@@ -204,6 +204,14 @@ pub fn ipam_needs_interface(req: &Request) -> bool {
     req.conf.ipam.as_ref().is_some_and(|i| i.ipam_type == "dhcp")
 }
 
+/// [`ipam_forward`] when the configuration names an IPAM plugin; nothing otherwise.
+pub fn ipam_forward_if_configured(req: &Request) -> Result<(), CniError> {
+    if has_ipam(req) {
+        ipam_forward(req)?;
+    }
+    Ok(())
+}
+
 /// Whether the configuration names an IPAM plugin at all.
 pub fn has_ipam(req: &Request) -> bool {
     req.conf.ipam.as_ref().is_some_and(|i| !i.ipam_type.is_empty())

@@ -81,6 +81,27 @@ pub fn enable_forwarding(v4: bool) -> Result<(), CniError> {
     cni_net::sysctl::write(key, "1").or_cni(&format!("enable {key}"))
 }
 
+/// DEL of a plugin that made one container link and had IPAM address it: the link goes
+/// (`delete_link`), then the IPAM release runs whatever happened to it, so damaged IPAM
+/// state cannot keep the link alive; failures are reported together. An IPAM plugin that
+/// talks over the interface (dhcp) is released first, while the link is still there.
+pub fn del_link_and_ipam(
+    req: &cni_sdk::Request,
+    delete_link: impl FnOnce(&cni_sdk::Request) -> Result<(), CniError>,
+) -> Result<(), CniError> {
+    use cni_sdk::delegate;
+    let mut errors = DelErrors::new();
+    let ipam_first = delegate::ipam_needs_interface(req);
+    if ipam_first {
+        errors.record("the IPAM plugin's allocations", delegate::ipam_forward_if_configured(req));
+    }
+    errors.record("the container's interface", delete_link(req));
+    if !ipam_first {
+        errors.record("the IPAM plugin's allocations", delegate::ipam_forward_if_configured(req));
+    }
+    errors.into_result()
+}
+
 /// The failures of one DEL. A DEL that stops at its first failure leaves everything after
 /// it behind (a runtime then retries the DEL, often forever, while the host veth lingers),
 /// so every step runs and the failures are reported together at the end.

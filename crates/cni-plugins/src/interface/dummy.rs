@@ -62,10 +62,7 @@ impl Plugin for Dummy {
     }
 
     fn del(&self, req: &Request) -> Result<(), CniError> {
-        if delegate::has_ipam(req) {
-            delegate::ipam_forward(req)?;
-        }
-        container_link::delete(req)
+        crate::common::del_link_and_ipam(req, container_link::delete)
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {

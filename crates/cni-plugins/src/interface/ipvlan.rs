@@ -87,32 +87,23 @@ impl Plugin for Ipvlan {
     }
 
     fn del(&self, req: &Request) -> Result<(), CniError> {
-        if delegate::has_ipam(req) {
-            delegate::ipam_forward(req)?;
-        }
-        container_link::delete(req)
+        crate::common::del_link_and_ipam(req, container_link::delete)
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
         IpvlanConf::load(req)?;
         let prev = req.require_prev_result()?;
-        if delegate::has_ipam(req) {
-            delegate::ipam_forward(req)?;
-        }
+        delegate::ipam_forward_if_configured(req)?;
         sublink::check(req, &prev, LinkKind::Ipvlan)
     }
 
     fn gc(&self, req: &Request) -> Result<(), CniError> {
-        if delegate::has_ipam(req) {
-            delegate::ipam_forward(req)?;
-        }
+        delegate::ipam_forward_if_configured(req)?;
         Ok(())
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
-        if delegate::has_ipam(req) {
-            delegate::ipam_forward(req)?;
-        }
+        delegate::ipam_forward_if_configured(req)?;
         Ok(())
     }
 

@@ -267,20 +267,15 @@ impl Plugin for Macvlan {
     }
 
     fn del(&self, req: &Request) -> Result<(), CniError> {
-        if delegate::has_ipam(req) {
-            delegate::ipam_forward(req)?;
-        }
         // As bridge and ptp do with the veth: out of service and renamed at once (the name
         // is free for a re-ADD), deleted by a helper that waits out the unregistration.
-        crate::common::veth::delete_container_end(req)
+        crate::common::del_link_and_ipam(req, crate::common::veth::delete_container_end)
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
         let settings = Settings::load(req)?;
         let prev = req.require_prev_result()?;
-        if delegate::has_ipam(req) {
-            delegate::ipam_forward(req)?;
-        }
+        delegate::ipam_forward_if_configured(req)?;
         let ns = open_container_netns(req)?;
         let mut cont_nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
         let master = if settings.conf.link_in_container {
@@ -326,16 +321,12 @@ impl Plugin for Macvlan {
     }
 
     fn gc(&self, req: &Request) -> Result<(), CniError> {
-        if delegate::has_ipam(req) {
-            delegate::ipam_forward(req)?;
-        }
+        delegate::ipam_forward_if_configured(req)?;
         Ok(())
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
-        if delegate::has_ipam(req) {
-            delegate::ipam_forward(req)?;
-        }
+        delegate::ipam_forward_if_configured(req)?;
         Ok(())
     }
 

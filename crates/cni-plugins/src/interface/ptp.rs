@@ -168,9 +168,7 @@ impl Plugin for Ptp {
         if conf.ip_masq {
             errors.record("the masquerade rules", masq::del(req, req.prev_result().ok().flatten().as_ref()));
         }
-        if delegate::has_ipam(req) {
-            errors.record("the IPAM plugin's allocations", delegate::ipam_forward(req));
-        }
+        errors.record("the IPAM plugin's allocations", delegate::ipam_forward_if_configured(req));
         errors.into_result()
     }
 

@@ -196,19 +196,14 @@ impl Plugin for Tap {
     }
 
     fn del(&self, req: &Request) -> Result<(), CniError> {
-        if delegate::has_ipam(req) {
-            delegate::ipam_forward(req)?;
-        }
         // As bridge and ptp do with the veth: out of service and renamed at once (the name
         // is free for a re-ADD), deleted by a helper that waits out the unregistration.
-        crate::common::veth::delete_container_end(req)
+        crate::common::del_link_and_ipam(req, crate::common::veth::delete_container_end)
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
         let settings = Settings::load(req)?;
-        if delegate::has_ipam(req) {
-            delegate::ipam_forward(req)?;
-        }
+        delegate::ipam_forward_if_configured(req)?;
         let prev = req.require_prev_result()?;
         let position =
             prev.interfaces.iter().position(|i| i.name == req.ifname && i.sandbox == req.netns).ok_or_else(
@@ -240,16 +235,12 @@ impl Plugin for Tap {
     }
 
     fn gc(&self, req: &Request) -> Result<(), CniError> {
-        if delegate::has_ipam(req) {
-            delegate::ipam_forward(req)?;
-        }
+        delegate::ipam_forward_if_configured(req)?;
         Ok(())
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
-        if delegate::has_ipam(req) {
-            delegate::ipam_forward(req)?;
-        }
+        delegate::ipam_forward_if_configured(req)?;
         Ok(())
     }
 

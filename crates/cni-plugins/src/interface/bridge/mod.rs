@@ -208,9 +208,7 @@ impl Plugin for Bridge {
     fn check(&self, req: &Request) -> Result<(), CniError> {
         let conf = BridgeConf::load(req)?;
         let prev = req.require_prev_result()?;
-        if delegate::has_ipam(req) {
-            delegate::ipam_forward(req)?;
-        }
+        delegate::ipam_forward_if_configured(req)?;
         let ns = open_container_netns(req)?;
         let mut cont_nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
         let cont = iface::check_link(&mut cont_nl, &prev, CONTAINER_IFACE)?;
@@ -250,18 +248,14 @@ impl Plugin for Bridge {
     fn gc(&self, req: &Request) -> Result<(), CniError> {
         let valid = req.valid_attachments()?;
         let mut errors = GcErrors::new();
-        if delegate::has_ipam(req) {
-            errors.record("the IPAM plugin's allocations", delegate::ipam_forward(req));
-        }
+        errors.record("the IPAM plugin's allocations", delegate::ipam_forward_if_configured(req));
         errors.merge(masq::gc(&req.conf.name, &valid));
         errors.merge(spoofcheck::gc(&req.conf.name, &valid));
         Ok(errors.into_result()?)
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
-        if delegate::has_ipam(req) {
-            delegate::ipam_forward(req)?;
-        }
+        delegate::ipam_forward_if_configured(req)?;
         Ok(())
     }
 

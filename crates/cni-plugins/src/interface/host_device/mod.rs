@@ -242,17 +242,13 @@ impl Plugin for HostDevice {
             move_out(&ns, &req.ifname, read_state(&state).as_ref())?;
         }
         // Also without a namespace: the address must not leak with the container.
-        if delegate::has_ipam(req) {
-            delegate::ipam_forward(req)?;
-        }
+        delegate::ipam_forward_if_configured(req)?;
         remove_state(&state)
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
         let (_conf, selector) = HostDeviceConf::load(req)?;
-        if delegate::has_ipam(req) {
-            delegate::ipam_forward(req)?;
-        }
+        delegate::ipam_forward_if_configured(req)?;
         let prev = req.require_prev_result()?;
         if let Selector::Pci(pci) = &selector {
             if select::pci_userspace_driver(pci).is_some() {
@@ -285,7 +281,7 @@ impl Plugin for HostDevice {
     /// Releases IPAM and forgets the saved state of attachments the runtime no longer has.
     fn gc(&self, req: &Request) -> Result<(), CniError> {
         let conf: HostDeviceConf = req.config()?;
-        let ipam = if delegate::has_ipam(req) { delegate::ipam_forward(req) } else { Ok(()) };
+        let ipam = delegate::ipam_forward_if_configured(req);
         let valid: std::collections::HashSet<String> =
             req.valid_attachments()?.iter().map(|a| format!("{}-{}", a.container_id, a.ifname)).collect();
         let dir = conf.data_dir.join(&req.conf.name);
@@ -301,9 +297,7 @@ impl Plugin for HostDevice {
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
-        if delegate::has_ipam(req) {
-            delegate::ipam_forward(req)?;
-        }
+        delegate::ipam_forward_if_configured(req)?;
         Ok(())
     }
 
