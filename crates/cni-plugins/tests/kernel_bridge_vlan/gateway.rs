@@ -112,3 +112,36 @@ fn gc_removes_a_gateway_whose_ports_vanished_and_a_failed_add_leaves_none() {
     let dummy = env.host.netlink().unwrap().require_link("bvg.32").unwrap();
     assert_eq!(dummy.kind, LinkKind::Dummy);
 }
+
+#[test]
+#[ignore = "needs the kernel rig: run by kernel_rig_runs_the_bridge_vlan_tests"]
+fn concurrent_adds_and_dels_on_one_vlan_keep_the_gateway_while_a_port_remains() {
+    require_rig();
+    let env = HostAndContainers::with_prefix(PREFIX, 6).unwrap();
+    let c = &env.containers;
+    let address = |i: usize| format!("10.89.0.{}/24", i + 2);
+    // Three join at once; then two leave while two others join; then all leave at once.
+    let run = |command: &'static str, which: &[usize]| {
+        std::thread::scope(|scope| {
+            for &i in which {
+                let (host, ns, conf) = (&env.host, &c[i], gw_conf(&address(i), 33));
+                scope.spawn(move || ok(call("bridge", command, host, Some(ns), &conf).run()));
+            }
+        })
+    };
+    run("ADD", &[0, 1, 2]);
+    assert_eq!(gateway(&env.host, 33).unwrap(), ["10.89.0.1/24"]);
+    std::thread::scope(|scope| {
+        scope.spawn(|| run("DEL", &[0, 1, 2]));
+        scope.spawn(|| run("ADD", &[3, 4]));
+    });
+    assert_eq!(
+        gateway(&env.host, 33).unwrap(),
+        ["10.89.0.1/24"],
+        "the gateway went while ports 3 and 4 use it"
+    );
+    echo(&c[3], &env.host, "10.89.0.1:7341");
+    run("DEL", &[3, 4]);
+    assert_eq!(gateway(&env.host, 33), None);
+    assert!(!bridge_self_carries(&env.host, 33));
+}
