@@ -8,7 +8,9 @@
 //! more; DEL strips its departing port first, see [`super::vlan::retire_port`]), under an
 //! exclusive lock, so that an ADD joining the VLAN and a DEL leaving it cannot interleave
 //! a deletion with a new user: ADD gives its port the VLAN before it takes the lock, DEL
-//! checks the ports and deletes under it.
+//! checks the ports and deletes under it. A DEL that can find the departing port neither
+//! through the container (its namespace already gone) nor in prevResult may see it still
+//! lingering and keep the gateway; the next DEL on that VLAN, or GC, removes it.
 
 use super::gateway;
 use super::vlan::vlan_has_ports;
