@@ -191,9 +191,11 @@ impl KurmaResult {
         let family = |v4: bool| {
             let of_family = |ip: &&cni_types::IpConfig| ip.is_ipv4() == v4;
             let on = |pred: &dyn Fn(&cni_types::Interface) -> bool| {
-                result.ips.iter().filter(of_family).find(|ip| {
-                    ip.interface.and_then(|i| result.interfaces.get(i)).is_some_and(|iface| pred(iface))
-                })
+                result
+                    .ips
+                    .iter()
+                    .filter(of_family)
+                    .find(|ip| ip.interface.and_then(|i| result.interfaces.get(i)).is_some_and(pred))
             };
             let chosen = on(&|i| !i.sandbox.is_empty() && Some(i.name.as_str()) == ifname)
                 .or_else(|| on(&|i| !i.sandbox.is_empty()))
