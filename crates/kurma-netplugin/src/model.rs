@@ -185,8 +185,8 @@ impl KurmaResult {
     /// Converts a CNI result. Per family it takes the first address on the container's
     /// interface `ifname` (an interface with a sandbox), else the first address on any
     /// container interface, else the first address at all (an IPAM-style result); the
-    /// routes go with the family of their destination. A result without addresses (the
-    /// loopback plugin's) converts to `{}`.
+    /// routes go with the family of their destination. A result without addresses
+    /// converts to `{}`; the loopback plugin's gives `127.0.0.1/8` and `::1/128`.
     pub fn from_cni(result: &CniResult, ifname: Option<&str>) -> KurmaResult {
         let family = |v4: bool| {
             let of_family = |ip: &&cni_types::IpConfig| ip.is_ipv4() == v4;
