@@ -27,6 +27,11 @@ pub fn inputs() -> (Vec<u8>, Vec<u8>, Vec<String>) {
     (std::fs::read(plugins).unwrap(), std::fs::read(netplugin).unwrap(), names)
 }
 
+/// The build's inputs, with the test's fixed version and mtime.
+fn image_inputs<'a>(plugins: &'a [u8], netplugin: &'a [u8], names: &'a [String]) -> Inputs<'a> {
+    Inputs { cni_plugins: plugins, netplugin, plugin_names: names, version: "0.1.0", mtime: 0 }
+}
+
 /// Builds both images, both formats, into `out`, with the real plugin names but small
 /// stand-ins for the two binaries (the test binaries are ~80 MB with debug information;
 /// the executables tests run the real ones from unpacked images).
@@ -34,13 +39,7 @@ pub fn build_images(out: &Path) -> Vec<Written> {
     let (_, _, names) = inputs();
     let (plugins, netplugin) =
         (b"\x7fELF cni-plugins stand-in".to_vec(), b"\x7fELF kurma-netplugin stand-in".to_vec());
-    let inputs = Inputs {
-        cni_plugins: &plugins,
-        netplugin: &netplugin,
-        plugin_names: &names,
-        version: "0.1.0",
-        mtime: 0,
-    };
+    let inputs = image_inputs(&plugins, &netplugin, &names);
     write_all(&inputs, out).expect("writing the images")
 }
 
@@ -63,13 +62,7 @@ impl Images {
     pub fn new() -> Images {
         let dir = tempfile::Builder::new().prefix(PREFIX).tempdir().unwrap();
         let (plugins, netplugin, names) = inputs();
-        let inputs = Inputs {
-            cni_plugins: &plugins,
-            netplugin: &netplugin,
-            plugin_names: &names,
-            version: "0.1.0",
-            mtime: 0,
-        };
+        let inputs = image_inputs(&plugins, &netplugin, &names);
         let mut unpacked = Vec::new();
         for image in netplugins(&inputs) {
             let manifest = aci::manifest(image.name, &[], &COMMAND);
