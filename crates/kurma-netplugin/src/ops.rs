@@ -2,7 +2,7 @@
 //! the one network its stdin describes, with the plugins of its image.
 
 use crate::model::{KurmaResult, NetworkEntry};
-use crate::settings::{Settings, PLUGIN_TIME_LIMIT};
+use crate::settings::Settings;
 use cni_types::{CniError, ErrorCode, Version};
 use libcni::{CniConfig, NetworkConfig, NetworkConfigList, RuntimeConf};
 use serde_json::{Map, Value};
@@ -32,7 +32,7 @@ impl Network {
             .map_err(|e| in_network(&entry.name, CniError::invalid_config(e.to_string())))?;
         let cni = CniConfig::new(settings.cni_path.clone())
             .with_cache_dir(settings.cache_dir())
-            .with_timeout(PLUGIN_TIME_LIMIT);
+            .with_timeout(settings.plugin_time_limit);
         Ok(Network { entry, conf, cni })
     }
 

@@ -25,6 +25,10 @@ pub const DEFAULT_DEFAULTS_FILE: &str = "/opt/network/defaults.json";
 /// less, so that a stuck plugin is killed and reported by the netplugin itself (with its
 /// rollback done) before the host's limit is reached.
 pub const PLUGIN_TIME_LIMIT: Duration = Duration::from_secs(45);
+/// Overrides [`PLUGIN_TIME_LIMIT`] (seconds, fractions allowed; at most 50, which leaves
+/// a rollback time inside the minute).
+pub const PLUGIN_TIME_LIMIT_VAR: &str = "KURMA_NETPLUGIN_PLUGIN_TIMEOUT";
+const MAX_PLUGIN_TIME_LIMIT: f64 = 50.0;
 /// How long `setup` waits for a background daemon it started to answer.
 pub const DAEMON_START_LIMIT: Duration = Duration::from_secs(10);
 
@@ -34,6 +38,8 @@ pub struct Settings {
     pub cni_path: Vec<PathBuf>,
     pub state_dir: PathBuf,
     pub defaults_file: PathBuf,
+    /// How long one CNI operation of the network's plugin may take.
+    pub plugin_time_limit: Duration,
 }
 
 impl Settings {
@@ -49,6 +55,12 @@ impl Settings {
                 .collect(),
             state_dir: var(STATE_DIR_VAR, DEFAULT_STATE_DIR).into(),
             defaults_file: var(DEFAULTS_VAR, DEFAULT_DEFAULTS_FILE).into(),
+            plugin_time_limit: std::env::var(PLUGIN_TIME_LIMIT_VAR)
+                .ok()
+                .and_then(|v| v.parse::<f64>().ok())
+                .filter(|secs| *secs > 0.0)
+                .map(|secs| Duration::from_secs_f64(secs.min(MAX_PLUGIN_TIME_LIMIT)))
+                .unwrap_or(PLUGIN_TIME_LIMIT),
         }
     }
 

@@ -287,3 +287,69 @@ fn setup_starts_the_dhcp_daemon_detached_and_a_second_setup_checks_or_restarts_i
                 .unwrap_or(true)
     });
 }
+
+/// The cni-netplugin image with the workspace's scriptable test plugin as `kntest` on a
+/// second CNI_PATH directory, and plugins given `time_limit` seconds.
+fn images_with_test_plugin(time_limit: &str) -> (Images, std::path::PathBuf) {
+    let mut images = Images::new();
+    let extra = images.dir.path().join("extra-plugins");
+    std::fs::create_dir(&extra).unwrap();
+    std::os::unix::fs::symlink(cni_testkit::binaries::test_plugin(), extra.join("kntest")).unwrap();
+    images.cni.cni_path = format!("{}:{}", images.cni.cni_path, extra.display());
+    images.cni.env.push(("KURMA_NETPLUGIN_PLUGIN_TIMEOUT".into(), time_limit.into()));
+    let log = images.dir.path().join("kntest.log");
+    (images, log)
+}
+
+fn test_entry(log: &Path, behaviour: Value) -> Value {
+    json!({"name": "kntestnet", "aci": "file:///cni-netplugin.aci", "containerInterface": "eth0",
+        "type": "kntest", "logFile": log, "testBehaviour": behaviour})
+}
+
+fn verbs(log: &Path) -> Vec<String> {
+    cni_testkit::test_plugin::read_log(log).iter().map(|i| i.var("CNI_COMMAND").to_string()).collect()
+}
+
+#[test]
+fn a_failed_or_stuck_plugin_add_is_rolled_back_and_reported_within_the_limit() {
+    require_root();
+    let (images, log) = images_with_test_plugin("1");
+    let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
+    let netns = env.containers[0].path().to_str().unwrap();
+
+    // The plugin's own error object comes through with its code; a DEL followed the ADD.
+    let failing = json!({"perCommand": {"ADD": {"error": {"code": 11, "msg": "kn: no room"}}}});
+    let run = images.cni.run(&env.host, "add", &[netns, UUID, "eth0"], &test_entry(&log, failing));
+    assert_fails(&run, 11, "network \"kntestnet\": kn: no room");
+    let calls = cni_testkit::test_plugin::read_log(&log);
+    assert_eq!(verbs(&log), ["ADD", "DEL"]);
+    assert!(calls.iter().all(|c| c.var("CNI_CONTAINERID") == UUID && c.var("CNI_IFNAME") == "eth0"));
+    assert_eq!(calls[0].var("CNI_NETNS"), netns);
+
+    // A plugin that hangs is killed at the limit (1 s here), reported, and rolled back.
+    std::fs::remove_file(&log).unwrap();
+    let stuck = json!({"perCommand": {"ADD": {"sleepMs": 600_000}}});
+    let run = images.cni.run(&env.host, "add", &[netns, UUID, "eth0"], &test_entry(&log, stuck));
+    assert_fails(&run, 11, "did not finish ADD within 1s");
+    assert_eq!(verbs(&log), ["ADD", "DEL"]);
+    assert!(images.cni.cached_results().is_empty());
+}
+
+#[test]
+fn setup_refuses_a_plugin_that_does_not_speak_the_version() {
+    require_root();
+    let (mut images, log) = images_with_test_plugin("5");
+    let host = TestNetns::with_prefix(PREFIX).unwrap();
+    // VERSION has no configuration: the test plugin reads its answer from a file.
+    let behaviour = images.dir.path().join("version-behaviour.json");
+    std::fs::write(&behaviour, r#"{"supportedVersions": ["0.3.1", "0.4.0"]}"#).unwrap();
+    images.cni.env.push(("CNI_TEST_BEHAVIOUR".into(), behaviour.display().to_string()));
+    let run = images.cni.run(&host, "setup", &[], &test_entry(&log, json!({})));
+    assert_fails(&run, 1, "plugin \"kntest\" does not support configuration version 1.1.0");
+    // Named in the entry, a version it speaks passes (and STATUS, which needs 1.1.0, is
+    // not asked of it).
+    let mut entry = test_entry(&log, json!({}));
+    entry["cniVersion"] = json!("0.4.0");
+    assert_eq!(images.cni.run(&host, "setup", &[], &entry).ok(), "");
+    assert!(!verbs(&log).contains(&"STATUS".to_string()), "{:?}", verbs(&log));
+}

@@ -20,7 +20,7 @@ pub const PREFIX: &str = "kn";
 /// plugin names).
 pub fn inputs() -> (Vec<u8>, Vec<u8>, Vec<String>) {
     let plugins = workspace_binary("cni-plugins", "cni-plugins");
-    let netplugin = workspace_binary("kurma-netplugin", "kurma-netplugin");
+    let netplugin = PathBuf::from(env!("CARGO_BIN_EXE_kurma-netplugin"));
     let listed = Command::new(&plugins).arg("--list").output().expect("cni-plugins --list");
     let names: Vec<String> = String::from_utf8_lossy(&listed.stdout).lines().map(str::to_string).collect();
     assert!(names.len() > 10, "cni-plugins --list printed {names:?}");
@@ -47,6 +47,10 @@ pub fn build_images(out: &Path) -> Vec<Written> {
 pub struct Plugin {
     pub rootfs: PathBuf,
     pub state: PathBuf,
+    /// The CNI_PATH the executables get: the image's plugin directory, and any a test adds.
+    pub cni_path: String,
+    /// More variables for the executables.
+    pub env: Vec<(String, String)>,
 }
 
 /// Both images, built and unpacked once per test into a temp dir.
@@ -70,7 +74,9 @@ impl Images {
             aci::write(&manifest, &image.rootfs, 0, &mut bytes).unwrap();
             let target = dir.path().join(image.name);
             aci::unpack(bytes.as_slice(), &target).unwrap();
-            unpacked.push(Plugin { rootfs: target.join("rootfs"), state: target.join("state") });
+            let cni_path = target.join("rootfs/opt/cni/bin").display().to_string();
+            let (rootfs, state) = (target.join("rootfs"), target.join("state"));
+            unpacked.push(Plugin { rootfs, state, cni_path, env: Vec::new() });
         }
         let lo = unpacked.pop().unwrap();
         let cni = unpacked.pop().unwrap();
@@ -106,7 +112,8 @@ impl Plugin {
             .command(self.rootfs.join("opt/network").join(verb))
             .args(args)
             .env_clear()
-            .env("CNI_PATH", self.rootfs.join("opt/cni/bin"))
+            .env("CNI_PATH", &self.cni_path)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("KURMA_NETPLUGIN_STATE_DIR", &self.state)
             .env("KURMA_NETPLUGIN_DEFAULTS", self.rootfs.join("opt/network/defaults.json"))
             .stdin(Stdio::piped())
