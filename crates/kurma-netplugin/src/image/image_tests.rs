@@ -1,6 +1,6 @@
 //! Writing and reading both formats, digest checks, and refusing hostile archives.
 
-use super::*;
+use crate::image::oci::*;
 use crate::image::{aci, tree::Tree, ImageError};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

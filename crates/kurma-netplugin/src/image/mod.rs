@@ -17,6 +17,10 @@ pub mod oci;
 mod oci_read;
 pub mod tree;
 
+#[cfg(test)]
+#[path = "image_tests.rs"]
+mod tests;
+
 /// Why an image cannot be written, read or unpacked.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {

@@ -162,7 +162,3 @@ pub fn write_archive(spec: &ImageSpec, rootfs: &Tree, mtime: u64, out: impl Writ
     builder.into_inner()?.flush()?;
     Ok(blobs)
 }
-
-#[cfg(test)]
-#[path = "image_tests.rs"]
-mod tests;
