@@ -10,7 +10,7 @@
 
 use crate::daemon;
 use crate::ops::{self, Network, Target};
-use crate::settings::Settings;
+use crate::settings::{Settings, SETUP_QUERY_TIME_LIMIT};
 use cni_types::{CniError, ErrorCode};
 use std::io::{Read, Write};
 use std::path::Path;
@@ -67,9 +67,13 @@ fn run(verb: &str, args: &[String]) -> Result<Option<String>, CniError> {
     };
     let mut stdin = Vec::new();
     std::io::stdin().read_to_end(&mut stdin).map_err(|e| CniError::io(format!("reading stdin: {e}")))?;
-    let network = Network::load(&stdin, &settings)?;
+    let mut network = Network::load(&stdin, &settings)?;
     match target {
-        None => setup(&network, &settings).map(|()| None),
+        None => {
+            network.cni =
+                network.cni.clone().with_timeout(SETUP_QUERY_TIME_LIMIT.min(settings.plugin_time_limit));
+            setup(&network, &settings).map(|()| None)
+        }
         Some(target) if verb == "add" => {
             let result = ops::add(&network, &target)?;
             Ok(Some(serde_json::to_string(&result).expect("a result always serialises")))

@@ -7,6 +7,7 @@ use cni_types::{CniError, ErrorCode, Version};
 use libcni::{CniConfig, NetworkConfig, NetworkConfigList, RuntimeConf};
 use serde_json::{Map, Value};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// The network an executable was given, ready to run.
 pub struct Network {
@@ -118,6 +119,7 @@ impl Target {
 /// `add`: runs ADD of the network's plugin and converts the result. A failure is rolled
 /// back with a DEL (idempotent), so nothing of a failed attachment stays.
 pub fn add(network: &Network, target: &Target) -> Result<KurmaResult, CniError> {
+    let started = Instant::now();
     let rt = target.runtime_conf(network, &target.netns)?;
     let added =
         network.cni.add_network(&network.conf, &rt).map_err(|e| network.error(e)).and_then(|result| {
@@ -125,7 +127,10 @@ pub fn add(network: &Network, target: &Target) -> Result<KurmaResult, CniError> 
                 .map_err(|e| in_network(network.name(), e.to_cni_error()))
         });
     added.map_err(|mut err| {
-        if let Err(rollback) = del(network, target) {
+        // The rollback gets what is left of the executable's minute (less a margin to
+        // print the error), however long the ADD took.
+        let left = ROLLBACK_DEADLINE.saturating_sub(started.elapsed()).max(Duration::from_secs(1));
+        if let Err(rollback) = del_within(network, target, Some(left)) {
             let note = format!("the rollback (DEL) failed too: {}", rollback.msg);
             err.details = if err.details.is_empty() { note } else { format!("{}; {note}", err.details) };
         }
@@ -137,8 +142,16 @@ pub fn add(network: &Network, target: &Target) -> Result<KurmaResult, CniError> 
 /// it still runs, so host-side state (addresses, links, rules) is released; with nothing
 /// left to release it succeeds.
 pub fn del(network: &Network, target: &Target) -> Result<(), CniError> {
+    del_within(network, target, None)
+}
+
+/// When a failed `add`'s rollback must be over, counted from the start of the `add`.
+const ROLLBACK_DEADLINE: Duration = Duration::from_secs(57);
+
+fn del_within(network: &Network, target: &Target, limit: Option<Duration>) -> Result<(), CniError> {
     let netns = if Path::new(&target.netns).exists() { target.netns.as_str() } else { "" };
-    let rt = target.runtime_conf(network, netns)?;
+    let mut rt = target.runtime_conf(network, netns)?;
+    rt.timeout = limit;
     network.cni.del_network(&network.conf, &rt).map_err(|e| network.error(e))
 }
 

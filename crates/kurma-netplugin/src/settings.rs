@@ -29,6 +29,9 @@ pub const PLUGIN_TIME_LIMIT: Duration = Duration::from_secs(45);
 /// a rollback time inside the minute).
 pub const PLUGIN_TIME_LIMIT_VAR: &str = "KURMA_NETPLUGIN_PLUGIN_TIMEOUT";
 const MAX_PLUGIN_TIME_LIMIT: f64 = 50.0;
+/// How long each plugin query of `setup` (VERSION of the plugin and its IPAM plugin,
+/// STATUS) may take: with the daemon start, `setup` stays inside its minute.
+pub const SETUP_QUERY_TIME_LIMIT: Duration = Duration::from_secs(10);
 /// How long `setup` waits for a background daemon it started to answer.
 pub const DAEMON_START_LIMIT: Duration = Duration::from_secs(10);
 
