@@ -35,6 +35,9 @@ pub fn unpack_archive(archive: &Path, scratch: &Path, rootfs: &Path) -> Result<I
         if !inner.is_dir() {
             return Err("ACI has a manifest but no rootfs/ directory".into());
         }
+        if let Some(parent) = rootfs.parent() {
+            fs::create_dir_all(parent).map_err(|err| format!("{}: {err}", parent.display()))?;
+        }
         fs::rename(&inner, rootfs).map_err(|err| format!("move the ACI rootfs into place: {err}"))?;
         return Ok(ImageKind::Aci);
     }

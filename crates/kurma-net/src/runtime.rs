@@ -18,7 +18,9 @@ use serde_json::{json, Value};
 
 use crate::error::ExecFailure;
 
-/// Every capability: netplugins configure the host's and the containers' networks.
+/// Every capability (in kernel bit order): netplugins configure the host's and the
+/// containers' networks. Those outside our own bounding set are left out (the runtime
+/// could not grant them).
 const CAPABILITIES: &[&str] = &[
     "CAP_CHOWN",
     "CAP_DAC_OVERRIDE",
@@ -71,6 +73,7 @@ pub fn bundle_config(host_netns: Option<&Path>) -> Value {
     if let Some(path) = host_netns {
         namespaces.push(json!({ "type": "network", "path": path }));
     }
+    let capabilities = grantable_capabilities();
     json!({
         "ociVersion": "1.0.2",
         "process": {
@@ -81,8 +84,8 @@ pub fn bundle_config(host_netns: Option<&Path>) -> Value {
             "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
             "cwd": "/",
             "capabilities": {
-                "bounding": CAPABILITIES, "effective": CAPABILITIES, "permitted": CAPABILITIES,
-                "inheritable": CAPABILITIES, "ambient": CAPABILITIES,
+                "bounding": capabilities, "effective": capabilities, "permitted": capabilities,
+                "inheritable": capabilities, "ambient": capabilities,
             },
             "noNewPrivileges": false,
         },
@@ -96,6 +99,22 @@ pub fn bundle_config(host_netns: Option<&Path>) -> Value {
         ],
         "linux": { "namespaces": namespaces },
     })
+}
+
+/// The capabilities of [`CAPABILITIES`] in this process's bounding set.
+fn grantable_capabilities() -> Vec<&'static str> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let bounding = status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapBnd:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(u64::MAX);
+    CAPABILITIES
+        .iter()
+        .enumerate()
+        .filter(|(bit, _)| bounding & (1 << bit) != 0)
+        .map(|(_, name)| *name)
+        .collect()
 }
 
 /// One OCI runtime binary with its own state directory (`--root`).
@@ -140,9 +159,27 @@ impl Runtime {
     }
 
     /// Creates container `id` from `bundle` (it is left in the "created" state).
+    ///
+    /// The container's init inherits the runtime's stdio and holds it for its whole life,
+    /// so its output goes to a file next to the bundle, never to a pipe we would wait on.
     pub fn create(&self, id: &str, bundle: &Path) -> Result<(), String> {
-        let bundle = bundle.to_str().ok_or("the bundle path is not UTF-8")?;
-        self.run(&["create", "--bundle", bundle, id]).map(drop)
+        let log = bundle.join("create.log");
+        let log_file = File::create(&log).map_err(|err| format!("{}: {err}", log.display()))?;
+        let status = self
+            .command()
+            .args(["create", "--bundle"])
+            .arg(bundle)
+            .arg(id)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .status()
+            .map_err(|err| format!("cannot run {}: {err}", self.program.display()))?;
+        if !status.success() {
+            let output = std::fs::read_to_string(&log).unwrap_or_default();
+            return Err(format!("`{} create` failed ({status}): {}", self.program.display(), output.trim()));
+        }
+        Ok(())
     }
 
     /// The container's status ("created", "running", "stopped", …), `None` if it does not

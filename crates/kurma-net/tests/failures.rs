@@ -1,0 +1,111 @@
+//! Netplugins that misbehave: `setup` past the limit, `add` past the limit, `add` exiting 3.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use cni_testkit::ns::TestNetns;
+use common::{links_of, mynet_entry, reservations, Bed, ImageFiles, PREFIX};
+use kurma_net::{Error, ExecFailure};
+use serde_json::json;
+
+/// Processes whose root directory is inside `dir` (i.e. run in a plugin container there).
+fn processes_rooted_in(dir: &Path) -> Vec<String> {
+    let dir = dir.canonicalize().unwrap();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| std::fs::read_link(e.path().join("root")).is_ok_and(|root| root.starts_with(&dir)))
+        .map(|e| std::fs::read_to_string(e.path().join("cmdline")).unwrap_or_default().replace('\0', " "))
+        .collect()
+}
+
+fn with_mode(mut entry: serde_json::Value, mode: &str) -> serde_json::Value {
+    entry["khMode"] = mode.into();
+    entry
+}
+
+#[test]
+fn setup_past_the_limit_tears_the_plugin_down() {
+    let bed = Bed::new().with_limit(Duration::from_secs(3));
+    let images = ImageFiles::build(&bed.tmp.path().join("images"));
+    let uri = images.file_uri("shell.aci");
+    let config = json!({ "container_networks": [
+        { "name": "lo", "aci": images.file_uri("lo.aci") },
+        with_mode(mynet_entry("slow", &uri, "kh-br-s", "10.209.20"), "sleep-setup"),
+    ]});
+    let host = bed.host(&config);
+    let err = host.start_plugins().unwrap_err();
+    match &err {
+        Error::Executable { network, executable: "setup", failure: ExecFailure::Timeout(limit), .. } => {
+            assert_eq!(network, "slow");
+            assert_eq!(*limit, Duration::from_secs(3));
+        }
+        other => panic!("expected a setup timeout, got {other}"),
+    }
+    assert!(err.to_string().contains("/opt/network/setup did not return within its limit"), "{err}");
+    // Torn down: the slow plugin and the one started before it in the same call.
+    assert_eq!(host.plugin_status("slow"), None);
+    assert_eq!(host.plugin_status("lo"), None);
+    assert!(!host.plugin_rootfs("slow").exists());
+    let left = processes_rooted_in(host.state_dir());
+    assert!(left.is_empty(), "processes left in the torn-down plugin: {left:?}");
+}
+
+#[test]
+fn add_past_the_limit_rolls_back_and_the_plugin_stays() {
+    let bed = Bed::new().with_limit(Duration::from_secs(5));
+    let images = ImageFiles::build(&bed.tmp.path().join("images"));
+    let config = json!({ "container_networks": [
+        { "name": "lo", "aci": images.file_uri("lo-net.aci") },
+        mynet_entry("mynet", &images.file_uri("mynet.aci"), "kh-br-a", "10.209.21"),
+        with_mode(mynet_entry("slow", &images.file_uri("shell.aci"), "kh-br-b", "10.209.22"), "sleep-add"),
+    ]});
+    let host = bed.host(&config);
+    host.start_plugins().unwrap();
+    let host_links_before = bed.host_links();
+    let container = TestNetns::with_prefix(PREFIX).unwrap();
+
+    let err = host.attach("kh-add-timeout", container.path(), None).unwrap_err();
+    match &err {
+        Error::Executable { network, executable: "add", failure: ExecFailure::Timeout(_), .. } => {
+            assert_eq!(network, "slow")
+        }
+        other => panic!("expected an add timeout, got {other}"),
+    }
+    // mynet's add was rolled back: no interface, no host end, no reservation, no record.
+    assert_eq!(links_of(&container), ["lo"]);
+    assert_eq!(bed.host_links(), host_links_before);
+    assert!(reservations(&host, "mynet").is_empty());
+    assert!(host.attached("kh-add-timeout").unwrap().is_none());
+    // The slow plugin stays, and the other networks keep working.
+    assert_eq!(host.plugin_status("slow").as_deref(), Some("created"));
+    let record =
+        host.attach("kh-add-timeout", container.path(), Some(&["lo".into(), "mynet".into()])).unwrap();
+    assert_eq!(record.networks.len(), 2);
+    host.detach("kh-add-timeout").unwrap();
+    assert_eq!(links_of(&container), ["lo"]);
+}
+
+#[test]
+fn exit_code_and_stderr_are_in_the_error() {
+    let bed = Bed::new();
+    let images = ImageFiles::build(&bed.tmp.path().join("images"));
+    let config = json!({ "container_networks": [
+        mynet_entry("mynet", &images.file_uri("mynet.aci"), "kh-br-e", "10.209.23"),
+        with_mode(mynet_entry("broken", &images.file_uri("shell.oci.tar"), "kh-br-x", "10.209.24"), "fail-add"),
+    ]});
+    let host = bed.host(&config);
+    host.start_plugins().unwrap();
+    let container = TestNetns::with_prefix(PREFIX).unwrap();
+    let err = host.attach("kh-exit3", container.path(), None).unwrap_err();
+    assert_eq!(err.exit_code(), Some(3), "{err}");
+    let message = err.to_string();
+    assert!(message.contains("network \"broken\": /opt/network/add exited with code 3"), "{message}");
+    assert!(message.contains("kh-failure: the subnet is exhausted"), "stderr in the message: {message}");
+    assert!(message.contains("partial"), "stdout in the message: {message}");
+    assert_eq!(links_of(&container), ["lo"], "mynet rolled back");
+    assert!(reservations(&host, "mynet").is_empty());
+}
