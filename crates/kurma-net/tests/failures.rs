@@ -2,7 +2,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
 use cni_testkit::ns::TestNetns;
@@ -10,20 +9,20 @@ use common::{links_of, mynet_entry, reservations, Bed, ImageFiles, PREFIX};
 use kurma_net::{Error, ExecFailure};
 use serde_json::json;
 
-/// Processes whose root directory is inside `dir` (i.e. run in a plugin container there).
-fn processes_rooted_in(dir: &Path) -> Vec<String> {
-    let dir = dir.canonicalize().unwrap();
+/// Pids of processes running exactly `sleep SECONDS` (each test sleeps its own number).
+fn sleepers(seconds: &str) -> Vec<u32> {
+    let wanted = format!("sleep\0{seconds}\0");
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .filter(|e| std::fs::read_link(e.path().join("root")).is_ok_and(|root| root.starts_with(&dir)))
-        .map(|e| std::fs::read_to_string(e.path().join("cmdline")).unwrap_or_default().replace('\0', " "))
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == wanted.as_bytes()))
         .collect()
 }
 
-fn with_mode(mut entry: serde_json::Value, mode: &str) -> serde_json::Value {
+fn with_mode(mut entry: serde_json::Value, mode: &str, seconds: &str) -> serde_json::Value {
     entry["khMode"] = mode.into();
+    entry["khSleep"] = seconds.into();
     entry
 }
 
@@ -34,7 +33,7 @@ fn setup_past_the_limit_tears_the_plugin_down() {
     let uri = images.file_uri("shell.aci");
     let config = json!({ "container_networks": [
         { "name": "lo", "aci": images.file_uri("lo.aci") },
-        with_mode(mynet_entry("slow", &uri, "kh-br-s", "10.209.20"), "sleep-setup"),
+        with_mode(mynet_entry("slow", &uri, "kh-br-s", "10.209.20"), "sleep-setup", "611"),
     ]});
     let host = bed.host(&config);
     let err = host.start_plugins().unwrap_err();
@@ -50,8 +49,7 @@ fn setup_past_the_limit_tears_the_plugin_down() {
     assert_eq!(host.plugin_status("slow"), None);
     assert_eq!(host.plugin_status("lo"), None);
     assert!(!host.plugin_rootfs("slow").exists());
-    let left = processes_rooted_in(host.state_dir());
-    assert!(left.is_empty(), "processes left in the torn-down plugin: {left:?}");
+    assert_eq!(sleepers("611"), Vec::<u32>::new(), "the timed-out setup is killed");
 }
 
 #[test]
@@ -61,7 +59,7 @@ fn add_past_the_limit_rolls_back_and_the_plugin_stays() {
     let config = json!({ "container_networks": [
         { "name": "lo", "aci": images.file_uri("lo-net.aci") },
         mynet_entry("mynet", &images.file_uri("mynet.aci"), "kh-br-a", "10.209.21"),
-        with_mode(mynet_entry("slow", &images.file_uri("shell.aci"), "kh-br-b", "10.209.22"), "sleep-add"),
+        with_mode(mynet_entry("slow", &images.file_uri("shell.aci"), "kh-br-b", "10.209.22"), "sleep-add", "612"),
     ]});
     let host = bed.host(&config);
     host.start_plugins().unwrap();
@@ -82,6 +80,7 @@ fn add_past_the_limit_rolls_back_and_the_plugin_stays() {
     assert!(host.attached("kh-add-timeout").unwrap().is_none());
     // The slow plugin stays, and the other networks keep working.
     assert_eq!(host.plugin_status("slow").as_deref(), Some("created"));
+    assert_eq!(sleepers("612"), Vec::<u32>::new(), "the timed-out add is killed");
     let record =
         host.attach("kh-add-timeout", container.path(), Some(&["lo".into(), "mynet".into()])).unwrap();
     assert_eq!(record.networks.len(), 2);
@@ -95,7 +94,7 @@ fn exit_code_and_stderr_are_in_the_error() {
     let images = ImageFiles::build(&bed.tmp.path().join("images"));
     let config = json!({ "container_networks": [
         mynet_entry("mynet", &images.file_uri("mynet.aci"), "kh-br-e", "10.209.23"),
-        with_mode(mynet_entry("broken", &images.file_uri("shell.oci.tar"), "kh-br-x", "10.209.24"), "fail-add"),
+        with_mode(mynet_entry("broken", &images.file_uri("shell.oci.tar"), "kh-br-x", "10.209.24"), "fail-add", "0"),
     ]});
     let host = bed.host(&config);
     host.start_plugins().unwrap();
