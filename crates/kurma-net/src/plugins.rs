@@ -37,9 +37,18 @@ impl Host {
                 && self.state.read_plugin(&network.name)?.is_some_and(|r| r.image == network.image_uri());
             plan.push((network, adopt));
         }
-        for (network, adopt) in &plan {
-            if !adopt {
-                self.prepare_bundle(network)?;
+        for (index, (network, adopt)) in plan.iter().enumerate() {
+            if *adopt {
+                continue;
+            }
+            if let Err(err) = self.prepare_bundle(network) {
+                // Leave nothing of this call behind: the bundles prepared so far go too.
+                for (prepared, adopted) in &plan[..=index] {
+                    if !adopted {
+                        let _ = self.stop_plugin(&prepared.name);
+                    }
+                }
+                return Err(err);
             }
         }
         std::fs::create_dir_all(NETNS_DIR).map_err(Error::io(NETNS_DIR))?;

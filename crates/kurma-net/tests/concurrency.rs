@@ -36,7 +36,11 @@ fn twenty_containers_concurrently_get_distinct_addresses_and_leak_nothing() {
     let distinct: HashSet<&String> = addresses.iter().collect();
     assert_eq!(distinct.len(), 20, "distinct addresses: {addresses:?}");
     for (ns, address) in containers.iter().zip(&addresses) {
-        assert_eq!(addresses_of(ns, "eth0"), [address.clone()], "the kernel has what the metadata says");
+        assert_eq!(
+            addresses_of(ns, "eth0"),
+            std::slice::from_ref(address),
+            "the kernel has what the metadata says"
+        );
     }
     assert_eq!(reservations(&host, "mynet").len(), 20);
     assert_eq!(bed.host_links().len(), host_links_before.len() + 20);
