@@ -38,7 +38,7 @@ fn attach_lo_and_mynet(bed: &Bed, config: &serde_json::Value, subnet_base: &str,
     let ip = record.networks[1].result["ip4"]["ip"].as_str().unwrap().to_string();
     assert_eq!(record.networks[1].result["ip4"]["gateway"], format!("{subnet_base}.1"));
     // The kernel agrees with the metadata.
-    assert_eq!(addresses_of(&container, "eth0"), [ip.clone()]);
+    assert_eq!(addresses_of(&container, "eth0"), std::slice::from_ref(&ip));
     assert_eq!(host.attached(uuid).unwrap().as_ref(), Some(&record));
     assert_eq!(reservations(&host, "mynet").len(), 1);
 
