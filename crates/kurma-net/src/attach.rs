@@ -36,7 +36,7 @@ impl Host {
         let mut taken = interface_names(&netns).map_err(container_err)?;
         let mut plan = Vec::with_capacity(selected.len());
         for network in selected {
-            if self.plugin_status(&network.name).is_none() {
+            if !matches!(self.plugin_status(&network.name).as_deref(), Some("created" | "running")) {
                 return Err(Error::Network {
                     network: network.name.clone(),
                     message: "its plugin container is not running (start the plugins first)".into(),

@@ -190,9 +190,17 @@ impl Runtime {
     }
 
     /// Removes the container, killing its processes; a missing container is not an error.
+    ///
+    /// Plugin containers have no cgroup of their own, so the runtime only knows its init:
+    /// everything else in the container's mount namespace (background daemons that `setup`
+    /// double-forked, a hung `add`) is killed here first.
     pub fn delete(&self, id: &str) -> Result<(), String> {
-        if self.status(id).is_none() {
+        let Ok(state) = self.run(&["state", id]) else {
             return Ok(());
+        };
+        let init = serde_json::from_str::<Value>(&state).ok().and_then(|s| s.get("pid")?.as_i64());
+        if let Some(init) = init.filter(|&pid| pid > 0) {
+            kill_mount_namespace(init as i32);
         }
         self.run(&["delete", "--force", id]).map(drop)
     }
@@ -275,10 +283,29 @@ fn kill_tree(pid: i32) {
     }
 }
 
-fn children_of(parent: i32) -> Vec<i32> {
+/// SIGKILLs every process other than `init` that shares `init`'s mount namespace.
+fn kill_mount_namespace(init: i32) {
+    let Ok(namespace) = std::fs::read_link(format!("/proc/{init}/ns/mnt")) else { return };
+    // Our own namespace is never a plugin container's, but make sure.
+    if std::fs::read_link("/proc/self/ns/mnt").is_ok_and(|own| own == namespace) {
+        return;
+    }
+    for pid in all_pids().into_iter().filter(|&pid| pid != init) {
+        if std::fs::read_link(format!("/proc/{pid}/ns/mnt")).is_ok_and(|ns| ns == namespace) {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+fn all_pids() -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    dir.flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+    dir.flatten().filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok()).collect()
+}
+
+fn children_of(parent: i32) -> Vec<i32> {
+    all_pids()
+        .into_iter()
         .filter(|&pid| {
             std::fs::read_to_string(format!("/proc/{pid}/stat"))
                 .ok()

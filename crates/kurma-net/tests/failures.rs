@@ -26,6 +26,24 @@ fn with_mode(mut entry: serde_json::Value, mode: &str, seconds: &str) -> serde_j
     entry
 }
 
+fn with_daemon(mut entry: serde_json::Value, seconds: &str) -> serde_json::Value {
+    entry["khDaemonSleep"] = seconds.into();
+    entry
+}
+
+#[test]
+fn a_background_process_of_setup_runs_until_the_plugin_stops() {
+    let bed = Bed::new();
+    let images = ImageFiles::build(&bed.tmp.path().join("images"));
+    let entry = mynet_entry("daemon", &images.file_uri("shell.aci"), "kh-br-dm", "10.209.25");
+    let config = json!({ "container_networks": [with_daemon(with_mode(entry, "daemon-setup", "0"), "614")] });
+    let host = bed.host(&config);
+    host.start_plugins().unwrap();
+    assert_eq!(sleepers("614").len(), 1, "setup returned, its background process runs on");
+    host.stop_plugins().unwrap();
+    assert_eq!(sleepers("614"), Vec::<u32>::new(), "stopping the plugin stops it");
+}
+
 #[test]
 fn setup_past_the_limit_tears_the_plugin_down() {
     let bed = Bed::new().with_limit(Duration::from_secs(3));
@@ -33,7 +51,7 @@ fn setup_past_the_limit_tears_the_plugin_down() {
     let uri = images.file_uri("shell.aci");
     let config = json!({ "container_networks": [
         { "name": "lo", "aci": images.file_uri("lo.aci") },
-        with_mode(mynet_entry("slow", &uri, "kh-br-s", "10.209.20"), "sleep-setup", "611"),
+        with_daemon(with_mode(mynet_entry("slow", &uri, "kh-br-s", "10.209.20"), "sleep-setup", "611"), "613"),
     ]});
     let host = bed.host(&config);
     let err = host.start_plugins().unwrap_err();
@@ -50,6 +68,7 @@ fn setup_past_the_limit_tears_the_plugin_down() {
     assert_eq!(host.plugin_status("lo"), None);
     assert!(!host.plugin_rootfs("slow").exists());
     assert_eq!(sleepers("611"), Vec::<u32>::new(), "the timed-out setup is killed");
+    assert_eq!(sleepers("613"), Vec::<u32>::new(), "its background process is killed with the plugin");
 }
 
 #[test]

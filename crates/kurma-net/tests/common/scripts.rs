@@ -7,7 +7,7 @@
 //! container UUID, safe under concurrent adds), creates a veth pair in the container's
 //! namespace, moves the host end to the host and onto the bridge, and prints the Kurma
 //! result; `del` releases the reservation and the link (idempotent). The entry's
-//! `khMode` makes it misbehave: `sleep-setup`, `sleep-add` (sleep past any limit: `khSleep` seconds, 600 by default) or
+//! `khMode` makes it misbehave (`daemon-setup` leaves a background `sleep khDaemonSleep`): `sleep-setup`, `sleep-add` (sleep past any limit: `khSleep` seconds, 600 by default) or
 //! `fail-add` (exit 3 with text on stderr).
 
 pub const LO_SETUP: &str = "#!/bin/sh\ncat >/dev/null\nexit 0\n";
@@ -37,6 +37,8 @@ pub fn shell_setup() -> String {
     format!(
         r#"#!/bin/sh
 {PARSE_CONFIG}
+# A background process, double-forked so that it outlives setup (as the spec allows).
+[ "$mode" = daemon-setup ] || [ "$mode" = sleep-setup ] && ( sleep "$(key khDaemonSleep)" </dev/null >/dev/null 2>&1 & )
 [ "$mode" = sleep-setup ] && sleep "${{seconds:-600}}"
 [ -n "$bridge" ] && [ "$base" != "$subnet" ] || {{ echo "need bridge and a /24 ipam.subnet" >&2; exit 2; }}
 mkdir -p /var/lib/kh /var/lib/kh-ipam
