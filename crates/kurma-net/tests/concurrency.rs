@@ -97,3 +97,36 @@ fn interface_templates_skip_taken_names_and_a_collision_runs_nothing() {
     assert!(reservations(&host, "net-a").is_empty());
     assert!(host.attached("kh-tpl").unwrap().is_none());
 }
+
+#[test]
+fn calls_for_one_container_run_one_after_another() {
+    let bed = Bed::new();
+    let images = ImageFiles::build(&bed.tmp.path().join("images"));
+    let config =
+        lo_and_mynet(&images.file_uri("lo-net.aci"), &images.file_uri("mynet.aci"), "kh-br-o", "10.209.34");
+    let host = bed.host(&config);
+    host.start_plugins().unwrap();
+    let container = TestNetns::with_prefix(PREFIX).unwrap();
+
+    let results: Vec<_> = std::thread::scope(|scope| {
+        let workers: Vec<_> =
+            (0..4).map(|_| scope.spawn(|| host.attach("kh-same", container.path(), None))).collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1, "exactly one attach wins");
+    for err in results.iter().filter_map(|r| r.as_ref().err()) {
+        assert!(err.to_string().contains("is already attached"), "{err}");
+    }
+    let mut links = links_of(&container);
+    links.sort();
+    assert_eq!(links, ["eth0", "lo"], "one add per network, not one per caller");
+    assert_eq!(reservations(&host, "mynet").len(), 1);
+
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| host.detach("kh-same").unwrap());
+        }
+    });
+    assert_eq!(links_of(&container), ["lo"]);
+    assert!(reservations(&host, "mynet").is_empty());
+}
