@@ -133,7 +133,8 @@ impl Host {
         }
         let _ = std::fs::remove_dir_all(&download_dir);
         for executable in ["setup", "add", "del"] {
-            if !rootfs.join("opt/network").join(executable).is_file() {
+            // A symlink counts: it resolves inside the container, not on the host.
+            if std::fs::symlink_metadata(rootfs.join("opt/network").join(executable)).is_err() {
                 return Err(fail(format!("the image has no /opt/network/{executable}")));
             }
         }
