@@ -193,3 +193,71 @@ pub fn host_architecture() -> &'static str {
         other => other,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn tar_gz(entries: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut builder = tar::Builder::new(Vec::new());
+        for (path, body) in entries {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(body.len() as u64);
+            header.set_mode(0o755);
+            header.set_cksum();
+            builder.append_data(&mut header, path, *body).unwrap();
+        }
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&builder.into_inner().unwrap()).unwrap();
+        gz.finish().unwrap()
+    }
+
+    fn store(blobs: &Path, bytes: &[u8]) -> String {
+        let digest = format!("sha256:{:x}", Sha256::digest(bytes));
+        fs::create_dir_all(blobs.join("sha256")).unwrap();
+        fs::write(blob_path(blobs, &digest).unwrap(), bytes).unwrap();
+        digest
+    }
+
+    #[test]
+    fn gzip_layers_apply_in_order_with_whiteouts() {
+        let dir = tempfile::Builder::new().prefix("kh-image-").tempdir().unwrap();
+        let blobs = dir.path().join("blobs");
+        let lower = store(&blobs, &tar_gz(&[("opt/network/add", b"v1"), ("etc/old", b"x")]));
+        let upper = store(&blobs, &tar_gz(&[("opt/network/add", b"v2"), ("etc/.wh.old", b"")]));
+        let config = store(&blobs, b"{}");
+        let manifest = serde_json::json!({
+            "config": { "digest": config },
+            "layers": [{ "digest": lower }, { "digest": upper }],
+        });
+        let rootfs = dir.path().join("rootfs");
+        unpack_blobs(&blobs, &manifest, &rootfs).unwrap();
+        assert_eq!(fs::read(rootfs.join("opt/network/add")).unwrap(), b"v2");
+        assert!(!rootfs.join("etc/old").exists(), "the whiteout removed etc/old");
+    }
+
+    #[test]
+    fn a_blob_that_does_not_match_its_digest_is_refused() {
+        let dir = tempfile::Builder::new().prefix("kh-image-").tempdir().unwrap();
+        let blobs = dir.path().join("blobs");
+        let layer = store(&blobs, &tar_gz(&[("a", b"a")]));
+        fs::write(blob_path(&blobs, &layer).unwrap(), b"changed").unwrap();
+        let manifest = serde_json::json!({ "layers": [{ "digest": layer }] });
+        let err = unpack_blobs(&blobs, &manifest, &dir.path().join("rootfs")).unwrap_err();
+        assert!(err.contains("digest mismatch"), "{err}");
+        assert!(blob_path(&blobs, "md5:00").unwrap_err().contains("unsupported or malformed digest"));
+    }
+
+    #[test]
+    fn an_index_is_followed_to_this_platform() {
+        let index = serde_json::json!({ "manifests": [
+            { "digest": "sha256:aa", "platform": { "os": "linux", "architecture": "s390x" } },
+            { "digest": "sha256:bb", "platform": { "os": "linux", "architecture": host_architecture() } },
+        ]});
+        let chosen =
+            choose_manifest(&index, &|digest| Ok(serde_json::json!({ "layers": [], "from": digest })))
+                .unwrap();
+        assert_eq!(chosen["from"], "sha256:bb");
+    }
+}
