@@ -19,32 +19,45 @@ pub enum PluginStart {
     Started,
     /// A container from before (e.g. before the host side restarted) kept running.
     Adopted,
+    /// The container was gone; a new one runs on the bundle it left.
+    Recreated,
 }
 
 impl Host {
     /// Makes every network's plugin container run and runs `setup` in each (again, for
     /// adopted ones: the spec's re-validation after a restart).
     ///
-    /// All images are fetched and unpacked before any container is created, so a missing
-    /// or broken image starts nothing. A `setup` that fails or runs past the limit tears
-    /// its container down, together with the containers this call created before it.
+    /// A container that still runs is adopted. One that is gone (say, after a reboot) but
+    /// whose bundle is there for the same image is created again on that bundle, so what
+    /// the plugin keeps in its filesystem (address reservations) survives. Everything else
+    /// gets a fresh image. All images are fetched and unpacked before any container is
+    /// created, so a missing or broken image starts nothing. A `setup` that fails or runs
+    /// past the limit tears its container down, together with the containers this call
+    /// started before it.
     pub fn start_plugins(&self) -> Result<Vec<(String, PluginStart)>> {
-        // Containers that still run are adopted; stale records and bundles are replaced.
         let mut plan = Vec::new();
         for network in &self.config.networks {
             let id = self.container_id(&network.name);
-            let adopt = matches!(self.runtime.status(&id).as_deref(), Some("created" | "running"))
-                && self.state.read_plugin(&network.name)?.is_some_and(|r| r.image == network.image_uri());
-            plan.push((network, adopt));
+            let same_image =
+                self.state.read_plugin(&network.name)?.is_some_and(|r| r.image == network.image_uri());
+            let how =
+                if same_image && matches!(self.runtime.status(&id).as_deref(), Some("created" | "running")) {
+                    PluginStart::Adopted
+                } else if same_image && self.state.plugin_dir(&network.name).join("bundle/rootfs").is_dir() {
+                    PluginStart::Recreated
+                } else {
+                    PluginStart::Started
+                };
+            plan.push((network, how));
         }
-        for (index, (network, adopt)) in plan.iter().enumerate() {
-            if *adopt {
+        for (index, (network, how)) in plan.iter().enumerate() {
+            if *how != PluginStart::Started {
                 continue;
             }
             if let Err(err) = self.prepare_bundle(network) {
                 // Leave nothing of this call behind: the bundles prepared so far go too.
-                for (prepared, adopted) in &plan[..=index] {
-                    if !adopted {
+                for (prepared, how) in &plan[..=index] {
+                    if *how == PluginStart::Started {
                         let _ = self.stop_plugin(&prepared.name);
                     }
                 }
@@ -53,11 +66,13 @@ impl Host {
         }
         std::fs::create_dir_all(NETNS_DIR).map_err(Error::io(NETNS_DIR))?;
         let mut started = Vec::new();
-        for (network, adopt) in plan {
-            let result = if adopt { Ok(PluginStart::Adopted) } else { self.create_container(network) }
-                .and_then(|how| self.run(network, "setup", &[]).map(|_| how));
-            match result {
-                Ok(how) => started.push((network.name.clone(), how)),
+        for (network, how) in plan {
+            let created = match how {
+                PluginStart::Adopted => Ok(()),
+                PluginStart::Recreated | PluginStart::Started => self.create_container(network),
+            };
+            match created.and_then(|()| self.run(network, "setup", &[])) {
+                Ok(_) => started.push((network.name.clone(), how)),
                 Err(err) => {
                     let _ = self.stop_plugin(&network.name);
                     for (name, how) in &started {
@@ -138,16 +153,19 @@ impl Host {
                 return Err(fail(format!("the image has no /opt/network/{executable}")));
             }
         }
+        Ok(())
+    }
+
+    /// Creates `network`'s container on its bundle (with a config.json for the current
+    /// options) and records it.
+    fn create_container(&self, network: &NetworkEntry) -> Result<()> {
+        let id = self.container_id(&network.name);
+        let _ = self.runtime.delete(&id); // a stale (stopped) container of that name
+        let bundle = self.state.plugin_dir(&network.name).join("bundle");
         let config = bundle_config(self.options.host_netns.as_deref());
         let config_path = bundle.join("config.json");
         std::fs::write(&config_path, serde_json::to_vec_pretty(&config).expect("JSON serializes"))
             .map_err(Error::io(&config_path))?;
-        Ok(())
-    }
-
-    fn create_container(&self, network: &NetworkEntry) -> Result<PluginStart> {
-        let id = self.container_id(&network.name);
-        let bundle = self.state.plugin_dir(&network.name).join("bundle");
         self.runtime.create(&id, &bundle).map_err(|message| Error::Network {
             network: network.name.clone(),
             message: format!("cannot create the plugin container: {message}"),
@@ -157,7 +175,7 @@ impl Host {
             container_id: id,
             image: network.image_uri().to_string(),
         })?;
-        Ok(PluginStart::Started)
+        Ok(())
     }
 
     /// Runs `/opt/network/<executable> args…` in `network`'s plugin container with the

@@ -60,6 +60,24 @@ fn restart_between_attach_and_detach_reruns_setup_and_detach_works() {
     assert_eq!(stdout_of(kurma_net(&bed, &config_path, &["start-plugins"])), "lo: Adopted\nmynet: Adopted\n");
     let host = bed.host(&config);
     assert_eq!(setup_runs(&host, "mynet"), 2);
+    // The plugin containers vanish (as in a reboot) while the container stays attached:
+    // new ones run on the old bundles, so mynet still knows the address it handed out.
+    for network in ["lo", "mynet"] {
+        let deleted = Command::new(&bed.options.runtime)
+            .arg("--root")
+            .arg(bed.options.state_dir.join("runtime"))
+            .args(["delete", "--force", &host.container_id(network)])
+            .status()
+            .unwrap();
+        assert!(deleted.success());
+        assert_eq!(host.plugin_status(network), None);
+    }
+    assert_eq!(
+        stdout_of(kurma_net(&bed, &config_path, &["start-plugins"])),
+        "lo: Recreated\nmynet: Recreated\n"
+    );
+    assert_eq!(setup_runs(&host, "mynet"), 3);
+    assert_eq!(reservations(&host, "mynet").len(), 1);
     let status: Value = serde_json::from_str(&stdout_of(kurma_net(&bed, &config_path, &["status"]))).unwrap();
     assert_eq!(status["containers"][0]["uuid"], "kh-restart");
     assert_eq!(status["plugins"][1]["status"], "created");
@@ -80,7 +98,7 @@ fn assert_nothing_started(bed: &Bed) {
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| e.path().join("bundle/config.json").exists())
+        .filter(|e| e.path().join("bundle").exists())
         .collect();
     assert!(plugins.is_empty(), "bundles were prepared: {plugins:?}");
 }
