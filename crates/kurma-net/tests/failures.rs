@@ -127,3 +127,33 @@ fn exit_code_and_stderr_are_in_the_error() {
     assert_eq!(links_of(&container), ["lo"], "mynet rolled back");
     assert!(reservations(&host, "mynet").is_empty());
 }
+
+#[test]
+fn detach_attempts_every_network_and_collects_the_errors() {
+    let bed = Bed::new();
+    let images = ImageFiles::build(&bed.tmp.path().join("images"));
+    let config = json!({ "container_networks": [
+        mynet_entry("mynet", &images.file_uri("mynet.aci"), "kh-br-m", "10.209.27"),
+        with_mode(mynet_entry("stubborn", &images.file_uri("shell.aci"), "kh-br-sb", "10.209.26"), "fail-del", "0"),
+    ]});
+    let host = bed.host(&config);
+    host.start_plugins().unwrap();
+    let container = TestNetns::with_prefix(PREFIX).unwrap();
+    host.attach("kh-del", container.path(), None).unwrap();
+    assert_eq!(links_of(&container).len(), 3);
+
+    let err = host.detach("kh-del").unwrap_err();
+    let message = err.to_string();
+    assert!(message.starts_with("detach of container kh-del failed for 1 network(s)"), "{message}");
+    assert!(message.contains("network \"stubborn\": /opt/network/del exited with code 4"), "{message}");
+    assert!(message.contains("kh-failure: del refused"), "{message}");
+    // Detach goes last-attached first: stubborn's del failed, mynet's still ran. Only
+    // stubborn stays recorded, for a retry.
+    assert!(reservations(&host, "mynet").is_empty());
+    assert!(!links_of(&container).contains(&"eth0".to_string()), "mynet's eth0 is gone");
+    assert!(links_of(&container).contains(&"eth1".to_string()), "stubborn's eth1 stays");
+    let left = host.attached("kh-del").unwrap().unwrap();
+    assert_eq!(left.networks.len(), 1);
+    assert_eq!(left.networks[0].network, "stubborn");
+    assert!(host.detach("kh-del").is_err(), "a retry runs stubborn's del again");
+}

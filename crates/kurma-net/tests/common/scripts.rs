@@ -8,7 +8,7 @@
 //! namespace, moves the host end to the host and onto the bridge, and prints the Kurma
 //! result; `del` releases the reservation and the link (idempotent). The entry's
 //! `khMode` makes it misbehave (`daemon-setup` leaves a background `sleep khDaemonSleep`): `sleep-setup`, `sleep-add` (sleep past any limit: `khSleep` seconds, 600 by default) or
-//! `fail-add` (exit 3 with text on stderr).
+//! `fail-add` (exit 3 with text on stderr), `fail-del` (exit 4).
 
 pub const LO_SETUP: &str = "#!/bin/sh\ncat >/dev/null\nexit 0\n";
 pub const LO_ADD: &str = r#"#!/bin/sh
@@ -86,6 +86,7 @@ pub fn shell_del() -> String {
         r#"#!/bin/sh
 {PARSE_CONFIG}
 uuid=$2 ifname=$3
+if [ "$mode" = fail-del ]; then echo "kh-failure: del refused" >&2; exit 4; fi
 for dir in /var/lib/kh-ipam/*; do
   [ -f "$dir/owner" ] && [ "$(cat "$dir/owner")" = "$uuid" ] && rm -rf "$dir"
 done
