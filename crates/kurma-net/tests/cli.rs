@@ -46,23 +46,34 @@ fn restart_between_attach_and_detach_reruns_setup_and_detach_works() {
         "kh-br-r",
         "10.209.40",
     );
+    // A third network on the shell netplugin, whose setup counts its runs.
+    let mut config = config;
+    let probe = common::mynet_entry("probe", &images.file_uri("shell.aci"), "kh-br-rp", "10.209.41");
+    config["container_networks"].as_array_mut().unwrap().push(probe);
     let config_path = write_config(&bed, &config);
-    assert_eq!(stdout_of(kurma_net(&bed, &config_path, &["start-plugins"])), "lo: Started\nmynet: Started\n");
+    assert_eq!(
+        stdout_of(kurma_net(&bed, &config_path, &["start-plugins"])),
+        "lo: Started\nmynet: Started\nprobe: Started\n"
+    );
     let container = TestNetns::with_prefix(PREFIX).unwrap();
     let netns = container.path().to_str().unwrap();
     let attached: Value =
         serde_json::from_str(&stdout_of(kurma_net(&bed, &config_path, &["attach", "kh-restart", netns])))
             .unwrap();
     assert_eq!(attached["networks"][1]["interface"], "eth0");
-    assert_eq!(links_of(&container).len(), 2);
+    assert_eq!(attached["networks"][2]["interface"], "eth1");
+    assert_eq!(links_of(&container).len(), 3);
 
     // A new process of the host side: the plugin containers are re-adopted, setup runs again.
-    assert_eq!(stdout_of(kurma_net(&bed, &config_path, &["start-plugins"])), "lo: Adopted\nmynet: Adopted\n");
+    assert_eq!(
+        stdout_of(kurma_net(&bed, &config_path, &["start-plugins"])),
+        "lo: Adopted\nmynet: Adopted\nprobe: Adopted\n"
+    );
     let host = bed.host(&config);
-    assert_eq!(setup_runs(&host, "mynet"), 2);
+    assert_eq!(setup_runs(&host, "probe"), 2);
     // The plugin containers vanish (as in a reboot) while the container stays attached:
     // new ones run on the old bundles, so mynet still knows the address it handed out.
-    for network in ["lo", "mynet"] {
+    for network in ["lo", "mynet", "probe"] {
         let deleted = Command::new(&bed.options.runtime)
             .arg("--root")
             .arg(bed.options.state_dir.join("runtime"))
@@ -74,9 +85,9 @@ fn restart_between_attach_and_detach_reruns_setup_and_detach_works() {
     }
     assert_eq!(
         stdout_of(kurma_net(&bed, &config_path, &["start-plugins"])),
-        "lo: Recreated\nmynet: Recreated\n"
+        "lo: Recreated\nmynet: Recreated\nprobe: Recreated\n"
     );
-    assert_eq!(setup_runs(&host, "mynet"), 3);
+    assert_eq!(setup_runs(&host, "probe"), 3);
     assert_eq!(reservations(&host, "mynet").len(), 1);
     let status: Value = serde_json::from_str(&stdout_of(kurma_net(&bed, &config_path, &["status"]))).unwrap();
     assert_eq!(status["containers"][0]["uuid"], "kh-restart");

@@ -66,7 +66,7 @@ fn interface_templates_skip_taken_names_and_a_collision_runs_nothing() {
     let config = json!({ "container_networks": [
         mynet_entry("net-a", &images.file_uri("mynet.aci"), "kh-br-ta", "10.209.31"),
         mynet_entry("net-b", &images.file_uri("mynet.aci"), "kh-br-tb", "10.209.32"),
-        { "name": "fixed", "aci": images.file_uri("mynet.aci"), "containerInterface": "eth1",
+        { "name": "fixed", "aci": images.file_uri("shell.aci"), "containerInterface": "eth1",
           "bridge": "kh-br-tc", "ipam": { "subnet": "10.209.33.0/24" } },
     ]});
     let host = bed.host(&config);

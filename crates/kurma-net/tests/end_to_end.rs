@@ -95,8 +95,8 @@ fn images_from_a_docker_registry() {
     let bed = Bed::new();
     let images = ImageFiles::build(&bed.tmp.path().join("images"));
     let registry = Registry::start(&bed.tmp.path().join("registry"));
-    registry.push("kh/lo-netplugin", "1", &images.lo);
-    registry.push("kh/cni-netplugin", "1", &images.shell);
+    registry.push_archive("kh/lo-netplugin", "1", &images.dir.join("lo-net.oci.tar"));
+    registry.push_archive("kh/cni-netplugin", "1", &images.dir.join("mynet.oci.tar"));
     let config = lo_and_mynet(
         &format!("docker://{}/kh/lo-netplugin:1", registry.addr),
         &format!("docker://{}/kh/cni-netplugin:1", registry.addr),

@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::images::{sha256, TestImage};
+use serde_json::Value;
+
+use super::images::sha256;
 
 /// Serves the files of a directory at `http://127.0.0.1:PORT/NAME`; stops when dropped.
 pub struct FileServer {
@@ -102,9 +104,24 @@ impl Registry {
         registry
     }
 
-    /// Pushes `image` as `repository:tag` through the registry API.
-    pub fn push(&self, repository: &str, tag: &str, image: &TestImage) {
-        for blob in [&image.layer, &image.config] {
+    /// Pushes the image of the OCI image archive `archive` as `repository:tag` through the
+    /// registry API (blobs by digest, then the manifest).
+    pub fn push_archive(&self, repository: &str, tag: &str, archive: &Path) {
+        let layout = archive.with_extension("push-stage");
+        tar::Archive::new(std::fs::File::open(archive).unwrap()).unpack(&layout).unwrap();
+        let blob = |digest: &str| {
+            std::fs::read(layout.join("blobs/sha256").join(&digest["sha256:".len()..])).unwrap()
+        };
+        let index: Value =
+            serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+        let descriptor = &index["manifests"][0];
+        let manifest_bytes = blob(descriptor["digest"].as_str().unwrap());
+        let manifest: Value = serde_json::from_slice(&manifest_bytes).unwrap();
+        let mut digests = vec![manifest["config"]["digest"].as_str().unwrap().to_string()];
+        for layer in manifest["layers"].as_array().unwrap() {
+            digests.push(layer["digest"].as_str().unwrap().to_string());
+        }
+        for digest in &digests {
             let start =
                 ureq::post(&format!("http://{}/v2/{repository}/blobs/uploads/", self.addr)).call().unwrap();
             let location = start.header("Location").unwrap().to_string();
@@ -114,23 +131,27 @@ impl Registry {
                 format!("http://{}{location}", self.addr)
             };
             let separator = if location.contains('?') { '&' } else { '?' };
-            ureq::put(&format!("{location}{separator}digest={}", sha256(blob)))
+            ureq::put(&format!("{location}{separator}digest={digest}"))
                 .set("Content-Type", "application/octet-stream")
-                .send_bytes(blob)
+                .send_bytes(&blob(digest))
                 .unwrap();
         }
+        let media_type =
+            descriptor["mediaType"].as_str().unwrap_or("application/vnd.oci.image.manifest.v1+json");
         ureq::put(&format!("http://{}/v2/{repository}/manifests/{tag}", self.addr))
-            .set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
-            .send_bytes(&image.manifest)
+            .set("Content-Type", media_type)
+            .send_bytes(&manifest_bytes)
             .unwrap();
-        let mut check = Vec::new();
-        ureq::get(&format!("http://{}/v2/{repository}/blobs/{}", self.addr, sha256(&image.layer)))
+        // The registry now serves what was pushed, byte for byte.
+        let mut served = Vec::new();
+        let layer = &digests[1];
+        ureq::get(&format!("http://{}/v2/{repository}/blobs/{layer}", self.addr))
             .call()
             .unwrap()
             .into_reader()
-            .read_to_end(&mut check)
+            .read_to_end(&mut served)
             .unwrap();
-        assert_eq!(check, image.layer, "the registry serves the pushed layer");
+        assert_eq!(sha256(&served), *layer);
     }
 }
 
