@@ -1,0 +1,175 @@
+//! What the host side keeps on disk, so that a restarted daemon (or another CLI call)
+//! knows its plugin containers and what each container is attached to.
+//!
+//! ```text
+//! STATE_DIR/plugins/NETWORK/plugin.json   which container runs NETWORK's plugin
+//! STATE_DIR/plugins/NETWORK/bundle/       its OCI bundle (config.json, rootfs/)
+//! STATE_DIR/containers/UUID.json          the networks UUID is attached to, with results
+//! STATE_DIR/locks/UUID.lock               flock(2): one attach/detach per container
+//! STATE_DIR/runtime/                      the OCI runtime's own state (--root)
+//! ```
+//! Records are written to a temporary file and renamed, so a crash leaves the old or the
+//! new record, never half of one.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+/// A running plugin container.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PluginRecord {
+    pub network: String,
+    pub container_id: String,
+    /// The `aci` URI the root filesystem was unpacked from.
+    pub image: String,
+}
+
+/// One network a container is attached to: the metadata `add` produced.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AttachedNetwork {
+    pub network: String,
+    /// The rendered `containerInterface`, if the network has one.
+    pub interface: Option<String>,
+    /// What `add` printed (the `ip4`/`ip6` result).
+    pub result: Value,
+}
+
+/// A container's network metadata.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AttachRecord {
+    pub uuid: String,
+    pub netns: PathBuf,
+    pub networks: Vec<AttachedNetwork>,
+}
+
+/// The state directory.
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    root: PathBuf,
+}
+
+impl StateDir {
+    /// Opens (creating) the state directory at `root`.
+    pub fn open(root: &Path) -> Result<StateDir> {
+        for sub in ["plugins", "containers", "locks", "runtime", "scratch"] {
+            std::fs::create_dir_all(root.join(sub)).map_err(Error::io(root.join(sub)))?;
+        }
+        let root = root.canonicalize().map_err(Error::io(root))?;
+        Ok(StateDir { root })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn plugin_dir(&self, network: &str) -> PathBuf {
+        self.root.join("plugins").join(network)
+    }
+
+    pub fn runtime_root(&self) -> PathBuf {
+        self.root.join("runtime")
+    }
+
+    /// A fresh private directory for one executable's input and output files.
+    pub fn scratch(&self, label: &str) -> PathBuf {
+        let mut bytes = [0u8; 8];
+        // SAFETY: the buffer is valid for 8 bytes; getrandom writes at most that.
+        let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+        let unique = if filled == 8 { u64::from_ne_bytes(bytes) } else { u64::from(std::process::id()) };
+        self.root.join("scratch").join(format!("{label}-{unique:016x}"))
+    }
+
+    pub fn read_plugin(&self, network: &str) -> Result<Option<PluginRecord>> {
+        read_record(&self.plugin_dir(network).join("plugin.json"))
+    }
+
+    pub fn write_plugin(&self, record: &PluginRecord) -> Result<()> {
+        write_record(&self.plugin_dir(&record.network).join("plugin.json"), record)
+    }
+
+    fn container_path(&self, uuid: &str) -> PathBuf {
+        self.root.join("containers").join(format!("{uuid}.json"))
+    }
+
+    pub fn read_container(&self, uuid: &str) -> Result<Option<AttachRecord>> {
+        read_record(&self.container_path(uuid))
+    }
+
+    pub fn write_container(&self, record: &AttachRecord) -> Result<()> {
+        write_record(&self.container_path(&record.uuid), record)
+    }
+
+    pub fn remove_container(&self, uuid: &str) -> Result<()> {
+        let path = self.container_path(uuid);
+        match std::fs::remove_file(&path) {
+            Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(Error::Io { path, source: err }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Every container with a record, by UUID.
+    pub fn containers(&self) -> Result<Vec<String>> {
+        let dir = self.root.join("containers");
+        let mut uuids: Vec<String> = std::fs::read_dir(&dir)
+            .map_err(Error::io(&dir))?
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json").map(str::to_string))
+            .collect();
+        uuids.sort();
+        Ok(uuids)
+    }
+
+    /// Takes the per-container lock of `uuid` (released when the value is dropped): calls
+    /// for one container, from any thread or process, run one after another.
+    pub fn lock_container(&self, uuid: &str) -> Result<ContainerLock> {
+        let path = self.root.join("locks").join(format!("{uuid}.lock"));
+        let file =
+            File::options().create(true).truncate(false).write(true).open(&path).map_err(Error::io(&path))?;
+        // SAFETY: flock on a file descriptor this function owns; no memory is involved.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(Error::Io { path, source: std::io::Error::last_os_error() });
+        }
+        Ok(ContainerLock { _file: file })
+    }
+}
+
+/// Holds a container's lock; closing the file releases it.
+#[derive(Debug)]
+pub struct ContainerLock {
+    _file: File,
+}
+
+/// Checks that a container UUID is safe as a file name.
+pub fn check_uuid(uuid: &str) -> std::result::Result<(), String> {
+    if uuid.is_empty() || uuid.len() > 128 || uuid.starts_with('.') {
+        return Err(format!("container UUID {uuid:?} must be 1 to 128 characters, not starting with '.'"));
+    }
+    if !uuid.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
+        return Err(format!("container UUID {uuid:?} may hold only letters, digits, '-', '_' and '.'"));
+    }
+    Ok(())
+}
+
+fn read_record<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|err| Error::State { path: path.to_path_buf(), message: err.to_string() }),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(Error::Io { path: path.to_path_buf(), source: err }),
+    }
+}
+
+fn write_record<T: Serialize>(path: &Path, record: &T) -> Result<()> {
+    let dir = path.parent().expect("records live in a directory");
+    std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
+    let tmp = path.with_extension("json.tmp");
+    let bytes = serde_json::to_vec_pretty(record).expect("records serialize");
+    std::fs::write(&tmp, bytes).map_err(Error::io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(Error::io(path))
+}

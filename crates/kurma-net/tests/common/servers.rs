@@ -1,0 +1,163 @@
+//! Image servers the tests start on 127.0.0.1: a tiny static HTTP server and Debian's
+//! `docker-registry` (distribution) with a temporary storage directory.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::images::sha256;
+
+/// Serves the files of a directory at `http://127.0.0.1:PORT/NAME`; stops when dropped.
+pub struct FileServer {
+    pub port: u16,
+    stop: Arc<AtomicBool>,
+}
+
+impl FileServer {
+    pub fn start(dir: PathBuf) -> FileServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        std::thread::spawn(move || {
+            while !flag.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((stream, _)) => serve(stream, &dir),
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        FileServer { port, stop }
+    }
+}
+
+impl Drop for FileServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+fn serve(stream: TcpStream, dir: &Path) {
+    stream.set_nonblocking(false).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line).unwrap();
+    let mut line = String::new();
+    while reader.read_line(&mut line).unwrap_or(0) > 2 {
+        line.clear();
+    }
+    let path = request_line.split_whitespace().nth(1).unwrap_or("/").trim_start_matches('/').to_string();
+    let mut stream = stream;
+    match std::fs::read(dir.join(&path)) {
+        Ok(body) if !path.contains("..") => {
+            write!(stream, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len())
+                .unwrap();
+            stream.write_all(&body).unwrap();
+        }
+        _ => write!(stream, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            .unwrap(),
+    }
+}
+
+/// Debian's docker-registry listening on 127.0.0.1; killed when dropped.
+pub struct Registry {
+    pub addr: String,
+    child: Child,
+}
+
+impl Registry {
+    pub fn start(dir: &Path) -> Registry {
+        let binary = "/usr/bin/docker-registry";
+        assert!(Path::new(binary).is_file(), "{binary} is missing: install Debian's docker-registry");
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let addr = format!("127.0.0.1:{port}");
+        let config = dir.join("registry.yml");
+        std::fs::create_dir_all(dir.join("storage")).unwrap();
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
+                dir.join("storage").display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(binary)
+            .arg("serve")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let registry = Registry { addr, child };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while ureq::get(&format!("http://{}/v2/", registry.addr)).call().is_err() {
+            assert!(Instant::now() < deadline, "docker-registry did not come up on {}", registry.addr);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        registry
+    }
+
+    /// Pushes the image of the OCI image archive `archive` as `repository:tag` through the
+    /// registry API (blobs by digest, then the manifest).
+    pub fn push_archive(&self, repository: &str, tag: &str, archive: &Path) {
+        let layout = archive.with_extension("push-stage");
+        tar::Archive::new(std::fs::File::open(archive).unwrap()).unpack(&layout).unwrap();
+        let blob = |digest: &str| {
+            std::fs::read(layout.join("blobs/sha256").join(&digest["sha256:".len()..])).unwrap()
+        };
+        let index: Value =
+            serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+        let descriptor = &index["manifests"][0];
+        let manifest_bytes = blob(descriptor["digest"].as_str().unwrap());
+        let manifest: Value = serde_json::from_slice(&manifest_bytes).unwrap();
+        let mut digests = vec![manifest["config"]["digest"].as_str().unwrap().to_string()];
+        for layer in manifest["layers"].as_array().unwrap() {
+            digests.push(layer["digest"].as_str().unwrap().to_string());
+        }
+        for digest in &digests {
+            let start =
+                ureq::post(&format!("http://{}/v2/{repository}/blobs/uploads/", self.addr)).call().unwrap();
+            let location = start.header("Location").unwrap().to_string();
+            let location = if location.starts_with("http") {
+                location
+            } else {
+                format!("http://{}{location}", self.addr)
+            };
+            let separator = if location.contains('?') { '&' } else { '?' };
+            ureq::put(&format!("{location}{separator}digest={digest}"))
+                .set("Content-Type", "application/octet-stream")
+                .send_bytes(&blob(digest))
+                .unwrap();
+        }
+        let media_type =
+            descriptor["mediaType"].as_str().unwrap_or("application/vnd.oci.image.manifest.v1+json");
+        ureq::put(&format!("http://{}/v2/{repository}/manifests/{tag}", self.addr))
+            .set("Content-Type", media_type)
+            .send_bytes(&manifest_bytes)
+            .unwrap();
+        // The registry now serves what was pushed, byte for byte.
+        let mut served = Vec::new();
+        let layer = &digests[1];
+        ureq::get(&format!("http://{}/v2/{repository}/blobs/{layer}", self.addr))
+            .call()
+            .unwrap()
+            .into_reader()
+            .read_to_end(&mut served)
+            .unwrap();
+        assert_eq!(sha256(&served), *layer);
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
