@@ -13,6 +13,8 @@ mod common;
 
 #[path = "kernel_features/dummy.rs"]
 mod dummy;
+#[path = "kernel_features/go_interop.rs"]
+mod go_interop;
 #[path = "kernel_features/ipvlan.rs"]
 mod ipvlan;
 #[path = "kernel_features/vlan.rs"]
@@ -21,7 +23,7 @@ mod vlan;
 mod vrf;
 
 /// How many rig-only tests this binary holds: a run passing fewer means some did not run.
-const RIG_TESTS: usize = 19;
+const RIG_TESTS: usize = 22;
 
 #[test]
 fn kernel_rig_runs_the_kernel_feature_tests() {

@@ -41,7 +41,12 @@ impl Netlink {
         if table == 0 {
             return Err(Error::InvalidArgument("a VRF needs a routing table id other than 0".into()));
         }
-        self.create_link(spec, InfoKind::Vrf, Some(InfoData::Vrf(vec![InfoVrf::TableId(table)])), Vec::new())?;
+        self.create_link(
+            spec,
+            InfoKind::Vrf,
+            Some(InfoData::Vrf(vec![InfoVrf::TableId(table)])),
+            Vec::new(),
+        )?;
         self.created(spec)
     }
 

@@ -3,8 +3,8 @@
 //! talk; a different `vlanId` separates them.
 
 use crate::common::container_link;
-use crate::common::{open_container_netns, NetResultExt};
 use crate::common::sublink::{self, Addressing};
+use crate::common::{open_container_netns, NetResultExt};
 use cni_net::netlink::{LinkKind, MAX_VLAN_ID};
 use cni_net::Netlink;
 use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};

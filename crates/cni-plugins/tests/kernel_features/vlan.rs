@@ -132,7 +132,8 @@ fn check_compares_the_vlan_id() {
     ip(a, &["link", "set", "inner", "up"]);
     ip(a, &["link", "set", "eth0", "up"]);
     let mut replaced = c.clone();
-    replaced["prevResult"]["interfaces"][0]["mac"] = json!(a.ip_json(&["link", "show", "eth0"])[0]["address"]);
+    replaced["prevResult"]["interfaces"][0]["mac"] =
+        json!(a.ip_json(&["link", "show", "eth0"])[0]["address"]);
     let err = call("vlan", "CHECK", &env.host, Some(a), &replaced).run().error();
     assert!(err.msg.contains("VLAN 200") && err.msg.contains("vlanId 100"), "{}", err.msg);
 }

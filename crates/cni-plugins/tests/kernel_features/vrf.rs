@@ -94,7 +94,11 @@ fn routes_in(c: &TestNetns, family: IpFamily, table: u32, ifname: &str) -> Vec<(
         .unwrap()
         .into_iter()
         .filter(|r: &Route| r.oif == Some(index) && r.kind == cni_net::netlink::RouteType::Unicast)
-        .filter(|r| !(r.protocol == RouteProtocol::Kernel && r.destination.addr().is_ipv6() && r.destination.to_string().starts_with("fe80")))
+        .filter(|r| {
+            !(r.protocol == RouteProtocol::Kernel
+                && r.destination.addr().is_ipv6()
+                && r.destination.to_string().starts_with("fe80"))
+        })
         .map(|r| (r.destination.to_string(), r.gateway.map(|g| g.to_string())))
         .collect();
     routes.sort();
@@ -145,10 +149,7 @@ fn vrfs_isolate_routing_and_honour_table() {
     assert_eq!(master_of(c, "eth1").as_deref(), Some("red"));
     assert_eq!(master_of(c, "eth2").as_deref(), Some("blue"));
     let own = |n: u8| {
-        vec![
-            (format!("10.81.{n}.0/24"), None),
-            (format!("10.90.{n}.0/24"), Some(format!("10.81.{n}.1"))),
-        ]
+        vec![(format!("10.81.{n}.0/24"), None), (format!("10.90.{n}.0/24"), Some(format!("10.81.{n}.1")))]
     };
     assert_eq!(routes_in(c, IpFamily::V4, 1001, "eth1"), own(1));
     assert_eq!(routes_in(c, IpFamily::V4, 1, "eth2"), own(2));
@@ -203,7 +204,10 @@ fn the_vrf_goes_with_its_last_interface_and_del_is_idempotent() {
     assert_eq!(routes_in(c, IpFamily::V6, MAIN_TABLE, "eth1").len(), 2);
 
     del_iface(&env, c, 2, &conf2);
-    assert!(c.netlink().unwrap().link_by_name("red").unwrap().is_none(), "the VRF outlived its last interface");
+    assert!(
+        c.netlink().unwrap().link_by_name("red").unwrap().is_none(),
+        "the VRF outlived its last interface"
+    );
     assert_eq!(master_of(c, "eth2"), None);
     // Again, without prevResult, and without a namespace: nothing to do, success.
     del_iface(&env, c, 2, &conf2);
@@ -244,7 +248,8 @@ fn bad_input_is_refused_and_changes_nothing() {
     wire(c, p, 2);
     add_iface(&env, c, 1, "red", Some(1001));
     let links_before = c.ip_json(&["-d", "link", "show"]);
-    let routes_before = (c.ip_json(&["route", "show", "table", "all"]), c.ip_json(&["-6", "route", "show", "table", "all"]));
+    let routes_before =
+        (c.ip_json(&["route", "show", "table", "all"]), c.ip_json(&["-6", "route", "show", "table", "all"]));
 
     let prev = Some(prev_result("1.0.0", c, 2));
     let cases: [(Value, &str); 7] = [
@@ -264,12 +269,22 @@ fn bad_input_is_refused_and_changes_nothing() {
         assert!(err.msg.contains(field), "{conf}: {}", err.msg);
     }
     // A table that is not a number is refused by the parser, naming the field.
-    let err = call("vrf", "ADD", &env.host, Some(c), &json!({"cniVersion": "1.0.0", "name": "vrfnet",
-        "type": "vrf", "vrfname": "blue", "table": -1, "prevResult": prev})).ifname("eth2").run().error();
+    let err = call(
+        "vrf",
+        "ADD",
+        &env.host,
+        Some(c),
+        &json!({"cniVersion": "1.0.0", "name": "vrfnet",
+        "type": "vrf", "vrfname": "blue", "table": -1, "prevResult": prev}),
+    )
+    .ifname("eth2")
+    .run()
+    .error();
     assert_eq!((err.code, err.msg.contains("table")), (7, true), "{}", err.msg);
 
     assert_eq!(c.ip_json(&["-d", "link", "show"]), links_before, "a refused ADD changed the links");
-    let routes_after = (c.ip_json(&["route", "show", "table", "all"]), c.ip_json(&["-6", "route", "show", "table", "all"]));
+    let routes_after =
+        (c.ip_json(&["route", "show", "table", "all"]), c.ip_json(&["-6", "route", "show", "table", "all"]));
     assert_eq!(routes_after, routes_before, "a refused ADD changed the routes");
 }
 

@@ -151,7 +151,10 @@ impl Plugin for Vrf {
         for name in container_interfaces(prev.as_ref(), &req.ifname) {
             let link = nl.link_by_name(&name).or_cni("look up the container interface")?;
             if let Some(link) = link.filter(|l| l.master == Some(vrf.link.index)) {
-                errors.record(format!("{name} from VRF {}", vrf.link.name), enslave::release(&mut nl, &link, &vrf));
+                errors.record(
+                    format!("{name} from VRF {}", vrf.link.name),
+                    enslave::release(&mut nl, &link, &vrf),
+                );
             }
         }
         if enslave::members(&mut nl, &vrf)?.is_empty() {
@@ -167,8 +170,9 @@ impl Plugin for Vrf {
         let prev = req.require_prev_result()?;
         let ns = open_container_netns(req)?;
         let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
-        let vrf = device::find(&mut nl, &conf.vrfname)?
-            .ok_or_else(|| CniError::internal(format!("vrf: VRF {} is not in the container", conf.vrfname)))?;
+        let vrf = device::find(&mut nl, &conf.vrfname)?.ok_or_else(|| {
+            CniError::internal(format!("vrf: VRF {} is not in the container", conf.vrfname))
+        })?;
         if conf.table != 0 && vrf.table != conf.table {
             return Err(CniError::internal(format!(
                 "vrf: VRF {} uses table {}, the configuration says {}",
