@@ -105,6 +105,15 @@ fn routes_in(c: &TestNetns, family: IpFamily, table: u32, ifname: &str) -> Vec<(
     routes
 }
 
+/// Every route of every table, both families, as `ip -j` lists them; without the
+/// link-local ones, which come and go with the veths' own DAD, not with the plugin.
+fn every_route(c: &TestNetns) -> Vec<Value> {
+    let mut all = c.ip_json(&["route", "show", "table", "all"]).as_array().unwrap().clone();
+    all.extend(c.ip_json(&["-6", "route", "show", "table", "all"]).as_array().unwrap().iter().cloned());
+    all.retain(|r| !r["dst"].as_str().is_some_and(|d| d.starts_with("fe80")));
+    all
+}
+
 /// A UDP exchange with `to` from a socket bound to `device` (a VRF, or none: the main
 /// table): whether the echo came back.
 fn udp_through(c: &TestNetns, device: Option<&str>, to: SocketAddr) -> bool {
@@ -248,8 +257,7 @@ fn bad_input_is_refused_and_changes_nothing() {
     wire(c, p, 2);
     add_iface(&env, c, 1, "red", Some(1001));
     let links_before = c.ip_json(&["-d", "link", "show"]);
-    let routes_before =
-        (c.ip_json(&["route", "show", "table", "all"]), c.ip_json(&["-6", "route", "show", "table", "all"]));
+    let routes_before = every_route(c);
 
     let prev = Some(prev_result("1.0.0", c, 2));
     let cases: [(Value, &str); 7] = [
@@ -282,9 +290,18 @@ fn bad_input_is_refused_and_changes_nothing() {
     .error();
     assert_eq!((err.code, err.msg.contains("table")), (7, true), "{}", err.msg);
 
+    // An interface the prevResult names but the container lacks: refused before the VRF
+    // is made.
+    let mut missing = prev_result("1.0.0", c, 9);
+    missing["interfaces"][0]["sandbox"] = json!(c.path());
+    let err = call("vrf", "ADD", &env.host, Some(c), &conf("1.0.0", "blue", None, Some(missing)))
+        .ifname("eth9")
+        .run()
+        .error();
+    assert!(err.msg.contains("eth9"), "{}", err.msg);
+
     assert_eq!(c.ip_json(&["-d", "link", "show"]), links_before, "a refused ADD changed the links");
-    let routes_after =
-        (c.ip_json(&["route", "show", "table", "all"]), c.ip_json(&["-6", "route", "show", "table", "all"]));
+    let routes_after = every_route(c);
     assert_eq!(routes_after, routes_before, "a refused ADD changed the routes");
 }
 
