@@ -24,15 +24,4 @@ impl Netlink {
         )?;
         self.created(spec)
     }
-
-    /// The VLAN id of link `index`; `None` when it is not a VLAN link (or gone).
-    pub fn vlan_id(&mut self, index: u32) -> Result<Option<u16>> {
-        Ok(match self.link_info_data(index)? {
-            Some(InfoData::Vlan(data)) => data.iter().find_map(|d| match d {
-                InfoVlan::Id(id) => Some(*id),
-                _ => None,
-            }),
-            _ => None,
-        })
-    }
 }

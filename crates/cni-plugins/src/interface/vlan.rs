@@ -59,7 +59,7 @@ fn check_vlan_id(req: &Request, expected: u16) -> Result<(), CniError> {
     let ns = open_container_netns(req)?;
     let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
     let link = nl.require_link(&req.ifname).or_cni("look up the container interface")?;
-    match nl.vlan_id(link.index).or_cni("read the VLAN id")? {
+    match nl.vlan_link_id(link.index).or_cni("read the VLAN id")? {
         Some(id) if id == expected => Ok(()),
         Some(id) => Err(CniError::internal(format!(
             "interface {} is on VLAN {id}, the configuration says vlanId {expected}",
