@@ -28,6 +28,7 @@ pub fn plugins() -> &'static [Entry] {
         Entry { name: "tap", make: || Box::new(crate::interface::tap::Tap) },
         Entry { name: "tuning", make: || Box::new(crate::meta::tuning::Tuning) },
         Entry { name: "vlan", make: || Box::new(crate::interface::vlan::Vlan) },
+        Entry { name: "vrf", make: || Box::new(crate::meta::vrf::Vrf) },
     ]
 }
 

@@ -1,5 +1,6 @@
 //! Plugins that need kernel features this machine's kernel lacks (dummy, 802.1q vlan,
-//! ipvlan), tested under Debian's kernel in QEMU (`tools/kernel-rig`).
+//! ipvlan, vrf), tested under Debian's kernel in QEMU (`tools/kernel-rig`), and the Go
+//! reference plugins for those features driven by our libcni next to ours.
 //!
 //! Every test below except `kernel_rig_runs_the_kernel_feature_tests` is ignored on the
 //! host: that one boots a single VM and runs this binary inside it with `--ignored`, so
@@ -12,13 +13,17 @@ mod common;
 
 #[path = "kernel_features/dummy.rs"]
 mod dummy;
+#[path = "kernel_features/go_interop.rs"]
+mod go_interop;
 #[path = "kernel_features/ipvlan.rs"]
 mod ipvlan;
 #[path = "kernel_features/vlan.rs"]
 mod vlan;
+#[path = "kernel_features/vrf.rs"]
+mod vrf;
 
 /// How many rig-only tests this binary holds: a run passing fewer means some did not run.
-const RIG_TESTS: usize = 12;
+const RIG_TESTS: usize = 22;
 
 #[test]
 fn kernel_rig_runs_the_kernel_feature_tests() {

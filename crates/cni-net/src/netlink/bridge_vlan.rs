@@ -222,25 +222,6 @@ impl Netlink {
         }))
     }
 
-    fn link_info_data(&mut self, index: u32) -> Result<Option<InfoData>> {
-        let request = RouteNetlinkMessage::GetLink(link_message(LinkRef::Index(index)));
-        let answers = match self.exchange(request, 0) {
-            Ok(answers) => answers,
-            Err(err) if matches!(err.errno(), Some(libc::ENODEV | libc::ENOENT)) => return Ok(None),
-            Err(source) => return Err(Error::netlink(format!("get link #{index}"), source)),
-        };
-        Ok(answers.into_iter().find_map(|answer| match answer {
-            RouteNetlinkMessage::NewLink(message) => message.attributes.into_iter().find_map(|a| match a {
-                LinkAttribute::LinkInfo(infos) => infos.into_iter().find_map(|i| match i {
-                    LinkInfo::Data(data) => Some(data),
-                    _ => None,
-                }),
-                _ => None,
-            }),
-            _ => None,
-        }))
-    }
-
     /// Adds VLANs to a port or to the bridge itself; adding one already there updates
     /// its flags (a new PVID moves the PVID off the old one).
     pub fn add_bridge_vlans(&mut self, target: VlanTarget, vlans: &[BridgeVlan]) -> Result<()> {

@@ -1,7 +1,7 @@
 //! Reading and deleting links.
 
 use netlink_packet_route::link::{
-    InfoBridgePort, InfoKind, InfoPortData, LinkAttribute, LinkFlags, LinkInfo, LinkMessage, State,
+    InfoBridgePort, InfoData, InfoKind, InfoPortData, LinkAttribute, LinkFlags, LinkInfo, LinkMessage, State,
 };
 use netlink_packet_route::RouteNetlinkMessage;
 
@@ -213,15 +213,34 @@ impl Netlink {
 
     /// Lists every link in the namespace.
     pub fn links(&mut self) -> Result<Vec<Link>> {
+        Ok(self.link_messages()?.iter().map(Link::from_message).collect())
+    }
+
+    /// Every link's message, for readers of kind-specific settings (see [`info_data`]).
+    pub(crate) fn link_messages(&mut self) -> Result<Vec<LinkMessage>> {
         let request = RouteNetlinkMessage::GetLink(LinkMessage::default());
         let replies = context(self.dump(request), || "list links".to_string())?;
         Ok(replies
-            .iter()
+            .into_iter()
             .filter_map(|reply| match reply {
-                RouteNetlinkMessage::NewLink(message) => Some(Link::from_message(message)),
+                RouteNetlinkMessage::NewLink(message) => Some(message),
                 _ => None,
             })
             .collect())
+    }
+
+    /// The kind-specific settings (`IFLA_INFO_DATA`) of link `index`: a macvlan's mode, a
+    /// VLAN's id, a VRF's table. `None` when the link is gone or reports none.
+    pub(crate) fn link_info_data(&mut self, index: u32) -> Result<Option<InfoData>> {
+        let request = RouteNetlinkMessage::GetLink(link_message(LinkRef::Index(index)));
+        let answers = match self.exchange(request, 0) {
+            Err(err) if matches!(err.errno(), Some(libc::ENODEV | libc::ENOENT)) => return Ok(None),
+            other => context(other, || format!("get link #{index}"))?,
+        };
+        Ok(answers.iter().find_map(|answer| match answer {
+            RouteNetlinkMessage::NewLink(message) => info_data(message).cloned(),
+            _ => None,
+        }))
     }
 
     /// Deletes a link by index (deleting one end of a veth deletes both).
@@ -261,6 +280,17 @@ impl Netlink {
             other => context(other, || format!("delete link {name}")),
         }
     }
+}
+
+/// A link message's `IFLA_INFO_DATA`, if it carries one.
+pub(crate) fn info_data(message: &LinkMessage) -> Option<&InfoData> {
+    message.attributes.iter().find_map(|attribute| match attribute {
+        LinkAttribute::LinkInfo(infos) => infos.iter().find_map(|info| match info {
+            LinkInfo::Data(data) => Some(data),
+            _ => None,
+        }),
+        _ => None,
+    })
 }
 
 /// Kernel interface-name rules: 1..=15 bytes, no `/`, `:` or whitespace, not `.`/`..`.

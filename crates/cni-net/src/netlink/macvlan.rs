@@ -4,7 +4,6 @@
 use netlink_packet_route::link::{InfoData, InfoKind, InfoMacVlan, LinkAttribute, LinkInfo, MacVlanMode};
 use netlink_packet_route::RouteNetlinkMessage;
 
-use super::link::{link_message, LinkRef};
 use super::{context, Link, LinkSpec, MacvlanMode, Netlink};
 use crate::error::Result;
 
@@ -83,26 +82,13 @@ impl Netlink {
 
     /// The mode of macvlan `index`; `None` when it is not a macvlan (or gone).
     pub fn macvlan_mode(&mut self, index: u32) -> Result<Option<MacvlanMode>> {
-        let request = RouteNetlinkMessage::GetLink(link_message(LinkRef::Index(index)));
-        let answers = match self.exchange(request, 0) {
-            Err(err) if matches!(err.errno(), Some(libc::ENODEV | libc::ENOENT)) => return Ok(None),
-            other => context(other, || format!("get link #{index}"))?,
-        };
-        for answer in &answers {
-            let RouteNetlinkMessage::NewLink(message) = answer else { continue };
-            for attribute in &message.attributes {
-                let LinkAttribute::LinkInfo(infos) = attribute else { continue };
-                for info in infos {
-                    if let LinkInfo::Data(InfoData::MacVlan(data)) = info {
-                        return Ok(data.iter().find_map(|d| match d {
-                            InfoMacVlan::Mode(mode) => from_kernel(mode),
-                            _ => None,
-                        }));
-                    }
-                }
-            }
-        }
-        Ok(None)
+        Ok(match self.link_info_data(index)? {
+            Some(InfoData::MacVlan(data)) => data.iter().find_map(|d| match d {
+                InfoMacVlan::Mode(mode) => from_kernel(mode),
+                _ => None,
+            }),
+            _ => None,
+        })
     }
 }
 

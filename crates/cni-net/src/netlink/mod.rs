@@ -28,6 +28,7 @@ mod rule;
 pub mod tc;
 mod tun;
 mod vlan;
+mod vrf;
 
 pub use addr::{parse_ipnet, AddressFlags, IpAddress, IpFamily};
 pub use bridge_vlan::{BridgeVlan, BridgeVlanSettings, PortVlans, VlanTarget};
@@ -41,6 +42,7 @@ pub use route::{NextHop, Route, RouteProtocol, RouteScope, RouteType, MAIN_TABLE
 pub use rule::Rule;
 pub use tun::{create_tun, TunSpec, TunType};
 pub use vlan::MAX_VLAN_ID;
+pub use vrf::Vrf;
 
 use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 use netlink_packet_route::RouteNetlinkMessage;

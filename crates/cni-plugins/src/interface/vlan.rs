@@ -3,9 +3,10 @@
 //! talk; a different `vlanId` separates them.
 
 use crate::common::container_link;
-use crate::common::open_container_netns;
 use crate::common::sublink::{self, Addressing};
+use crate::common::{open_container_netns, NetResultExt};
 use cni_net::netlink::{LinkKind, MAX_VLAN_ID};
+use cni_net::Netlink;
 use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};
 use cni_types::Dns;
 use serde::Deserialize;
@@ -52,6 +53,22 @@ impl VlanConf {
     }
 }
 
+/// CHECK: the container's link carries the configured VLAN id (a link of the right name
+/// and kind on another VLAN would pass every other check, yet reach other containers).
+fn check_vlan_id(req: &Request, expected: u16) -> Result<(), CniError> {
+    let ns = open_container_netns(req)?;
+    let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
+    let link = nl.require_link(&req.ifname).or_cni("look up the container interface")?;
+    match nl.vlan_link_id(link.index).or_cni("read the VLAN id")? {
+        Some(id) if id == expected => Ok(()),
+        Some(id) => Err(CniError::internal(format!(
+            "interface {} is on VLAN {id}, the configuration says vlanId {expected}",
+            req.ifname
+        ))),
+        None => Err(CniError::internal(format!("interface {} reports no VLAN id", req.ifname))),
+    }
+}
+
 pub struct Vlan;
 
 impl Plugin for Vlan {
@@ -77,10 +94,11 @@ impl Plugin for Vlan {
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
-        VlanConf::load(req)?;
+        let conf = VlanConf::load(req)?;
         let prev = req.require_prev_result()?;
         delegate::ipam_forward(req)?;
-        sublink::check(req, &prev, LinkKind::Vlan)
+        sublink::check(req, &prev, LinkKind::Vlan)?;
+        check_vlan_id(req, conf.vlan_id())
     }
 
     fn gc(&self, req: &Request) -> Result<(), CniError> {

@@ -4,3 +4,4 @@ pub mod firewall;
 pub mod portmap;
 pub mod sbr;
 pub mod tuning;
+pub mod vrf;

@@ -108,3 +108,32 @@ fn bad_input_is_refused_and_leaves_nothing() {
     let host_vlans = env.host.netlink().unwrap().links().unwrap();
     assert!(host_vlans.iter().all(|l| l.kind != LinkKind::Vlan));
 }
+
+#[test]
+#[ignore = "needs the kernel rig: run by kernel_rig_runs_the_kernel_feature_tests"]
+fn check_compares_the_vlan_id() {
+    require_rig();
+    let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
+    let a = &env.containers[0];
+    segment(&env.host, &["m1"]);
+    let mut c = conf("m1", 100, "10.94.2.2/24");
+    c["prevResult"] = add("vlan", &env.host, a, &c);
+    ok(call("vlan", "CHECK", &env.host, Some(a), &c).run());
+    // The same link, name and addresses, checked against another VLAN id.
+    let mut other = c.clone();
+    other["vlanId"] = json!(200);
+    let err = call("vlan", "CHECK", &env.host, Some(a), &other).run().error();
+    assert!(err.msg.contains("VLAN 100") && err.msg.contains("vlanId 200"), "{}", err.msg);
+    // The link replaced by one on VLAN 200 (same name, addresses, kind): CHECK sees it.
+    ip(a, &["link", "del", "eth0"]);
+    ip(a, &["link", "add", "inner", "type", "dummy"]);
+    ip(a, &["link", "add", "link", "inner", "name", "eth0", "type", "vlan", "id", "200"]);
+    ip(a, &["addr", "add", "10.94.2.2/24", "dev", "eth0"]);
+    ip(a, &["link", "set", "inner", "up"]);
+    ip(a, &["link", "set", "eth0", "up"]);
+    let mut replaced = c.clone();
+    replaced["prevResult"]["interfaces"][0]["mac"] =
+        json!(a.ip_json(&["link", "show", "eth0"])[0]["address"]);
+    let err = call("vlan", "CHECK", &env.host, Some(a), &replaced).run().error();
+    assert!(err.msg.contains("VLAN 200") && err.msg.contains("vlanId 100"), "{}", err.msg);
+}
