@@ -11,7 +11,7 @@ use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};
 
 const CONTAINER_IFACE: usize = 0;
 
-fn require_ipam(req: &Request) -> Result<(), CniError> {
+pub(crate) fn require_ipam(req: &Request) -> Result<(), CniError> {
     if !delegate::has_ipam(req) {
         return Err(CniError::invalid_config("dummy needs an ipam section: ipam.type is missing"));
     }
