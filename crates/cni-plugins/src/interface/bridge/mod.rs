@@ -61,6 +61,17 @@ fn ensure_bridge(nl: &mut Netlink, conf: &BridgeConf) -> Result<Link, CniError> 
 }
 
 /// Host end of the pair: on the bridge, with the port options, up.
+/// Waits until the bridge forwards through the new port. The kernel enables a port whose
+/// carrier came on only when its link watcher runs, a moment after the carrier flag is set:
+/// a frame sent before is dropped (dhcp's first DISCOVER was, costing a 1 s retransmit).
+/// The watcher marks the link operationally up once the bridge has handled it.
+fn wait_for_port(host_nl: &mut Netlink, host_veth: &Link) -> Result<(), CniError> {
+    host_nl
+        .wait_for_link(host_veth.index, LinkCondition::Running, Duration::from_secs(5))
+        .or_cni("wait for the bridge port")?;
+    Ok(())
+}
+
 fn attach_host_end(nl: &mut Netlink, host: &Link, bridge: &Link, conf: &BridgeConf) -> Result<(), CniError> {
     nl.set_link_master(host.index, bridge.index)
         .or_cni(&format!("connect {} to bridge {}", host.name, bridge.name))?;
@@ -100,6 +111,10 @@ impl Bridge {
         attach_host_end(&mut host_nl, &host_veth.link, &bridge, conf)?;
 
         if ipam.is_none() && delegate::has_ipam(req) {
+            // This IPAM plugin (dhcp) talks through the new port: the container end is up
+            // and the port forwards before it starts.
+            cont_nl.set_link_up(cont_link.index).or_cni("set the container interface up")?;
+            wait_for_port(&mut host_nl, &host_veth.link)?;
             ipam = Some(delegate::ipam_add(req)?);
         }
         let mut result = ipam.as_ref().map(|a| a.result().clone()).unwrap_or_default();
@@ -129,9 +144,7 @@ impl Bridge {
             }
         }
         if !conf.disable_container_interface {
-            host_nl
-                .wait_for_link(host_veth.link.index, LinkCondition::Carrier, Duration::from_secs(5))
-                .or_cni("wait for the bridge port")?;
+            wait_for_port(&mut host_nl, &host_veth.link)?;
         }
 
         // An unpinned bridge's MAC may have followed the new port's; the veth's stays.
