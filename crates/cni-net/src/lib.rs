@@ -33,6 +33,8 @@
 pub mod announce;
 pub mod detach;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod idempotent;
 pub mod mac;
 pub mod netlink;

@@ -7,6 +7,8 @@
 //! - [`meta`]: chained plugins (portmap, firewall, tuning, ...).
 
 pub mod common;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod interface;
 pub mod ipam;
 pub mod meta;

@@ -130,7 +130,7 @@ pub(crate) fn read(path: &Path) -> Result<Option<NetworkAttachment>> {
     parse(&bytes, path).map(Some)
 }
 
-fn parse(bytes: &[u8], path: &Path) -> Result<NetworkAttachment> {
+pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<NetworkAttachment> {
     let corrupt = |reason: String| Error::Cache { path: path.to_path_buf(), reason };
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(corrupt("the file is empty".into()));

@@ -29,6 +29,8 @@ pub mod config;
 pub mod error;
 #[allow(unsafe_code)]
 pub mod exec;
+#[doc(hidden)]
+pub mod fuzzing;
 mod maintenance;
 mod request;
 mod runtime;

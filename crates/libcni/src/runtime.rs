@@ -308,7 +308,7 @@ fn result_in_version(plugin_type: &str, stdout: &[u8], version: Version) -> Resu
 }
 
 /// Converts a result (in the version it names, else `version`) to `version`.
-fn convert_result(origin: &str, value: Value, version: Version) -> Result<Value> {
+pub(crate) fn convert_result(origin: &str, value: Value, version: Version) -> Result<Value> {
     let conversion = |reason: String| Error::ResultConversion { origin: origin.to_string(), version, reason };
     let (model, _) = CniResult::parse(value, version).map_err(|e| conversion(e.to_string()))?;
     model.to_value(version).map_err(|e| conversion(e.to_string()))

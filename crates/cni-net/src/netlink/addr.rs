@@ -51,7 +51,7 @@ pub struct IpAddress {
 }
 
 impl IpAddress {
-    fn from_message(message: &AddressMessage) -> Option<IpAddress> {
+    pub(crate) fn from_message(message: &AddressMessage) -> Option<IpAddress> {
         let mut address = None;
         let mut local = None;
         let mut flags = AddressFlags::from_bits_retain(message.header.flags.bits() as u32);

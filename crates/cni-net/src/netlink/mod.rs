@@ -50,7 +50,8 @@ use netlink_packet_route::RouteNetlinkMessage;
 use crate::error::{Error, NetlinkError, Result};
 use crate::netns::NetNs;
 use crate::nl::{Conversation, Socket, Transport};
-use codec::{decode_message, encode_request};
+pub(crate) use codec::decode_message;
+use codec::encode_request;
 
 /// `NETLINK_ROUTE` from <linux/netlink.h>.
 const NETLINK_ROUTE: i32 = 0;

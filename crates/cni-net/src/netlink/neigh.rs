@@ -45,7 +45,7 @@ impl Neighbour {
         message
     }
 
-    fn from_message(message: &NeighbourMessage) -> Option<Neighbour> {
+    pub(crate) fn from_message(message: &NeighbourMessage) -> Option<Neighbour> {
         let mut address = None;
         let mut mac = None;
         for attribute in &message.attributes {

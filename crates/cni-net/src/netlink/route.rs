@@ -214,7 +214,7 @@ impl Route {
         Ok(message)
     }
 
-    fn from_message(message: &RouteMessage) -> Option<Route> {
+    pub(crate) fn from_message(message: &RouteMessage) -> Option<Route> {
         let header = &message.header;
         let unspecified = match header.address_family {
             netlink_packet_route::AddressFamily::Inet => IpAddr::V4(Ipv4Addr::UNSPECIFIED),

@@ -52,7 +52,7 @@ impl Rule {
         Ok(message)
     }
 
-    fn from_message(message: &RuleMessage) -> Option<Rule> {
+    pub(crate) fn from_message(message: &RuleMessage) -> Option<Rule> {
         let family = match message.header.family {
             netlink_packet_route::AddressFamily::Inet => IpFamily::V4,
             netlink_packet_route::AddressFamily::Inet6 => IpFamily::V6,

@@ -118,7 +118,7 @@ impl ConntrackClient {
 }
 
 /// The original tuple of one listed entry (`None` for an entry without one).
-fn parse_entry(message: Incoming<'_>) -> Result<Option<ConntrackEntry>, NftError> {
+pub(crate) fn parse_entry(message: Incoming<'_>) -> Result<Option<ConntrackEntry>, NftError> {
     let mut tuple = None;
     let mut zone = 0;
     for attr in message.attrs() {

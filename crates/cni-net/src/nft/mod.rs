@@ -66,6 +66,7 @@ pub use expr::{
     ct_state, fib_flags, nat_flags, CmpOp, CtKey, Expr, FibResult, MetaKey, NatKind, PayloadBase, Register,
     Verdict,
 };
+pub(crate) use msg::Incoming;
 pub use rule::{ListedRule, Rule};
 pub use set::{
     concat_key, ifname_bytes, set_flags, ElementData, KeyType, KeyValue, MapData, Set, SetElement, SetRef,

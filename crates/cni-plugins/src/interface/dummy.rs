@@ -10,7 +10,7 @@ use cni_net::netlink::LinkSpec;
 use cni_net::{NetNs, Netlink};
 use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};
 
-fn require_ipam(req: &Request) -> Result<(), CniError> {
+pub(crate) fn require_ipam(req: &Request) -> Result<(), CniError> {
     if !delegate::has_ipam(req) {
         return Err(CniError::invalid_config("dummy needs an ipam section: ipam.type is missing"));
     }

@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct IpvlanConf {
+pub(crate) struct IpvlanConf {
     #[serde(default)]
     master: String,
     #[serde(default)]
@@ -29,7 +29,7 @@ struct IpvlanConf {
 }
 
 impl IpvlanConf {
-    fn load(req: &Request) -> Result<(IpvlanConf, IpvlanMode), CniError> {
+    pub(crate) fn load(req: &Request) -> Result<(IpvlanConf, IpvlanMode), CniError> {
         let conf: IpvlanConf = req.config()?;
         let mode = match conf.mode.as_str() {
             "" => IpvlanMode::L2,

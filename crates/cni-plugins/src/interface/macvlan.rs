@@ -36,7 +36,7 @@ struct MacvlanConf {
 }
 
 /// What the configuration asks for, validated.
-struct Settings {
+pub(crate) struct Settings {
     conf: MacvlanConf,
     mode: MacvlanMode,
     mac: Option<MacAddr>,
@@ -61,7 +61,7 @@ fn parse_mac(field: &str, text: &str) -> Result<MacAddr, CniError> {
 }
 
 impl Settings {
-    fn load(req: &Request) -> Result<Settings, CniError> {
+    pub(crate) fn load(req: &Request) -> Result<Settings, CniError> {
         let conf: MacvlanConf = req.config()?;
         let mode = parse_mode(&conf.mode)?;
         if conf.mtu < 0 {

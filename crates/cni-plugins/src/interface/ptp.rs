@@ -21,7 +21,7 @@ const CONTAINER_IFACE: usize = 1;
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct PtpConf {
+pub(crate) struct PtpConf {
     #[serde(default)]
     ip_masq: bool,
     #[serde(default)]
@@ -31,7 +31,7 @@ struct PtpConf {
 }
 
 impl PtpConf {
-    fn load(req: &Request) -> Result<PtpConf, CniError> {
+    pub(crate) fn load(req: &Request) -> Result<PtpConf, CniError> {
         let conf: PtpConf = req.config()?;
         if !delegate::has_ipam(req) {
             return Err(CniError::invalid_config("ptp needs an ipam section: ipam.type is missing"));

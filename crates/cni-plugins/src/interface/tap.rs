@@ -37,13 +37,13 @@ struct TapConf {
     dns: Option<Dns>,
 }
 
-struct Settings {
+pub(crate) struct Settings {
     conf: TapConf,
     mac: Option<MacAddr>,
 }
 
 impl Settings {
-    fn load(req: &Request) -> Result<Settings, CniError> {
+    pub(crate) fn load(req: &Request) -> Result<Settings, CniError> {
         let conf: TapConf = req.config()?;
         if conf.mtu != 0 && !(68..=65535).contains(&conf.mtu) {
             return Err(CniError::invalid_config(format!(

@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct VlanConf {
+pub(crate) struct VlanConf {
     #[serde(default)]
     master: String,
     /// Wider than a VLAN id so that out-of-range values get our message, not serde's.
@@ -28,7 +28,7 @@ struct VlanConf {
 }
 
 impl VlanConf {
-    fn load(req: &Request) -> Result<VlanConf, CniError> {
+    pub(crate) fn load(req: &Request) -> Result<VlanConf, CniError> {
         let conf: VlanConf = req.config()?;
         if conf.master.is_empty() {
             return Err(CniError::invalid_config(

@@ -16,7 +16,7 @@ struct NetConf {
 }
 
 #[derive(Debug, Deserialize)]
-struct StaticConf {
+pub(crate) struct StaticConf {
     #[serde(default)]
     addresses: Vec<AddressConf>,
     #[serde(default)]
@@ -26,7 +26,7 @@ struct StaticConf {
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-struct AddressConf {
+pub(crate) struct AddressConf {
     address: IpNet,
     #[serde(default)]
     gateway: Option<IpAddr>,
@@ -86,7 +86,7 @@ fn addresses(req: &Request, conf: &StaticConf) -> Result<Vec<AddressConf>, CniEr
 }
 
 impl StaticIpam {
-    fn load(req: &Request) -> Result<(StaticConf, Vec<AddressConf>), CniError> {
+    pub(crate) fn load(req: &Request) -> Result<(StaticConf, Vec<AddressConf>), CniError> {
         let conf: NetConf = req.config()?;
         let addrs = addresses(req, &conf.ipam)?;
         Ok((conf.ipam, addrs))

@@ -78,7 +78,7 @@ impl RedirectFilter {
 }
 
 impl TcFilter {
-    fn from_message(message: &TcMessage) -> TcFilter {
+    pub(crate) fn from_message(message: &TcMessage) -> TcFilter {
         let mut filter = TcFilter {
             kind: String::new(),
             priority: (message.header.info >> 16) as u16,

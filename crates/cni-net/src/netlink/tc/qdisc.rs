@@ -77,7 +77,7 @@ impl Qdisc {
         self.handle.major() == 0
     }
 
-    fn from_message(message: &TcMessage) -> Qdisc {
+    pub(crate) fn from_message(message: &TcMessage) -> Qdisc {
         let mut name = String::new();
         let mut options: Option<Vec<u8>> = None;
         for attribute in &message.attributes {

@@ -22,7 +22,7 @@ use crate::common::{masq, open_container_netns, DelErrors, NetResultExt};
 use cni_net::netlink::{BridgeOptions, BridgeVlanSettings, LinkCondition, LinkKind, LinkSpec};
 use cni_net::{Link, MacAddr, NetNs, Netlink};
 use cni_sdk::{delegate, CniError, CniResult, GcErrors, Plugin, Request};
-use config::BridgeConf;
+pub(crate) use config::BridgeConf;
 use std::time::Duration;
 
 /// Result interface indexes: the bridge is 0, then the host veth, then the container's

@@ -14,7 +14,7 @@ use crate::common::addresses::{interface_with_mtu, Addresses, CONTAINER_IFACE};
 use crate::common::{iface, open_container_netns, open_container_netns_for_del, NetResultExt};
 use cni_net::{Link, NetNs, Netlink};
 use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};
-use select::{HostDeviceConf, Selector};
+pub(crate) use select::{HostDeviceConf, Selector};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 

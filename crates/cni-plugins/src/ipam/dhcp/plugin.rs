@@ -33,7 +33,7 @@ struct NetConf {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct DhcpConf {
+pub(crate) struct DhcpConf {
     #[serde(default)]
     daemon_socket_path: Option<String>,
     #[serde(default)]
@@ -108,7 +108,7 @@ fn client_id(network: &str, container_id: &str, ifname: &str) -> Vec<u8> {
     id
 }
 
-fn params(req: &Request, conf: &DhcpConf) -> Result<ClientParams, CniError> {
+pub(crate) fn params(req: &Request, conf: &DhcpConf) -> Result<ClientParams, CniError> {
     let skip_default = conf.request.iter().any(|r| r.skip_default);
     let mut request: Vec<u8> = if skip_default { Vec::new() } else { DEFAULT_REQUESTED.to_vec() };
     for (i, r) in conf.request.iter().enumerate() {
@@ -150,7 +150,7 @@ fn params(req: &Request, conf: &DhcpConf) -> Result<ClientParams, CniError> {
     })
 }
 
-fn load(req: &Request) -> Result<(DhcpConf, PathBuf), CniError> {
+pub(crate) fn load(req: &Request) -> Result<(DhcpConf, PathBuf), CniError> {
     let conf: NetConf = req.config()?;
     let socket = PathBuf::from(conf.ipam.daemon_socket_path.as_deref().unwrap_or(DEFAULT_SOCKET_PATH));
     Ok((conf.ipam, socket))

@@ -22,7 +22,7 @@ impl From<HostLocalError> for CniError {
     }
 }
 
-fn load(req: &Request) -> Result<HostLocalConfig, CniError> {
+pub(crate) fn load(req: &Request) -> Result<HostLocalConfig, CniError> {
     // As the reference: CNI_ARGS may carry only IP unless IgnoreUnknown is set.
     req.args.check_known(&["IP"])?;
     let args = req.args.to_env_string();

@@ -25,13 +25,13 @@ use std::net::IpAddr;
 pub const FIRST_TABLE: u32 = 100;
 
 #[derive(Debug, Deserialize)]
-struct SbrConf {
+pub(crate) struct SbrConf {
     /// Use this table for the rules instead of making tables (routes are left as they are).
     #[serde(default)]
     table: Option<u32>,
 }
 
-fn load(req: &Request) -> Result<SbrConf, CniError> {
+pub(crate) fn load(req: &Request) -> Result<SbrConf, CniError> {
     let conf: SbrConf = req.config()?;
     if conf.table == Some(0) {
         return Err(CniError::invalid_config("sbr: table: 0 is not a routing table id"));

@@ -1,0 +1,89 @@
+//! The dry part of every plugin, for the `plugin_entry` fuzz target in `fuzz/` (not an API:
+//! hidden from the docs and free to change). A fuzzer may run each plugin's parsing and
+//! validation of a request, but never the netlink, nftables and file work behind it: this
+//! is the stage before any of that, by the plugin's registry name.
+
+use cni_sdk::{CniError, Request};
+
+/// Parses and validates `req` as the plugin `name`'s ADD does before it touches anything
+/// (and, for an interface plugin, as its built-in IPAM plugin does with the same stdin).
+/// `None` for a name the registry does not know.
+pub fn config_stage(name: &str, req: &Request) -> Option<Result<(), CniError>> {
+    use crate::interface::{bridge, dummy, host_device, ipvlan, macvlan, ptp, tap, vlan};
+    use crate::ipam::{dhcp, host_local, static_ipam};
+    use crate::meta::{bandwidth, firewall, portmap, sbr, tuning};
+    Some(match name {
+        "bandwidth" => bandwidth::config::load(req).map(drop),
+        "bridge" => bridge::BridgeConf::load(req).map(drop),
+        "dhcp" => dhcp::plugin::load(req).and_then(|(conf, _)| dhcp::plugin::params(req, &conf)).map(drop),
+        "dummy" => dummy::require_ipam(req),
+        "firewall" => firewall::config::load(req).map(drop),
+        "host-device" => host_device::HostDeviceConf::load(req).map(drop),
+        "host-local" => host_local::plugin::load(req).map(drop),
+        "ipvlan" => ipvlan::IpvlanConf::load(req).map(drop),
+        "loopback" => Ok(()),
+        "macvlan" => macvlan::Settings::load(req).map(drop),
+        "portmap" => portmap::config::PortMapConf::load(req).map(drop),
+        "ptp" => ptp::PtpConf::load(req).map(drop),
+        "sbr" => sbr::load(req).map(drop),
+        "static" => static_ipam::StaticIpam::load(req).map(drop),
+        "tap" => tap::Settings::load(req).map(drop),
+        "tuning" => tuning::config::load(req).map(drop),
+        "vlan" => vlan::VlanConf::load(req).map(drop),
+        _ => return None,
+    })
+}
+
+/// [`config_stage`] followed by the IPAM plugin's own stage when `ipam.type` names one of
+/// ours: an interface plugin hands it the same stdin.
+pub fn config_stage_with_ipam(name: &str, req: &Request) -> Option<Result<(), CniError>> {
+    let own = config_stage(name, req)?;
+    let ipam = req.conf.ipam.as_ref().map(|i| i.ipam_type.as_str()).filter(|t| *t != name);
+    Some(match ipam.and_then(|t| config_stage(t, req)) {
+        Some(ipam) => own.and(ipam),
+        None => own,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cni_sdk::Command;
+
+    fn request(stdin: &str) -> Request {
+        Request {
+            command: Command::Add,
+            container_id: "ctr".into(),
+            netns: "/run/netns/none".into(),
+            ifname: "eth0".into(),
+            args: Default::default(),
+            path: vec![],
+            stdin: stdin.as_bytes().to_vec(),
+            conf: serde_json::from_str(stdin).unwrap(),
+            version: cni_sdk::Version::V1_1_0,
+        }
+    }
+
+    #[test]
+    fn every_registered_plugin_has_a_config_stage() {
+        let req = request(r#"{"cniVersion":"1.1.0","name":"n","type":"x"}"#);
+        for entry in crate::registry::plugins() {
+            assert!(config_stage(entry.name, &req).is_some(), "{} has no config stage", entry.name);
+        }
+        assert!(config_stage("no-such-plugin", &req).is_none());
+    }
+
+    #[test]
+    fn the_stage_refuses_what_the_plugin_refuses() {
+        let bad_mtu = request(r#"{"cniVersion":"1.1.0","name":"n","type":"bridge","mtu":5}"#);
+        assert_eq!(config_stage("bridge", &bad_mtu).unwrap().unwrap_err().code, 7);
+        let bad_range = request(
+            r#"{"cniVersion":"1.1.0","name":"n","type":"bridge","ipam":{"type":"host-local","subnet":"10.1.0.0/33"}}"#,
+        );
+        assert!(config_stage("bridge", &bad_range).unwrap().is_ok());
+        assert!(config_stage_with_ipam("bridge", &bad_range).unwrap().is_err());
+        assert!(config_stage("dummy", &request(r#"{"cniVersion":"1.1.0","name":"n","type":"dummy"}"#))
+            .unwrap()
+            .is_err());
+    }
+}
