@@ -91,9 +91,22 @@ impl Compare {
 /// An operation of a transaction.
 #[derive(Debug, Clone)]
 pub enum Op {
-    Put { key: Vec<u8>, value: Vec<u8>, lease: i64 },
-    Delete { key: Vec<u8> },
-    Get { key: Vec<u8> },
+    Put {
+        key: Vec<u8>,
+        value: Vec<u8>,
+        lease: i64,
+    },
+    Delete {
+        key: Vec<u8>,
+    },
+    Get {
+        key: Vec<u8>,
+    },
+    /// Every key under a prefix (without values when `keys_only`).
+    GetPrefix {
+        prefix: Vec<u8>,
+        keys_only: bool,
+    },
 }
 
 impl Op {
@@ -109,8 +122,15 @@ impl Op {
         Op::Get { key: key.into() }
     }
 
+    pub fn get_prefix(prefix: impl Into<Vec<u8>>, keys_only: bool) -> Op {
+        Op::GetPrefix { prefix: prefix.into(), keys_only }
+    }
+
     fn to_json(&self) -> Value {
         match self {
+            Op::GetPrefix { prefix, keys_only } => json!({"request_range": {
+                "key": encode(prefix), "range_end": encode(&prefix_end(prefix)), "keys_only": keys_only
+            }}),
             Op::Put { key, value, lease } => {
                 let mut put = json!({"key": encode(key), "value": encode(value)});
                 if *lease != 0 {
