@@ -144,15 +144,46 @@ impl Client {
 
     /// The key's value and revisions, if it exists.
     pub fn get(&mut self, key: &[u8]) -> Result<Option<KeyValue>> {
-        let answer = self.call("/v3/kv/range", &json!({"key": encode(key)}))?;
-        Ok(kvs(&answer).into_iter().next())
+        self.range(key, None, false, false).map(|(kvs, _)| kvs.into_iter().next())
     }
 
     /// Every key under `prefix` (values left out when `keys_only`), and the store's revision.
     pub fn get_prefix(&mut self, prefix: &[u8], keys_only: bool) -> Result<(Vec<KeyValue>, i64)> {
-        let mut request = json!({"key": encode(prefix), "range_end": encode(&prefix_end(prefix))});
+        self.range(prefix, Some(&prefix_end(prefix)), keys_only, false)
+    }
+
+    /// [`Client::get`] served from the member's own copy of the data, without a round of
+    /// consensus: much cheaper, possibly a little stale. Right where the write that follows
+    /// compares revisions anyway (a stale read then only loses the race and reads again).
+    pub fn get_serializable(&mut self, key: &[u8]) -> Result<Option<KeyValue>> {
+        self.range(key, None, false, true).map(|(kvs, _)| kvs.into_iter().next())
+    }
+
+    /// [`Client::get_prefix`] served like [`Client::get_serializable`].
+    pub fn get_prefix_serializable(
+        &mut self,
+        prefix: &[u8],
+        keys_only: bool,
+    ) -> Result<(Vec<KeyValue>, i64)> {
+        self.range(prefix, Some(&prefix_end(prefix)), keys_only, true)
+    }
+
+    fn range(
+        &mut self,
+        key: &[u8],
+        end: Option<&[u8]>,
+        keys_only: bool,
+        serializable: bool,
+    ) -> Result<(Vec<KeyValue>, i64)> {
+        let mut request = json!({"key": encode(key)});
+        if let Some(end) = end {
+            request["range_end"] = encode(end).into();
+        }
         if keys_only {
             request["keys_only"] = true.into();
+        }
+        if serializable {
+            request["serializable"] = true.into();
         }
         let answer = self.call("/v3/kv/range", &request)?;
         Ok((kvs(&answer), int_field(&answer["header"], "revision")))

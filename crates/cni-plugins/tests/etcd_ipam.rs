@@ -205,7 +205,7 @@ fn racing_nodes_never_share_an_address_even_with_a_member_killed() {
                         let conf = EtcdIpamConfig::parse(conf.to_string().as_bytes()).unwrap();
                         let mut client = cni_etcd::Client::new(&endpoints, Duration::from_secs(2)).unwrap();
                         client.prefer(t);
-                        let mut allocator = Allocator::new(&conf, &mut client);
+                        let mut allocator = Allocator::new(conf, client);
                         (0..40)
                             .map(|i| {
                                 allocator.allocate(&format!("{round}-{t}-{i}/eth0")).unwrap().address.addr()
@@ -230,4 +230,45 @@ fn racing_nodes_never_share_an_address_even_with_a_member_killed() {
     let in_blocks: usize =
         blocks.iter().map(|kv| Block::from_json(&kv.value).unwrap().allocations.len()).sum();
     assert_eq!(in_blocks, 640);
+}
+
+#[test]
+fn add_and_del_through_the_node_agent() {
+    use cni_plugins::ipam::etcd::agent::Agent;
+    let cluster = EtcdCluster::start("eda", 3);
+    let dir = tempfile::Builder::new().prefix("ed-agent").tempdir().unwrap();
+    let socket = dir.path().join("agent.sock");
+    let mut via_agent = conf(&cluster.endpoints(), "edagent", "node-a", &["10.83.0.0/16"], 26);
+    via_agent["ipam"]["agentSocket"] = socket.display().to_string().into();
+    // No agent listening: a clear code-11 error, nothing allocated.
+    let err = run(&via_agent, "ADD", "c0").error();
+    assert_eq!(err.code, 11, "{err:?}");
+    assert!(err.msg.contains("node agent at") && err.msg.contains("unreachable"), "{err:?}");
+
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    std::thread::spawn(move || std::sync::Arc::new(Agent::default()).serve(listener));
+    let first = address(&run(&via_agent, "ADD", "c1").json());
+    let second = address(&run(&via_agent, "ADD", "c2").json());
+    assert_ne!(first, second);
+    assert_eq!(address(&run(&via_agent, "ADD", "c1").json()), first, "a repeated ADD gets the same address");
+    assert_eq!(
+        etcd_keys(&cluster, "/cni-rs/ipam/edagent/handle/"),
+        ["/cni-rs/ipam/edagent/handle/c1/eth0", "/cni-rs/ipam/edagent/handle/c2/eth0"]
+    );
+    // A plugin going straight to etcd and the agent share the state.
+    let direct = conf(&cluster.endpoints(), "edagent", "node-a", &["10.83.0.0/16"], 26);
+    let third = address(&run(&direct, "ADD", "c3").json());
+    assert!(![&first, &second].contains(&&third));
+    assert_ne!(address(&run(&via_agent, "ADD", "c4").json()), third, "the agent's cached block was stale");
+    assert!(run(&via_agent, "DEL", "c1").success());
+    assert!(run(&via_agent, "DEL", "c1").success());
+    assert_eq!(etcd_keys(&cluster, "/cni-rs/ipam/edagent/handle/").len(), 3);
+    // Errors from the agent keep their code.
+    let mut bad = via_agent.clone();
+    bad["ipam"]["pools"] = json!(["10.84.0.0/16"]);
+    run(&bad, "ADD", "x").json();
+    bad["name"] = "edagent2".into();
+    let err = run(&bad, "ADD", "y").error();
+    assert_eq!(err.code, 7, "{err:?}");
+    assert!(err.msg.contains("overlaps pool 10.84.0.0/16 of network edagent"), "{err:?}");
 }

@@ -9,6 +9,11 @@
 //!    same transaction;
 //! 4. no unclaimed block is left: borrow a free address from another node's block.
 //!
+//! The reads are serializable (served by the member without a round of consensus): the
+//! transaction's compares catch anything they missed. An allocator that lives on (a node
+//! agent, the benchmark's library mode) also remembers the block it last wrote and the
+//! revision the write made, and then needs no read at all: one transaction per ADD.
+//!
 //! A lost race re-reads and starts again. Nothing is written outside these transactions,
 //! so an ADD that fails (etcd unreachable, pool exhausted) leaves nothing half-allocated.
 
@@ -64,15 +69,17 @@ fn allocation_of(handle: &Handle) -> Result<Allocation, EtcdIpamError> {
 }
 
 /// An allocator for one network on one node.
-pub struct Allocator<'a> {
-    pub conf: &'a EtcdIpamConfig,
+pub struct Allocator {
+    pub conf: EtcdIpamConfig,
     pub keys: Keys,
-    pub client: &'a mut Client,
+    pub client: Client,
+    /// The node's block this allocator last wrote, at the revision of that write.
+    cached: Option<(Block, i64)>,
 }
 
-impl<'a> Allocator<'a> {
-    pub fn new(conf: &'a EtcdIpamConfig, client: &'a mut Client) -> Allocator<'a> {
-        Allocator { conf, keys: Keys::new(conf), client }
+impl Allocator {
+    pub fn new(conf: EtcdIpamConfig, client: Client) -> Allocator {
+        Allocator { keys: Keys::new(&conf), conf, client, cached: None }
     }
 
     /// Swaps in `block` with `offset` given to `handle_id`, if the block is still at
@@ -107,8 +114,10 @@ impl<'a> Allocator<'a> {
         };
         let answer = self.client.txn(&txn)?;
         if answer.succeeded {
+            self.cached = (block.affinity == self.conf.node).then_some((block, answer.revision));
             return Ok(Step::Done(allocation_of(&handle)?));
         }
+        self.cached = None;
         // The same ADD running twice at once: the other one's address is ours.
         match answer.range(0).first() {
             Some(kv) => Ok(Step::Done(allocation_of(&parse_handle(kv)?)?)),
@@ -116,9 +125,18 @@ impl<'a> Allocator<'a> {
         }
     }
 
-    /// Tries one existing block; `NoRoom` when it is full.
+    /// Whether a block lies in the configured pools (a node keeps the affinity of blocks of
+    /// pools since removed from its configuration, but allocates only from current ones).
+    fn in_pools(&self, cidr: &IpNet) -> bool {
+        self.conf.pools.iter().any(|pool| pool.contains(cidr))
+    }
+
+    /// Tries one existing block; `NoRoom` when it is full or outside the pools.
     fn try_block(&mut self, kv: &KeyValue, handle_id: &str) -> Result<Step, EtcdIpamError> {
         let block = parse_block(kv)?;
+        if !self.in_pools(&block.cidr) {
+            return Ok(Step::NoRoom);
+        }
         match block.first_free() {
             Some(offset) => self.commit(block, kv.mod_revision, offset, handle_id),
             None => Ok(Step::NoRoom),
@@ -127,7 +145,10 @@ impl<'a> Allocator<'a> {
 
     fn in_own_blocks(&mut self, block_ids: &[String], handle_id: &str) -> Result<Step, EtcdIpamError> {
         for block_id in block_ids {
-            let Some(kv) = self.client.get(&self.keys.block(block_id))? else { continue };
+            if !Block::cidr_of_id(block_id).is_some_and(|cidr| self.in_pools(&cidr)) {
+                continue;
+            }
+            let Some(kv) = self.client.get_serializable(&self.keys.block(block_id))? else { continue };
             match self.try_block(&kv, handle_id)? {
                 Step::NoRoom => continue,
                 other => return Ok(other),
@@ -164,7 +185,7 @@ impl<'a> Allocator<'a> {
 
     fn claim_block(&mut self, handle_id: &str) -> Result<Step, EtcdIpamError> {
         self.check_pools()?;
-        let (existing, _) = self.client.get_prefix(&self.keys.blocks(), true)?;
+        let (existing, _) = self.client.get_prefix_serializable(&self.keys.blocks(), true)?;
         let taken: std::collections::HashSet<String> =
             existing.iter().map(|kv| Keys::block_id_of(&kv.key)).collect();
         for pool in self.conf.pools.clone() {
@@ -180,7 +201,7 @@ impl<'a> Allocator<'a> {
     }
 
     fn borrow(&mut self, handle_id: &str) -> Result<Step, EtcdIpamError> {
-        let (blocks, _) = self.client.get_prefix(&self.keys.blocks(), false)?;
+        let (blocks, _) = self.client.get_prefix_serializable(&self.keys.blocks(), false)?;
         for kv in &blocks {
             match self.try_block(kv, handle_id)? {
                 Step::NoRoom => continue,
@@ -193,18 +214,25 @@ impl<'a> Allocator<'a> {
     /// ADD: the attachment's address (the same one when it already has one).
     pub fn allocate(&mut self, handle_id: &str) -> Result<Allocation, EtcdIpamError> {
         for _ in 0..MAX_ATTEMPTS {
-            let read = self.client.txn(&Txn {
-                compare: vec![],
-                success: vec![
-                    Op::get(self.keys.handle(handle_id)),
-                    Op::get_prefix(self.keys.affinities(&self.conf.node), true),
-                ],
-                failure: vec![],
-            })?;
-            if let Some(kv) = read.range(0).first() {
-                return allocation_of(&parse_handle(kv)?);
+            if let Some((block, revision)) = self.cached.clone().filter(|(b, _)| self.in_pools(&b.cidr)) {
+                if let Some(offset) = block.first_free() {
+                    match self.commit(block, revision, offset, handle_id)? {
+                        Step::Done(allocation) => return Ok(allocation),
+                        _ => continue,
+                    }
+                }
             }
-            let own: Vec<String> = read.range(1).iter().map(|kv| Keys::block_id_of(&kv.key)).collect();
+            let handle_key = self.keys.handle(handle_id);
+            if self.client.get_serializable(&handle_key)?.is_some() {
+                // A repeated ADD (rare): confirmed by a linearizable read, as a stale copy
+                // may still show a handle that a DEL has since released.
+                if let Some(kv) = self.client.get(&handle_key)? {
+                    return allocation_of(&parse_handle(&kv)?);
+                }
+            }
+            let (affine, _) =
+                self.client.get_prefix_serializable(&self.keys.affinities(&self.conf.node), true)?;
+            let own: Vec<String> = affine.iter().map(|kv| Keys::block_id_of(&kv.key)).collect();
             let mut step = self.in_own_blocks(&own, handle_id)?;
             if matches!(step, Step::NoRoom) {
                 step = self.claim_block(handle_id)?;
@@ -270,6 +298,9 @@ impl<'a> Allocator<'a> {
         let mut claimed = std::collections::HashSet::new();
         for kv in &blocks {
             let block = parse_block(kv)?;
+            if !self.in_pools(&block.cidr) {
+                continue;
+            }
             if block.free_count() > 0 {
                 return Ok(true);
             }

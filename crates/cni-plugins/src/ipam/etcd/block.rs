@@ -40,6 +40,12 @@ impl Block {
         format!("{}-{}", cidr.network(), cidr.prefix_len())
     }
 
+    /// The CIDR a block id names.
+    pub fn cidr_of_id(id: &str) -> Option<IpNet> {
+        let (network, len) = id.rsplit_once('-')?;
+        format!("{network}/{len}").parse().ok()
+    }
+
     pub fn size(&self) -> u32 {
         1u32 << (self.cidr.max_prefix_len() - self.cidr.prefix_len())
     }

@@ -12,7 +12,9 @@
 //! ```
 //! `nodeName` defaults to the host name; `blockSize` to 26 (IPv4) or 122 (IPv6); `prefix`
 //! (the root of the keys) to `/cni-rs/ipam`; `timeoutMs` (per etcd call) to 2000.
+//! `agentSocket` (a path) sends ADD and DEL through the node agent (`etcd-ipam-agent`).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use cni_types::Route;
@@ -43,6 +45,7 @@ struct RawIpam {
     timeout_ms: Option<u64>,
     #[serde(default)]
     routes: Vec<Route>,
+    agent_socket: Option<PathBuf>,
 }
 
 /// The validated configuration.
@@ -56,6 +59,8 @@ pub struct EtcdIpamConfig {
     pub prefix: String,
     pub timeout: Duration,
     pub routes: Vec<Route>,
+    /// The node agent's socket: ADD and DEL go through the agent when set.
+    pub agent_socket: Option<PathBuf>,
 }
 
 fn invalid(msg: impl Into<String>) -> EtcdIpamError {
@@ -136,6 +141,7 @@ impl EtcdIpamConfig {
             prefix,
             timeout,
             routes: ipam.routes,
+            agent_socket: ipam.agent_socket,
         })
     }
 }

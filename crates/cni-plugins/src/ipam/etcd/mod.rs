@@ -13,6 +13,7 @@
 //! - [`allocator`]: the transactions;
 //! - [`plugin`]: the [`cni_sdk::Plugin`] ([`plugin::EtcdIpam`]).
 
+pub mod agent;
 pub mod allocator;
 pub mod block;
 pub mod config;

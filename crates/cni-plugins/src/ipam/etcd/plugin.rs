@@ -7,6 +7,7 @@ use cni_etcd::Client;
 use cni_sdk::{CniError, CniResult, GcErrors, Plugin, Request};
 use cni_types::{Dns, IpConfig};
 
+use super::agent;
 use super::allocator::Allocator;
 use super::config::EtcdIpamConfig;
 use super::error::EtcdIpamError;
@@ -17,20 +18,27 @@ pub struct EtcdIpam;
 
 const NOT_AVAILABLE: u32 = 50;
 
-fn load(req: &Request) -> Result<(EtcdIpamConfig, Client), CniError> {
-    req.args.check_known(&[])?;
-    let conf = EtcdIpamConfig::parse(&req.stdin)?;
+fn load(req: &Request) -> Result<Allocator, CniError> {
+    let conf = parse(req)?;
     let mut client = Client::new(&conf.endpoints, conf.timeout).map_err(EtcdIpamError::from)?;
     // Plugins of one node spread their connections over the members.
     client.prefer(std::process::id() as usize);
-    Ok((conf, client))
+    Ok(Allocator::new(conf, client))
+}
+
+fn parse(req: &Request) -> Result<EtcdIpamConfig, CniError> {
+    req.args.check_known(&[])?;
+    Ok(EtcdIpamConfig::parse(&req.stdin)?)
 }
 
 impl Plugin for EtcdIpam {
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
-        let (conf, mut client) = load(req)?;
-        let allocation =
-            Allocator::new(&conf, &mut client).allocate(&handle_id(&req.container_id, &req.ifname))?;
+        let conf = parse(req)?;
+        let id = handle_id(&req.container_id, &req.ifname);
+        let allocation = match &conf.agent_socket {
+            Some(socket) => agent::allocate(socket, &req.stdin, &id, conf.timeout * 4)?,
+            None => load(req)?.allocate(&id)?,
+        };
         Ok(CniResult {
             interfaces: Vec::new(),
             ips: vec![IpConfig {
@@ -44,15 +52,19 @@ impl Plugin for EtcdIpam {
     }
 
     fn del(&self, req: &Request) -> Result<(), CniError> {
-        let (conf, mut client) = load(req)?;
-        Allocator::new(&conf, &mut client).release(&handle_id(&req.container_id, &req.ifname))?;
+        let conf = parse(req)?;
+        let id = handle_id(&req.container_id, &req.ifname);
+        match &conf.agent_socket {
+            Some(socket) => agent::release(socket, &req.stdin, &id, conf.timeout * 4)?,
+            None => drop(load(req)?.release(&id)?),
+        }
         Ok(())
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
-        let (conf, mut client) = load(req)?;
+        let mut allocator = load(req)?;
         let id = handle_id(&req.container_id, &req.ifname);
-        let Some(handle) = Allocator::new(&conf, &mut client).handle(&id)? else {
+        let Some(handle) = allocator.handle(&id)? else {
             return Err(EtcdIpamError::CheckFailed(format!("no address is allocated to {id}")).into());
         };
         if let Some(prev) = req.prev_result()? {
@@ -60,7 +72,7 @@ impl Plugin for EtcdIpam {
                 .ips
                 .iter()
                 .map(|ip| ip.address.addr())
-                .filter(|ip| conf.pools.iter().any(|p| p.contains(ip)))
+                .filter(|ip| allocator.conf.pools.iter().any(|p| p.contains(ip)))
                 .collect();
             if !expected.is_empty() && !expected.contains(&handle.ip) {
                 let msg = format!("{id} holds {} but the prevResult says {expected:?}", handle.ip);
@@ -71,15 +83,15 @@ impl Plugin for EtcdIpam {
     }
 
     fn gc(&self, req: &Request) -> Result<(), CniError> {
-        let (conf, mut client) = load(req)?;
+        let mut allocator = load(req)?;
         let valid: Vec<String> =
             req.valid_attachments()?.iter().map(|a| handle_id(&a.container_id, &a.ifname)).collect();
-        let mut allocator = Allocator::new(&conf, &mut client);
+        let node = allocator.conf.node.clone();
         let mut errors = GcErrors::new();
         for (id, handle) in allocator.all_handles()? {
             // Another node's runtime knows its own attachments, not ours: only this node's
             // handles are this GC's to judge.
-            if handle.node != conf.node || valid.contains(&id) {
+            if handle.node != node || valid.contains(&id) {
                 continue;
             }
             if let Err(err) = allocator.release(&id) {
@@ -90,8 +102,9 @@ impl Plugin for EtcdIpam {
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
-        let (conf, mut client) = load(req)?;
-        match Allocator::new(&conf, &mut client).has_room() {
+        let mut allocator = load(req)?;
+        let conf = allocator.conf.clone();
+        match allocator.has_room() {
             Ok(true) => Ok(()),
             Ok(false) => Err(CniError::new(
                 NOT_AVAILABLE,
