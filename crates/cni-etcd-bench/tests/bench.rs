@@ -10,5 +10,8 @@ fn a_short_run_reports_both_phases_and_no_duplicates() {
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("all members up") && stdout.contains("60 ADDs"), "{stdout}");
     assert!(stdout.contains("one member killed"), "{stdout}");
-    assert!(stdout.contains("duplicates: 0 in results; etcd holds 120 handles, 120 block entries"), "{stdout}");
+    assert!(
+        stdout.contains("duplicates: 0 in results; etcd holds 120 handles, 120 block entries"),
+        "{stdout}"
+    );
 }
