@@ -272,3 +272,51 @@ fn add_and_del_through_the_node_agent() {
     assert_eq!(err.code, 7, "{err:?}");
     assert!(err.msg.contains("overlaps pool 10.84.0.0/16 of network edagent"), "{err:?}");
 }
+
+#[test]
+fn a_gone_nodes_blocks_are_reclaimed_by_gc_after_the_grace_period() {
+    let cluster = EtcdCluster::start("edg", 3);
+    let mut a = conf(&cluster.endpoints(), "edgone", "node-a", &["10.85.0.0/16"], 26);
+    a["ipam"]["nodeGracePeriodSeconds"] = 2.into();
+    let b = conf_with_node(&a, "node-b");
+    let mut c = conf_with_node(&a, "node-c");
+    c["ipam"].as_object_mut().unwrap().remove("nodeGracePeriodSeconds");
+    run(&a, "ADD", "a1").json();
+    for i in 0..3 {
+        run(&b, "ADD", &format!("b{i}")).json();
+    }
+    run(&c, "ADD", "c1").json();
+    // Heartbeats: node-a and node-b register; node-c (no grace period) never does.
+    assert!(run(&a, "STATUS", "").success());
+    assert!(run(&b, "STATUS", "").success());
+    assert_eq!(
+        etcd_keys(&cluster, "/cni-rs/ipam/edgone/registered/"),
+        ["/cni-rs/ipam/edgone/registered/node-a", "/cni-rs/ipam/edgone/registered/node-b"]
+    );
+    // node-b stops; node-a keeps calling STATUS until etcd expires node-b's heartbeat.
+    let mut expired = false;
+    for _ in 0..100 {
+        assert!(run(&a, "STATUS", "").success());
+        if cluster.client().get(b"/cni-rs/ipam/edgone/seen/node-b").unwrap().is_none() {
+            expired = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(expired, "node-b's heartbeat lease never expired");
+    let mut gc = a.clone();
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": "a1", "ifname": "eth0"}]);
+    assert!(run(&gc, "GC", "").success(), "{:?}", run(&gc, "GC", ""));
+    // node-b's handles, blocks and registration are gone; node-a's and node-c's stay.
+    assert_eq!(
+        etcd_keys(&cluster, "/cni-rs/ipam/edgone/handle/"),
+        ["/cni-rs/ipam/edgone/handle/a1/eth0", "/cni-rs/ipam/edgone/handle/c1/eth0"]
+    );
+    assert!(etcd_keys(&cluster, "/cni-rs/ipam/edgone/affinity/node-b/").is_empty());
+    assert_eq!(etcd_keys(&cluster, "/cni-rs/ipam/edgone/affinity/node-c/").len(), 1);
+    assert_eq!(etcd_keys(&cluster, "/cni-rs/ipam/edgone/block/").len(), 2);
+    assert_eq!(
+        etcd_keys(&cluster, "/cni-rs/ipam/edgone/registered/"),
+        ["/cni-rs/ipam/edgone/registered/node-a"]
+    );
+}

@@ -12,6 +12,7 @@
 //! ```
 //! `nodeName` defaults to the host name; `blockSize` to 26 (IPv4) or 122 (IPv6); `prefix`
 //! (the root of the keys) to `/cni-rs/ipam`; `timeoutMs` (per etcd call) to 2000.
+//! `nodeGracePeriodSeconds` turns on the reclaiming of gone nodes' blocks (see `liveness`).
 //! `agentSocket` (a path) sends ADD and DEL through the node agent (`etcd-ipam-agent`).
 
 use std::path::PathBuf;
@@ -46,6 +47,7 @@ struct RawIpam {
     #[serde(default)]
     routes: Vec<Route>,
     agent_socket: Option<PathBuf>,
+    node_grace_period_seconds: Option<i64>,
 }
 
 /// The validated configuration.
@@ -61,6 +63,9 @@ pub struct EtcdIpamConfig {
     pub routes: Vec<Route>,
     /// The node agent's socket: ADD and DEL go through the agent when set.
     pub agent_socket: Option<PathBuf>,
+    /// With it, STATUS and GC record this node's heartbeat, and GC reclaims the blocks of
+    /// nodes whose heartbeat is older than this many seconds.
+    pub node_grace_seconds: Option<i64>,
 }
 
 fn invalid(msg: impl Into<String>) -> EtcdIpamError {
@@ -131,6 +136,9 @@ impl EtcdIpamConfig {
         if !prefix.starts_with('/') || prefix.ends_with('/') {
             return Err(invalid(format!("ipam.prefix {prefix:?} must start with '/' and not end with one")));
         }
+        if ipam.node_grace_period_seconds.is_some_and(|s| s < 2) {
+            return Err(invalid("ipam.nodeGracePeriodSeconds: at least 2"));
+        }
         let timeout = Duration::from_millis(ipam.timeout_ms.unwrap_or(2000).max(1));
         Ok(EtcdIpamConfig {
             network: raw.name,
@@ -142,6 +150,7 @@ impl EtcdIpamConfig {
             timeout,
             routes: ipam.routes,
             agent_socket: ipam.agent_socket,
+            node_grace_seconds: ipam.node_grace_period_seconds,
         })
     }
 }

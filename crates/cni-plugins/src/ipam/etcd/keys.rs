@@ -5,6 +5,8 @@
 //!   its own blocks with one prefix read;
 //! - `handle/<container-id>/<ifname>`: a [`Handle`] — the address an attachment holds and
 //!   its block, so DEL is one read and one transaction whatever the pool's size;
+//! - `seen/<node>` (on a lease) and `registered/<node>`: node heartbeats, for reclaiming
+//!   the blocks of nodes that are gone (only with `nodeGracePeriodSeconds`);
 //! - `<prefix>/pools/<network>`: the network's pools, so that two networks never share
 //!   addresses (a new block is only claimed after checking the other networks' pools).
 
@@ -72,6 +74,20 @@ impl Keys {
     pub fn handle_id_of(&self, key: &[u8]) -> String {
         let key = String::from_utf8_lossy(key);
         key.strip_prefix(&format!("{}handle/", self.root)).unwrap_or_default().to_string()
+    }
+
+    /// A node's heartbeat, on a lease of the grace period (see [`super::liveness`]).
+    pub fn seen(&self, node: &str) -> Vec<u8> {
+        format!("{}seen/{node}", self.root).into_bytes()
+    }
+
+    /// Present (without a lease) for every node that has sent a heartbeat.
+    pub fn registered(&self, node: &str) -> Vec<u8> {
+        format!("{}registered/{node}", self.root).into_bytes()
+    }
+
+    pub fn registered_all(&self) -> Vec<u8> {
+        format!("{}registered/", self.root).into_bytes()
     }
 
     pub fn pools(&self) -> Vec<u8> {

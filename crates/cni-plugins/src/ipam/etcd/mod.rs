@@ -19,4 +19,5 @@ pub mod block;
 pub mod config;
 pub mod error;
 pub mod keys;
+pub mod liveness;
 pub mod plugin;

@@ -12,6 +12,7 @@ use super::allocator::Allocator;
 use super::config::EtcdIpamConfig;
 use super::error::EtcdIpamError;
 use super::keys::handle_id;
+use super::liveness;
 
 /// The etcd-ipam plugin.
 pub struct EtcdIpam;
@@ -87,6 +88,7 @@ impl Plugin for EtcdIpam {
         let valid: Vec<String> =
             req.valid_attachments()?.iter().map(|a| handle_id(&a.container_id, &a.ifname)).collect();
         let node = allocator.conf.node.clone();
+        liveness::heartbeat(&mut allocator)?;
         let mut errors = GcErrors::new();
         for (id, handle) in allocator.all_handles()? {
             // Another node's runtime knows its own attachments, not ours: only this node's
@@ -98,12 +100,22 @@ impl Plugin for EtcdIpam {
                 errors.push(format!("handle {id} ({})", handle.ip), err.into());
             }
         }
+        if allocator.conf.node_grace_seconds.is_some() {
+            for gone in liveness::gone_nodes(&mut allocator)? {
+                if let Err(err) = liveness::reclaim(&mut allocator, &gone) {
+                    errors.push(format!("node {gone}"), err.into());
+                }
+            }
+        }
         Ok(errors.into_result()?)
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
         let mut allocator = load(req)?;
         let conf = allocator.conf.clone();
+        if let Err(err) = liveness::heartbeat(&mut allocator) {
+            return Err(CniError::new(NOT_AVAILABLE, err.to_string()));
+        }
         match allocator.has_room() {
             Ok(true) => Ok(()),
             Ok(false) => Err(CniError::new(
