@@ -14,6 +14,7 @@ mod addr;
 mod codec;
 mod dummy;
 mod events;
+mod fdb;
 mod ifb;
 mod ipvlan;
 mod link;
@@ -30,6 +31,7 @@ mod vlan;
 
 pub use addr::{parse_ipnet, AddressFlags, IpAddress, IpFamily};
 pub use events::LinkCondition;
+pub use fdb::FdbEntry;
 pub use ipvlan::IpvlanMode;
 pub use link::{BridgePort, Link, LinkKind};
 pub use link_create::{BridgeOptions, LinkSpec, MacvlanMode, VethSpec, VxlanSpec};
