@@ -183,6 +183,10 @@ mod tests {
             (r#"{"endpoints":["http://e:1"],"pools":["10.1.0.0/24"],"blockSize":31}"#, "blockSize"),
             (r#"{"endpoints":["http://e:1"],"pools":["10.1.0.0/16"],"nodeName":"a/b"}"#, "nodeName"),
             (r#"{"endpoints":["http://e:1"],"pools":["10.1.0.0/16","fd00::/64"]}"#, "family"),
+            (
+                r#"{"endpoints":["http://e:1"],"pools":["10.1.0.0/16"],"nodeGracePeriodSeconds":1}"#,
+                "nodeGracePeriodSeconds",
+            ),
         ];
         for (ipam, field) in cases {
             let err = parse(ipam).unwrap_err();
