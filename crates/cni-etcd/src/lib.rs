@@ -1,0 +1,23 @@
+//! A small etcd v3 client for the cluster-wide parts of cni-rs (the `etcd-ipam` plugin and
+//! the overlay agent).
+//!
+//! Why the JSON gateway and not gRPC: etcd serves its v3 API twice, as gRPC and as JSON
+//! over HTTP/1.1 (the gateway, on the same client port: `POST /v3/kv/range` and so on).
+//! gRPC would need protobuf code generation (protoc at build time) and an HTTP/2 stack
+//! (tonic, hyper, tokio), a large part of a short-lived plugin's start-up and size. The
+//! gateway needs a TCP socket and JSON, which the plugins already parse. The price is
+//! bigger messages (base64 keys, decimal strings for revisions), negligible for IPAM's
+//! small records. Every call used here is a unary POST except watch, whose answer is a
+//! chunked stream of newline-delimited JSON messages.
+
+mod client;
+mod error;
+mod http;
+mod kv;
+pub mod testing;
+mod watch;
+
+pub use client::Client;
+pub use error::{Error, Result};
+pub use kv::{prefix_end, Compare, KeyValue, Op, Txn, TxnResponse};
+pub use watch::{Event, Watch};

@@ -1,0 +1,141 @@
+//! A throwaway etcd cluster on 127.0.0.1 for tests and benchmarks: `n` members of Debian's
+//! `etcd` (package `etcd-server`) on free ports, data in a private directory that goes with
+//! the cluster. Members can be killed (SIGKILL) to test failover.
+
+use std::fs;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::Client;
+
+const ETCD: &str = "/usr/bin/etcd";
+static CLUSTERS: AtomicUsize = AtomicUsize::new(0);
+
+/// A port nobody listens on right now (the kernel's pick).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free port")
+}
+
+struct Member {
+    name: String,
+    client_url: String,
+    child: Option<Child>,
+}
+
+/// A running cluster; dropping it kills every member and removes the data.
+pub struct EtcdCluster {
+    dir: PathBuf,
+    members: Vec<Member>,
+}
+
+impl EtcdCluster {
+    /// Starts `n` members with data under a new directory in `base` (tmpfs such as /dev/shm
+    /// makes etcd's fsyncs free; a disk measures them) named after `prefix`, and waits until
+    /// the cluster answers. Panics with etcd's log when it does not come up.
+    pub fn start_in(base: &Path, prefix: &str, n: usize) -> EtcdCluster {
+        assert!(
+            Path::new(ETCD).exists(),
+            "{ETCD} is missing: install Debian's etcd-server (tools/test --setup-only does)"
+        );
+        let serial = CLUSTERS.fetch_add(1, Ordering::Relaxed);
+        let dir = base.join(format!("{prefix}-etcd-{}-{serial}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("creating the etcd data directory");
+        let peers: Vec<(String, String, String)> = (0..n)
+            .map(|i| {
+                let name = format!("{prefix}{i}");
+                let peer = format!("http://127.0.0.1:{}", free_port());
+                let client = format!("http://127.0.0.1:{}", free_port());
+                (name, peer, client)
+            })
+            .collect();
+        let initial: Vec<String> = peers.iter().map(|(name, peer, _)| format!("{name}={peer}")).collect();
+        let token = format!("{prefix}-{}-{serial}", std::process::id());
+        let mut members = Vec::new();
+        for (name, peer, client) in &peers {
+            let log = fs::File::create(dir.join(format!("{name}.log"))).expect("etcd log file");
+            let child = Command::new(ETCD)
+                .args(["--name", name, "--data-dir"])
+                .arg(dir.join(name))
+                .args(["--listen-client-urls", client, "--advertise-client-urls", client])
+                .args(["--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer])
+                .args(["--initial-cluster", &initial.join(","), "--initial-cluster-state", "new"])
+                .args(["--initial-cluster-token", &token])
+                // Quick elections: a killed member's successor is chosen in well under a second.
+                .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("starting etcd");
+            members.push(Member { name: name.clone(), client_url: client.clone(), child: Some(child) });
+        }
+        let cluster = EtcdCluster { dir, members };
+        cluster.wait_ready(Duration::from_secs(30));
+        cluster
+    }
+
+    /// [`EtcdCluster::start_in`] with the data on tmpfs when there is one.
+    pub fn start(prefix: &str, n: usize) -> EtcdCluster {
+        let shm = Path::new("/dev/shm");
+        let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+        EtcdCluster::start_in(&base, prefix, n)
+    }
+
+    fn wait_ready(&self, limit: Duration) {
+        let start = Instant::now();
+        let mut client = Client::new(&self.endpoints(), Duration::from_secs(1)).expect("endpoints");
+        loop {
+            match client.put(b"/ready-probe", b"", 0) {
+                Ok(_) => return,
+                Err(e) if start.elapsed() > limit => {
+                    panic!("etcd cluster did not come up in {limit:?}: {e}\n{}", self.logs())
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// Every member's client URL, killed ones included.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(|m| m.client_url.clone()).collect()
+    }
+
+    /// A client of the whole cluster.
+    pub fn client(&self) -> Client {
+        Client::new(&self.endpoints(), Duration::from_secs(2)).expect("endpoints")
+    }
+
+    /// Kills member `index` with SIGKILL.
+    pub fn kill(&mut self, index: usize) {
+        if let Some(mut child) = self.members[index].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The members' logs, for failure messages.
+    pub fn logs(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| {
+                let text = fs::read_to_string(self.dir.join(format!("{}.log", m.name))).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(15).collect();
+                format!("--- {} ---\n{}", m.name, tail.into_iter().rev().collect::<Vec<_>>().join("\n"))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}

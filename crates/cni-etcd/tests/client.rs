@@ -1,0 +1,97 @@
+//! The client against a real 3-member etcd cluster on 127.0.0.1.
+
+use std::time::Duration;
+
+use cni_etcd::testing::EtcdCluster;
+use cni_etcd::{Compare, Event, Op, Txn};
+
+#[test]
+fn put_get_prefix_delete() {
+    let cluster = EtcdCluster::start("edc", 3);
+    let mut client = cluster.client();
+    client.put(b"/t/a", b"1", 0).unwrap();
+    client.put(b"/t/b", b"2", 0).unwrap();
+    client.put(b"/u/c", b"3", 0).unwrap();
+    assert_eq!(client.get(b"/t/a").unwrap().unwrap().value, b"1");
+    assert!(client.get(b"/t/none").unwrap().is_none());
+    let (kvs, revision) = client.get_prefix(b"/t/", false).unwrap();
+    let keys: Vec<String> = kvs.iter().map(|kv| kv.key_str()).collect();
+    assert_eq!(keys, ["/t/a", "/t/b"]);
+    assert!(revision >= 4);
+    assert_eq!(client.delete_prefix(b"/t/").unwrap(), 2);
+    assert_eq!(client.delete(b"/u/c").unwrap(), 1);
+    assert_eq!(client.delete(b"/u/c").unwrap(), 0);
+}
+
+#[test]
+fn txn_compare_and_swap_refuses_a_stale_revision() {
+    let cluster = EtcdCluster::start("edt", 3);
+    let mut client = cluster.client();
+    // Create-if-absent succeeds once.
+    let create = Txn {
+        compare: vec![Compare::CreateRevision(b"/k".to_vec(), 0)],
+        success: vec![Op::put("/k", "first")],
+        failure: vec![Op::get("/k")],
+    };
+    assert!(client.txn(&create).unwrap().succeeded);
+    let again = client.txn(&create).unwrap();
+    assert!(!again.succeeded);
+    let current = again.range(0);
+    assert_eq!(current[0].value, b"first");
+    // A swap against the read revision wins; the same swap again loses.
+    let swap = Txn {
+        compare: vec![Compare::ModRevision(b"/k".to_vec(), current[0].mod_revision)],
+        success: vec![Op::put("/k", "second")],
+        failure: vec![],
+    };
+    assert!(client.txn(&swap).unwrap().succeeded);
+    assert!(!client.txn(&swap).unwrap().succeeded);
+    assert_eq!(client.get(b"/k").unwrap().unwrap().value, b"second");
+}
+
+#[test]
+fn leases_expire_and_watch_sees_it() {
+    let cluster = EtcdCluster::start("edl", 3);
+    let mut client = cluster.client();
+    let (_, revision) = client.get_prefix(b"/leased/", true).unwrap();
+    let mut watch = client.watch_prefix(b"/leased/", revision + 1).unwrap();
+    let lease = client.lease_grant(2).unwrap();
+    client.put(b"/leased/x", b"v", lease).unwrap();
+    assert!(client.lease_keepalive(lease).unwrap() > 0);
+    assert_eq!(client.get(b"/leased/x").unwrap().unwrap().lease, lease);
+    let mut seen = Vec::new();
+    // The put, then (the lease not renewed) the delete at expiry.
+    for _ in 0..40 {
+        seen.extend(watch.next_events(Duration::from_millis(250)).unwrap());
+        if seen.iter().any(|e| matches!(e, Event::Delete(_))) {
+            break;
+        }
+    }
+    assert!(matches!(&seen[0], Event::Put(kv) if kv.key == b"/leased/x"), "{seen:?}");
+    assert!(matches!(seen.last(), Some(Event::Delete(kv)) if kv.key == b"/leased/x"), "{seen:?}");
+    assert!(client.get(b"/leased/x").unwrap().is_none());
+    assert!(client.lease_time_to_live(lease).unwrap() <= 0);
+}
+
+#[test]
+fn a_killed_member_is_failed_over() {
+    let mut cluster = EtcdCluster::start("edf", 3);
+    let mut client = cluster.client();
+    client.put(b"/f", b"before", 0).unwrap();
+    cluster.kill(0);
+    // The client was connected to member 0: the next calls go to the others.
+    for i in 0..20 {
+        client.put(b"/f", format!("after{i}").as_bytes(), 0).unwrap();
+    }
+    assert_eq!(client.get(b"/f").unwrap().unwrap().value, b"after19");
+}
+
+#[test]
+fn no_member_up_is_unreachable() {
+    let port = cni_etcd::testing::free_port();
+    let mut client =
+        cni_etcd::Client::new(&[format!("http://127.0.0.1:{port}")], Duration::from_secs(1)).unwrap();
+    let err = client.get(b"/x").unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    assert!(err.to_string().contains(&port.to_string()), "{err}");
+}
