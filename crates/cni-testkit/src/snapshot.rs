@@ -17,8 +17,23 @@ use std::path::{Path, PathBuf};
 
 /// Keys whose values change by themselves over time (counters, lifetimes, timers): they
 /// are dropped, so a snapshot differs only when something was changed.
-const VOLATILE_KEYS: &[&str] =
-    &["stats", "stats64", "valid_life_time", "preferred_life_time", "expires", "used", "lastuse"];
+const VOLATILE_KEYS: &[&str] = &[
+    "stats",
+    "stats64",
+    "valid_life_time",
+    "preferred_life_time",
+    "expires",
+    "used",
+    "lastuse",
+    // A bridge's and its ports' running timers.
+    "hello_timer",
+    "tcn_timer",
+    "topology_change_timer",
+    "gc_timer",
+    "message_age_timer",
+    "forward_delay_timer",
+    "hold_timer",
+];
 
 /// What a namespace snapshot reads: one `ip -batch` per family (one process for several
 /// dumps keeps a snapshot cheap enough to take around every case of a corpus), then the
@@ -170,7 +185,9 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// The sections that differ from `later`, each with its before and after text.
+    /// The sections that differ from `later`, each with the entries that went (`-`) and
+    /// came (`+`): the elements of a JSON list (a link, an address, a route), the lines of
+    /// a directory tree, or else the whole text.
     pub fn diff(&self, later: &Snapshot) -> Vec<String> {
         let mut keys: Vec<&String> = self.sections.keys().chain(later.sections.keys()).collect();
         keys.sort();
@@ -179,8 +196,12 @@ impl Snapshot {
             .filter_map(|key| {
                 let (before, after) = (self.sections.get(key), later.sections.get(key));
                 (before != after).then(|| {
-                    let show = |s: Option<&String>| s.map_or("(not read)", String::as_str).to_string();
-                    format!("{key} changed:\n  before: {}\n  after:  {}", show(before), show(after))
+                    let text = |s: Option<&String>| s.map_or("(not read)", String::as_str).to_string();
+                    let (before, after) = (entries(&text(before)), entries(&text(after)));
+                    let mut lines = vec![format!("{key} changed:")];
+                    lines.extend(before.iter().filter(|e| !after.contains(e)).map(|e| format!("  - {e}")));
+                    lines.extend(after.iter().filter(|e| !before.contains(e)).map(|e| format!("  + {e}")));
+                    lines.join("\n")
                 })
             })
             .collect()
@@ -189,6 +210,15 @@ impl Snapshot {
     /// The text of one section (e.g. `host/links`, `dir ipam`), for tests that look closer.
     pub fn section(&self, key: &str) -> Option<&str> {
         self.sections.get(key).map(String::as_str)
+    }
+}
+
+/// The entries of a section's text, for [`Snapshot::diff`].
+fn entries(text: &str) -> Vec<String> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Array(items)) => items.iter().map(Value::to_string).collect(),
+        Ok(_) => vec![text.to_string()],
+        Err(_) => text.lines().map(str::to_string).collect(),
     }
 }
 
@@ -216,7 +246,11 @@ mod tests {
         let one = scope.take();
         let diff = empty.diff(&one);
         assert_eq!(diff.len(), 1, "{diff:?}");
-        assert!(diff[0].starts_with("dir d changed") && diff[0].contains("net/10.0.0.2 file"), "{diff:?}");
+        assert!(
+            diff[0].starts_with("dir d changed") && diff[0].contains("\n  + net/10.0.0.2 file"),
+            "{diff:?}"
+        );
+        assert!(!diff[0].contains("  - "), "only what came: {diff:?}");
         // Same name, other content: still a change.
         fs::write(dir.path().join("net/10.0.0.2"), "ctr\neth1").unwrap();
         assert_eq!(one.diff(&scope.take()).len(), 1);
