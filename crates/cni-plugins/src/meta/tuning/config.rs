@@ -150,6 +150,12 @@ fn sysctl_setting(configured_key: &str, value: &str, ifname: &str) -> Result<Sys
     if !path.starts_with("/proc/sys/net/") || path == Path::new("/proc/sys/net") {
         return Err(refused());
     }
+    // One value per key: a newline or NUL would smuggle a second write into the file.
+    if value.contains(['\n', '\0']) {
+        return Err(CniError::invalid_config(format!(
+            "tuning: invalid value {value:?} for sysctl {configured_key:?}: it contains a newline or NUL"
+        )));
+    }
     Ok(SysctlSetting { configured_key: configured_key.to_string(), key, value: value.to_string() })
 }
 
@@ -261,11 +267,20 @@ mod tests {
         let s = sysctl_setting("net.ipv4.conf.IFNAME.arp_filter", "1", "eth0.100").unwrap();
         assert_eq!(s.key, "net.ipv4.conf.eth0.100.arp_filter");
         assert_eq!(s.configured_key, "net.ipv4.conf.IFNAME.arp_filter");
-        for bad in ["kernel.hostname", "net", "net/../kernel/hostname", "netfoo.x", "vm.swappiness", ""] {
+        for bad in [
+            "kernel.hostname",
+            "net",
+            "net/../kernel/hostname",
+            "netfoo.x",
+            "vm.swappiness",
+            "",
+            "net.core.somaxconn\0",
+        ] {
             let e = sysctl_setting(bad, "1", "eth0").unwrap_err();
             assert_eq!(e.code, 7, "{bad}");
         }
         assert!(sysctl_setting("net/core/somaxconn", "1", "eth0").is_ok());
+        assert_eq!(sysctl_setting("net.core.somaxconn", "1\n0", "eth0").unwrap_err().code, 7);
     }
 
     #[test]
