@@ -150,7 +150,7 @@ fn a_broken_plugin_in_the_chain_is_refused_and_leaves_nothing_of_its_own() {
         }
         // bridge hands a veth's deletion to a background process: waited for.
         let own = |l: &String| !l.contains("link bibr1");
-        if eventually(|| leftovers(&rig).into_iter().filter(own).next().is_none().then_some(())).is_none() {
+        if eventually(|| leftovers(&rig).into_iter().find(own).is_none().then_some(())).is_none() {
             problems.push(format!(
                 "left behind: {:?}",
                 leftovers(&rig).into_iter().filter(own).collect::<Vec<_>>()
@@ -243,7 +243,7 @@ fn a_damaged_result_cache_does_not_block_del_or_gc() {
         }
         // Whatever the cache, the plugins ran DEL: the links and the address are gone.
         let own = |l: &String| !l.starts_with("cache/results") && !l.contains("link bibr1");
-        let settled = eventually(|| leftovers(&rig).into_iter().filter(own).next().is_none().then_some(()));
+        let settled = eventually(|| leftovers(&rig).into_iter().find(own).is_none().then_some(()));
         let left: Vec<String> = leftovers(&rig).into_iter().filter(own).collect();
         assert!(settled.is_some(), "{kind:?}: after DEL ({del:?}): {left:?}");
         rig.gc(&list).unwrap_or_else(|e| panic!("{kind:?}: GC failed: {e}"));
