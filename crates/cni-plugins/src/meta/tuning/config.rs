@@ -203,7 +203,19 @@ pub fn data_dir(req: &Request) -> Result<PathBuf, CniError> {
         data_dir: Option<PathBuf>,
     }
     let conf: DataDirOnly = req.config()?;
-    Ok(conf.data_dir.filter(|d| !d.as_os_str().is_empty()).unwrap_or_else(|| DEFAULT_DATA_DIR.into()))
+    checked_data_dir(conf.data_dir)
+}
+
+/// `dataDir`, or the default when unset or empty; a NUL byte (no path has one) is code 7.
+fn checked_data_dir(data_dir: Option<PathBuf>) -> Result<PathBuf, CniError> {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = data_dir.filter(|d| !d.as_os_str().is_empty()).unwrap_or_else(|| DEFAULT_DATA_DIR.into());
+    if dir.as_os_str().as_bytes().contains(&0) {
+        return Err(CniError::invalid_config(format!(
+            "tuning: invalid dataDir {dir:?}: it contains a NUL byte"
+        )));
+    }
+    Ok(dir)
 }
 
 /// Parses and validates the whole configuration for `req`.
@@ -245,10 +257,7 @@ pub fn load(req: &Request) -> Result<TuningConf, CniError> {
     // it"; only `true`, or an explicit value from args, asks for a change.
     let promisc = args.promisc.or(raw.promisc.filter(|p| *p));
     Ok(TuningConf {
-        data_dir: raw
-            .data_dir
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
+        data_dir: checked_data_dir(raw.data_dir)?,
         sysctls,
         mac,
         promisc,
