@@ -92,7 +92,7 @@ impl CniConfig {
     /// Runs ADD through the chain in order, each plugin getting the previous one's result
     /// (converted to the list's version); stops at the first failure, and then undoes what
     /// the plugins before it did (see [`CniConfig::undo_add`]). The final result is cached;
-    /// a cache write failure fails the ADD.
+    /// a cache write failure fails the ADD, undone the same way.
     pub fn add_network_list(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> Result<NetworkResult> {
         rt.validate()?;
         let op = self.operation(list, rt.timeout);
@@ -123,7 +123,12 @@ impl CniConfig {
             result: Some(json.clone()),
             path: PathBuf::new(),
         };
-        cache::write(&self.cache_path(list, rt), &attachment)?;
+        if let Err(e) = cache::write(&self.cache_path(list, rt), &attachment) {
+            // Without its cache entry the attachment could not be deleted with its
+            // prevResult or found by GC: undone now rather than left half-known.
+            self.undo_add(list, rt, list.plugins().len() - 1, Some(&json));
+            return Err(e);
+        }
         Ok(NetworkResult { version: list.version, json })
     }
 

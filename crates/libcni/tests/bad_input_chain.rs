@@ -252,6 +252,13 @@ fn a_damaged_result_cache_does_not_block_del_or_gc() {
             // operator removed it, DEL succeeds.
             let e = del.unwrap_err().to_string();
             assert!(e.contains(&rig.cache_file().display().to_string()), "{kind:?}: {e}");
+            // An ADD meanwhile cannot cache its result: it fails naming the path, and
+            // leaves nothing (libcni undoes the chain).
+            let e = rig.add(&list).unwrap_err().to_string();
+            assert!(e.contains(&rig.cache_file().display().to_string()), "{kind:?}: ADD: {e}");
+            let own = |l: &String| !l.starts_with("cache/results") && !l.contains("link bibr1");
+            let settled = eventually(|| leftovers(&rig).into_iter().find(own).is_none().then_some(()));
+            assert!(settled.is_some(), "{kind:?}: after the refused ADD: {:?}", leftovers(&rig));
             fs::remove_dir(rig.cache_file()).unwrap();
             rig.del(&list).unwrap();
         }
