@@ -103,7 +103,7 @@ impl Plugin for Sbr {
         let removed = tables::remove(&mut nl, &addresses, conf.table);
         // Tables sbr chose itself whose rule is already gone go too; both steps run.
         let orphans = match conf.table {
-            None => tables::remove_orphaned_tables(&mut nl, &req.ifname),
+            None => tables::remove_orphaned_tables(&mut nl, &req.ifname, &addresses),
             Some(_) => Ok(()),
         };
         removed.and(orphans)

@@ -245,10 +245,16 @@ pub fn remove(nl: &mut Netlink, addresses: &[SourceAddress], table: Option<u32>)
 }
 
 /// Empties the tables sbr made for interface `ifname` whose rule is gone (deleted by hand,
-/// or lost with the address a DEL without prevResult looks for): a table from
-/// [`FIRST_TABLE`] up that no rule refers to and whose every route goes out of the
-/// interface. Without this, DEL would leave such a table behind for good.
-pub fn remove_orphaned_tables(nl: &mut Netlink, ifname: &str) -> Result<(), CniError> {
+/// or a crash between the two): a table from [`FIRST_TABLE`] up that no rule refers to,
+/// whose every route goes out of the interface and belongs to one of `addresses`, with a
+/// default route via the address's gateway — what sbr puts in a table, and not a table of
+/// someone else's that merely uses the interface. Without this, DEL would leave such a
+/// table behind for good.
+pub fn remove_orphaned_tables(
+    nl: &mut Netlink,
+    ifname: &str,
+    addresses: &[SourceAddress],
+) -> Result<(), CniError> {
     let Some(link) = nl.link_by_name(ifname).or_cni("look up the container interface")? else {
         return Ok(());
     };
@@ -263,7 +269,13 @@ pub fn remove_orphaned_tables(nl: &mut Netlink, ifname: &str) -> Result<(), CniE
             }
         }
         for (table, routes) in by_table {
-            if referenced.contains(&table) || routes.iter().any(|r| r.oif != Some(link.index)) {
+            let ours = |r: &Route| r.oif == Some(link.index) && addresses.iter().any(|a| belongs_to(r, a));
+            let default_via_ours = |r: &Route| {
+                r.destination.prefix_len() == 0
+                    && r.gateway.is_some_and(|gw| addresses.iter().any(|a| a.address.contains(&gw)))
+            };
+            if referenced.contains(&table) || !routes.iter().all(ours) || !routes.iter().any(default_via_ours)
+            {
                 continue;
             }
             for route in routes {
