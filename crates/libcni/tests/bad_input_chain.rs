@@ -12,6 +12,7 @@
 //!   prevResult), GC leaves nothing, and the next ADD and DEL work.
 
 use cni_testkit::binaries::workspace_binary;
+use cni_testkit::damage::Damage;
 use cni_testkit::ns::TestNetns;
 use libcni::{CniConfig, NetworkConfigList, RuntimeConf};
 use serde_json::{json, Value};
@@ -171,25 +172,8 @@ fn a_broken_plugin_in_the_chain_is_refused_and_leaves_nothing_of_its_own() {
     );
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Damage {
-    Empty,
-    CutShort,
-    Garbage,
-    Directory,
-}
-
 fn damage(path: &Path, kind: Damage) {
-    let content = fs::read(path).unwrap();
-    match kind {
-        Damage::Empty => fs::write(path, b"").unwrap(),
-        Damage::CutShort => fs::write(path, &content[..content.len() / 2]).unwrap(),
-        Damage::Garbage => fs::write(path, [0xff, 0x00, b'{', b'\n', 0x80]).unwrap(),
-        Damage::Directory => {
-            fs::remove_file(path).unwrap();
-            fs::create_dir(path).unwrap();
-        }
-    }
+    kind.apply(path)
 }
 
 /// What the chain leaves on the host and in the container that is its own: links it made
@@ -233,7 +217,7 @@ fn a_damaged_result_cache_does_not_block_del_or_gc() {
     let rig = Rig::new();
     let list = list_of(&rig.conflist());
     let mut cases = 0;
-    for kind in [Damage::Empty, Damage::CutShort, Damage::Garbage, Damage::Directory] {
+    for kind in Damage::ALL {
         rig.add(&list).unwrap();
         damage(&rig.cache_file(), kind);
         let del = rig.del(&list);
