@@ -27,7 +27,10 @@ pub fn key_to_path(key: &str) -> Result<PathBuf> {
     let relative =
         if key.contains('/') { key.trim_start_matches('/').to_string() } else { dotted_to_relative(key) };
     let invalid = || Error::InvalidArgument(format!("invalid sysctl key {key:?}"));
-    if relative.is_empty() || relative.split('/').any(|part| part.is_empty() || part == "." || part == "..") {
+    if relative.is_empty()
+        || relative.contains('\0')
+        || relative.split('/').any(|part| part.is_empty() || part == "." || part == "..")
+    {
         return Err(invalid());
     }
     Ok(PathBuf::from(PROC_SYS).join(relative))

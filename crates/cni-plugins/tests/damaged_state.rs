@@ -18,29 +18,12 @@ use std::path::{Path, PathBuf};
 const PREFIX: &str = "cds";
 const NETWORK: &str = "dmgnet";
 
-#[derive(Debug, Clone, Copy)]
-enum Damage {
-    Empty,
-    CutShort,
-    Garbage,
-    Directory,
-}
+use cni_testkit::damage::Damage;
 
-const DAMAGES: [Damage; 4] = [Damage::Empty, Damage::CutShort, Damage::Garbage, Damage::Directory];
+const DAMAGES: [Damage; 4] = Damage::ALL;
 
-/// Damages the file at `path` in place. Rewriting a file's content (the first three kinds)
-/// leaves its directory untouched, as a crash or a full disk would.
 fn damage(path: &Path, kind: Damage) {
-    let content = fs::read(path).unwrap_or_default();
-    match kind {
-        Damage::Empty => fs::write(path, b"").unwrap(),
-        Damage::CutShort => fs::write(path, &content[..content.len() / 2]).unwrap(),
-        Damage::Garbage => fs::write(path, [0xff, 0xfe, 0x00, b'\r', b'\n', 0x80, b' ', b'x']).unwrap(),
-        Damage::Directory => {
-            let _ = fs::remove_file(path);
-            fs::create_dir(path).unwrap();
-        }
-    }
+    kind.apply(path)
 }
 
 /// The two interface plugins that delegate to IPAM.

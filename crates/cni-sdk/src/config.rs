@@ -21,6 +21,25 @@ pub fn parse_config<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CniError> {
     })
 }
 
+/// Decodes the network configuration every plugin shares (`cniVersion`, `name`, ...): any
+/// failure is a decode error (code 6), as the reference answers, and names the offending
+/// field when it is one (`name: invalid type: integer `5`, expected a string`).
+pub fn decode_network_config<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CniError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            CniError::decode(format!("error decoding network config: {inner}"))
+        } else {
+            CniError::decode(format!("error decoding network config: {path}: {inner}"))
+        }
+    })?;
+    // Trailing content after the object is an error too, as with serde_json::from_slice.
+    de.end().map_err(|e| CniError::decode(format!("error decoding network config: {e}")))?;
+    Ok(value)
+}
+
 /// Parses one JSON value (e.g. a `runtimeConfig` entry) with the same error style.
 pub fn parse_value<T: DeserializeOwned>(what: &str, value: &serde_json::Value) -> Result<T, CniError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
@@ -33,6 +52,17 @@ pub fn parse_value<T: DeserializeOwned>(what: &str, value: &serde_json::Value) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn network_config_decode_errors_name_the_field() {
+        let e =
+            decode_network_config::<cni_types::NetConf>(br#"{"cniVersion":"1.1.0","name":5}"#).unwrap_err();
+        assert_eq!(e.code, 6);
+        assert!(e.msg.contains("name: invalid type: integer"), "{}", e.msg);
+        let e = decode_network_config::<cni_types::NetConf>(br#"{"cniVersion":"1.1.0","name":"n"} {}"#)
+            .unwrap_err();
+        assert_eq!(e.code, 6, "trailing content: {}", e.msg);
+    }
     use serde::Deserialize;
 
     #[derive(Deserialize, Debug)]

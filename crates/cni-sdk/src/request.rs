@@ -82,13 +82,32 @@ impl Request {
 
     /// `prevResult`, converted into the internal model. A `prevResult` is in the
     /// configuration's version.
+    /// A prevResult that names a version nobody knows, or whose addresses point at an
+    /// interface it does not list, is refused: acting on it would configure the wrong thing.
     pub fn prev_result(&self) -> Result<Option<CniResult>, CniError> {
-        match &self.conf.prev_result {
-            None | Some(serde_json::Value::Null) => Ok(None),
-            Some(v) => CniResult::from_value(v.clone(), self.version)
-                .map(Some)
-                .map_err(|e| CniError::decode(format!("invalid prevResult: {e}"))),
+        let value = match &self.conf.prev_result {
+            None | Some(serde_json::Value::Null) => return Ok(None),
+            Some(v) => v,
+        };
+        if let Some(version) = value.get("cniVersion").and_then(serde_json::Value::as_str) {
+            if Version::parse(version).is_err() {
+                return Err(CniError::new(
+                    cni_types::ErrorCode::IncompatibleVersion,
+                    format!("prevResult.cniVersion {version:?} is not a CNI version this plugin knows"),
+                ));
+            }
         }
+        let prev = CniResult::from_value(value.clone(), self.version)
+            .map_err(|e| CniError::decode(format!("invalid prevResult: {e}")))?;
+        for (i, ip) in prev.ips.iter().enumerate() {
+            if let Some(index) = ip.interface.filter(|index| *index >= prev.interfaces.len()) {
+                return Err(CniError::invalid_config(format!(
+                    "invalid prevResult.ips[{i}].interface {index}: prevResult lists {} interfaces",
+                    prev.interfaces.len()
+                )));
+            }
+        }
+        Ok(Some(prev))
     }
 
     /// `prevResult`, required (for plugins that can only be chained).
@@ -149,6 +168,21 @@ mod tests {
             conf: serde_json::from_str(conf).unwrap(),
             version: Version::V1_1_0,
         }
+    }
+
+    #[test]
+    fn a_prev_result_of_an_unknown_version_or_pointing_past_its_interfaces_is_refused() {
+        let prev =
+            |p: &str| request(&format!(r#"{{"cniVersion":"1.1.0","name":"n","type":"t","prevResult":{p}}}"#));
+        let ok = r#"{"cniVersion":"1.1.0","interfaces":[{"name":"eth0"}],"ips":[{"address":"10.0.0.2/24","interface":0}]}"#;
+        assert_eq!(prev(ok).prev_result().unwrap().unwrap().ips.len(), 1);
+        let e = prev(&ok.replace(r#""cniVersion":"1.1.0""#, r#""cniVersion":"9.0.0""#))
+            .prev_result()
+            .unwrap_err();
+        assert_eq!(e.code, 1, "{e:?}");
+        let e = prev(&ok.replace(r#""interface":0"#, r#""interface":1"#)).prev_result().unwrap_err();
+        assert_eq!(e.code, 7, "{e:?}");
+        assert!(e.msg.contains("prevResult.ips[0].interface 1"), "{}", e.msg);
     }
 
     #[test]

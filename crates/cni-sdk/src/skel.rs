@@ -187,8 +187,7 @@ fn dispatch(
     stdin
         .read_to_end(&mut stdin_bytes)
         .map_err(|e| CniError::io(format!("error reading from stdin: {e}")))?;
-    let conf: NetConf = serde_json::from_slice(&stdin_bytes)
-        .map_err(|e| CniError::decode(format!("error decoding network config: {e}")))?;
+    let conf: NetConf = crate::config::decode_network_config(&stdin_bytes)?;
     *version_for_errors = conf.cni_version.clone();
     if conf.name.is_empty() {
         return Err(CniError::invalid_config("missing network name"));

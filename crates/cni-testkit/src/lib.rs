@@ -7,13 +7,18 @@
 //!   inside a chosen network namespace, and decodes what it printed.
 //! - [`ns`]: throwaway named network namespaces (`TestNetns`, `HostAndContainers`).
 //! - [`traffic`]: TCP/UDP echo servers and clients across namespaces.
+//! - [`snapshot`]: before/after snapshots of namespaces (links, addresses, routes, rules,
+//!   qdiscs, nftables) and directories, to prove a refused request changed nothing.
+//! - [`damage`]: state files emptied, cut short, garbage, or a directory in their place.
 //! - [`kernel_rig`]: runs a test binary's rig-only tests under Debian's kernel in QEMU.
 //! - [`binaries`]: finds (building if needed) the workspace's binaries from a test.
 
 pub mod binaries;
 pub mod children;
+pub mod damage;
 pub mod kernel_rig;
 pub mod ns;
 pub mod runner;
+pub mod snapshot;
 pub mod test_plugin;
 pub mod traffic;

@@ -29,10 +29,23 @@ pub fn validate_container_id(id: &str) -> Result<(), CniError> {
     Ok(())
 }
 
+/// The longest network name accepted: it names host-local's state directory and is part
+/// of libcni's cache file names, and no Linux file system takes a name over 255 bytes. A
+/// longer name is refused up front, by every plugin, instead of failing half-way through
+/// an ADD (or, in plugins that never use it as a file name, being accepted).
+pub const MAX_NETWORK_NAME: usize = 255;
+
 /// A network name: code 7 when invalid, as it comes from the configuration.
 pub fn validate_network_name(name: &str) -> Result<(), CniError> {
     if name.is_empty() {
         return Err(CniError::invalid_config("missing network name"));
+    }
+    if name.len() > MAX_NETWORK_NAME {
+        // Not echoed: the name can be megabytes long.
+        return Err(CniError::invalid_config(format!(
+            "network name too long: {} bytes, at most {MAX_NETWORK_NAME}",
+            name.len()
+        )));
     }
     if !matches_id_pattern(name) {
         return Err(CniError::invalid_config(format!("invalid characters in network name {name:?}"))
@@ -111,6 +124,10 @@ mod tests {
         assert!(validate_network_name("podman").is_ok());
         assert_eq!(validate_network_name("").unwrap_err().code, 7);
         assert_eq!(validate_network_name("a/b").unwrap_err().code, 7);
+        assert!(validate_network_name(&"n".repeat(MAX_NETWORK_NAME)).is_ok());
+        let long = validate_network_name(&"n".repeat(MAX_NETWORK_NAME + 1)).unwrap_err();
+        assert_eq!(long.code, 7);
+        assert!(long.msg.contains("network name too long: 256 bytes"), "{}", long.msg);
     }
 
     #[test]

@@ -90,8 +90,9 @@ impl CniConfig {
     }
 
     /// Runs ADD through the chain in order, each plugin getting the previous one's result
-    /// (converted to the list's version); stops at the first failure. The final result is
-    /// cached; a cache write failure fails the ADD.
+    /// (converted to the list's version); stops at the first failure, and then undoes what
+    /// the plugins before it did (see [`CniConfig::undo_add`]). The final result is cached;
+    /// a cache write failure fails the ADD, undone the same way.
     pub fn add_network_list(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> Result<NetworkResult> {
         rt.validate()?;
         let op = self.operation(list, rt.timeout);
@@ -99,8 +100,16 @@ impl CniConfig {
         for (index, plugin) in list.plugins().iter().enumerate() {
             let stdin =
                 attachment_request(plugin, list.name(), list.version, &rt.capability_args, prev.as_ref());
-            let stdout = op.run(index, "ADD", self.attachment_env("ADD", rt), &stdin)?;
-            prev = Some(result_in_version(list.plugin_type(index), &stdout, list.version)?);
+            let added = op
+                .run(index, "ADD", self.attachment_env("ADD", rt), &stdin)
+                .and_then(|stdout| result_in_version(list.plugin_type(index), &stdout, list.version));
+            match added {
+                Ok(result) => prev = Some(result),
+                Err(e) => {
+                    self.undo_add(list, rt, index, prev.as_ref());
+                    return Err(e);
+                }
+            }
         }
         let json = prev.expect("a loaded list has at least one plugin");
         let attachment = NetworkAttachment {
@@ -114,8 +123,27 @@ impl CniConfig {
             result: Some(json.clone()),
             path: PathBuf::new(),
         };
-        cache::write(&self.cache_path(list, rt), &attachment)?;
+        if let Err(e) = cache::write(&self.cache_path(list, rt), &attachment) {
+            // Without its cache entry the attachment could not be deleted with its
+            // prevResult or found by GC: undone now rather than left half-known.
+            self.undo_add(list, rt, list.plugins().len() - 1, Some(&json));
+            return Err(e);
+        }
         Ok(NetworkResult { version: list.version, json })
+    }
+
+    /// After plugin `failed` refused an ADD: DEL, in reverse order, to the plugins that ran
+    /// (the failed one included: it may have done part of its work), with the result so
+    /// far as prevResult, so that a refused ADD leaves nothing behind (the plugins before a
+    /// broken one in a list would otherwise keep their links, addresses and rules until the
+    /// runtime's DEL). Best effort: the ADD's own error is what the caller needs.
+    fn undo_add(&self, list: &NetworkConfigList, rt: &RuntimeConf, failed: usize, prev: Option<&Value>) {
+        let op = self.operation(list, rt.timeout);
+        let prev = prev.filter(|_| list.version >= Version::V0_4_0);
+        for (index, plugin) in list.plugins().iter().enumerate().take(failed + 1).rev() {
+            let stdin = attachment_request(plugin, list.name(), list.version, &rt.capability_args, prev);
+            let _ = op.run(index, "DEL", self.attachment_env("DEL", rt), &stdin);
+        }
     }
 
     /// Runs CHECK through the chain in order with the cached ADD result as `prevResult`.

@@ -164,7 +164,9 @@ fn a_failing_add_stops_the_chain_and_caches_nothing() {
         other => panic!("expected the plugin's error, got {other}"),
     }
     assert_eq!(err.to_cni_error().code, 11);
-    assert_eq!(rig.calls(), calls(&[("ADD", "ok"), ("ADD", "bad")]));
+    // The chain stopped at "bad", then undid what ran, in reverse (a refused ADD leaves
+    // nothing behind); "never" was never run.
+    assert_eq!(rig.calls(), calls(&[("ADD", "ok"), ("ADD", "bad"), ("DEL", "bad"), ("DEL", "ok")]));
     assert!(!rig.cache_file("n", "ctr-1", "eth0").exists());
 }
 

@@ -63,6 +63,9 @@ pub fn validate_mtu(mtu: u32) -> Result<(), CniError> {
 /// The `master` device, looked up through `nl`; a missing one is a configuration error
 /// (code 7) that names the key, not an internal one.
 pub fn find_master(nl: &mut Netlink, name: &str, where_: &str) -> Result<Link, CniError> {
+    // A name no link can have ('/', NUL, too long) is a configuration error, not a failed
+    // lookup.
+    cni_types::validate::validate_interface_name_field("master", name)?;
     nl.link_by_name(name)
         .or_cni(&format!("look up master {name:?}"))?
         .ok_or_else(|| CniError::invalid_config(format!("master: link {name:?} not found {where_}")))

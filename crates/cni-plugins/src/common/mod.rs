@@ -33,7 +33,17 @@ pub fn open_container_netns(req: &Request) -> Result<NetNs, CniError> {
         return Err(CniError::new(ErrorCode::InvalidEnvironment, "CNI_NETNS is required"));
     };
     NetNs::open(path).map_err(|e| {
-        let code = if e.is_not_found() { ErrorCode::UnknownContainer } else { ErrorCode::Internal };
+        // A path that exists but is no network namespace (a regular file, a PID namespace)
+        // is the runtime's mistake, not the plugin's: "invalid network namespace".
+        let not_a_netns = matches!(&e, cni_net::Error::Namespace { source, .. }
+            if source.kind() == std::io::ErrorKind::InvalidInput);
+        let code = if e.is_not_found() {
+            ErrorCode::UnknownContainer
+        } else if not_a_netns {
+            ErrorCode::InvalidNetNs
+        } else {
+            ErrorCode::Internal
+        };
         CniError::new(code, format!("failed to open netns {path:?}: {e}"))
     })
 }

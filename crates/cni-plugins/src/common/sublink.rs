@@ -75,6 +75,13 @@ pub fn attach(
     dns: Option<&Dns>,
     create: impl FnOnce(&mut Netlink, &LinkSpec<'_>, u32) -> cni_net::Result<Option<Link>>,
 ) -> Result<CniResult, CniError> {
+    // IPAM first: a request it refuses is refused before any link exists (dropped, the
+    // allocation is released; the link guard below goes first on a later failure).
+    let addresses = match addressing {
+        Addressing::Ipam => Addresses::from_ipam(req)?,
+        Addressing::PrevResult(prev) => Addresses::from_prev_result(prev),
+        Addressing::None => Addresses::none(),
+    };
     let mut spec = LinkSpec::new(req.ifname.as_str());
     if mtu != 0 {
         spec = spec.mtu(mtu);
@@ -100,12 +107,6 @@ pub fn attach(
     let mut nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
     let link = nl.require_link(&req.ifname).or_cni("look up the new interface")?;
     let link = ContainerLink::guard(ns, link);
-
-    let addresses = match addressing {
-        Addressing::Ipam => Addresses::from_ipam(req)?,
-        Addressing::PrevResult(prev) => Addresses::from_prev_result(prev),
-        Addressing::None => Addresses::none(),
-    };
     iface::configure(&mut nl, &link.link, &addresses.result, CONTAINER_IFACE, false)?;
     let now = nl.link_by_index(link.link.index).or_cni("look up the new interface")?;
     let interface = result_interface(now.as_ref().unwrap_or(&link.link), &req.netns);

@@ -21,6 +21,9 @@ pub struct Dummy;
 
 impl Dummy {
     fn add_attachment(&self, req: &Request, ns: &NetNs) -> Result<CniResult, CniError> {
+        // IPAM first: a request it refuses (a bad range, a malformed requested address) is
+        // refused before the container has a new link; dropped, it releases the address.
+        let addresses = Addresses::from_ipam(req)?;
         let mut nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
         let link = match nl.add_dummy(&LinkSpec::new(req.ifname.as_str())) {
             Ok(Some(link)) => link,
@@ -36,7 +39,6 @@ impl Dummy {
             }
         };
         let link = ContainerLink::guard(ns, link);
-        let addresses = Addresses::from_ipam(req)?;
         iface::configure(&mut nl, &link.link, &addresses.result, CONTAINER_IFACE, false)?;
         let now = nl.link_by_index(link.link.index).or_cni("look up the dummy link")?;
         let interface = result_interface(now.as_ref().unwrap_or(&link.link), &req.netns);

@@ -116,6 +116,9 @@ impl Tap {
         let conf = &settings.conf;
         let mut nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
         let bridge = if conf.bridge.is_empty() { None } else { Some(find_bridge(&mut nl, &conf.bridge)?) };
+        // IPAM first: a request it refuses is refused before any link changes (dropped, the
+        // allocation is released; the link guard, made later, is undone first).
+        let addresses = Addresses::from_ipam_if_configured(req)?;
         // TUNSETIFF on an existing, detached tap would adopt it: make sure the name is new.
         let temp = loop {
             let temp = format!("cnitap{:08x}", u32::from_be_bytes(random_bytes()?));
@@ -148,7 +151,6 @@ impl Tap {
             nl.set_link_master(link.index, bridge.index)
                 .or_cni(&format!("failed to set tap {} as a port of bridge {}", req.ifname, bridge.name))?;
         }
-        let addresses = Addresses::from_ipam_if_configured(req)?;
         if addresses.is_empty() {
             nl.set_link_up(link.index).or_cni(&format!("set {} up", req.ifname))?;
         } else {

@@ -5,7 +5,7 @@
 //! no state, so DEL and GC have nothing to release.
 
 use cni_sdk::{CniError, CniResult, Plugin, Request};
-use cni_types::{Dns, IpConfig, Route};
+use cni_types::{Dns, ErrorCode, IpConfig, Route};
 use ipnet::IpNet;
 use serde::Deserialize;
 use std::net::IpAddr;
@@ -53,12 +53,18 @@ fn addresses(req: &Request, conf: &StaticConf) -> Result<Vec<AddressConf>, CniEr
         let gateways: Vec<&str> = req.args.get("GATEWAY").map(|g| g.split(',').collect()).unwrap_or_default();
         for (i, ip) in ips.split(',').enumerate() {
             let gateway = match gateways.get(i) {
+                // CNI_ARGS comes from the environment: code 4, as for a malformed pair.
                 Some(g) => Some(g.trim().parse().map_err(|_| {
-                    CniError::invalid_config(format!("static: CNI_ARGS GATEWAY: {g:?} is not an IP address"))
+                    CniError::new(
+                        ErrorCode::InvalidEnvironment,
+                        format!("static: CNI_ARGS GATEWAY: {g:?} is not an IP address"),
+                    )
                 })?),
                 None => None,
             };
-            all.push(AddressConf { address: parse_cidr("CNI_ARGS IP", ip)?, gateway });
+            let address = parse_cidr("CNI_ARGS IP", ip)
+                .map_err(|e| CniError::new(ErrorCode::InvalidEnvironment, e.msg))?;
+            all.push(AddressConf { address, gateway });
         }
     }
     for ip in string_list("args.cni.ips", req.conf.args_cni().and_then(|a| a.get("ips")))? {

@@ -180,9 +180,11 @@ impl HostDevice {
     ) -> Result<CniResult, CniError> {
         let mut host_nl = Netlink::new().or_cni("open netlink")?;
         let device = select::find(&mut host_nl, selector)?;
+        // IPAM first: a request it refuses is refused before any link changes (dropped, the
+        // allocation is released; the link guard, made later, is undone first).
+        let addresses = Addresses::from_ipam_if_configured(req)?;
         let (guard, link) = move_in(ns, &device, &req.ifname)?;
         let mut cont_nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
-        let addresses = Addresses::from_ipam_if_configured(req)?;
         if addresses.is_empty() {
             cont_nl.set_link_up(link.index).or_cni(&format!("set {} up", req.ifname))?;
         } else {

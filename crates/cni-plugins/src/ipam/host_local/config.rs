@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use ipnet::IpNet;
 use serde::Deserialize;
 
-use super::error::HostLocalError;
+use super::error::{codes, HostLocalError};
 use super::range::{RangeSet, RangeSpec};
 
 /// Where the reference keeps host-local state.
@@ -241,8 +241,12 @@ fn range_set_specs(
 impl HostLocalConfig {
     /// Parses and validates the plugin's stdin and `CNI_ARGS` (pass `None` when unset).
     pub fn parse(stdin: &[u8], cni_args: Option<&str>) -> Result<Self, HostLocalError> {
-        let raw: RawNetConf = serde_json::from_slice(stdin)
-            .map_err(|e| HostLocalError::Decode(format!("network config: {e}")))?;
+        // Syntax errors are decode errors (code 6); a value of the wrong type or shape is an
+        // invalid configuration (code 7) named by its path (`ipam.ranges[0][0].subnet`).
+        let raw: RawNetConf = cni_sdk::config::parse_config(stdin).map_err(|e| match e.code {
+            codes::DECODE => HostLocalError::Decode(format!("network config: {}", e.msg)),
+            _ => invalid(e.msg),
+        })?;
         let network = raw.name.unwrap_or_default();
         validate_network_name(&network)?;
         let ipam = raw.ipam.ok_or_else(|| invalid("ipam: missing"))?;
@@ -300,6 +304,9 @@ impl HostLocalConfig {
             add_requested(&mut requested, ip, IpSource::RuntimeConfig);
         }
 
+        if ipam.data_dir.as_deref().is_some_and(|d| d.contains('\0')) {
+            return Err(invalid("ipam.dataDir: contains a NUL byte"));
+        }
         let data_dir = match ipam.data_dir.filter(|d| !d.is_empty()) {
             Some(dir) => PathBuf::from(dir),
             None => PathBuf::from(DEFAULT_DATA_DIR),
@@ -331,6 +338,19 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_shape_is_an_invalid_config_naming_its_path() {
+        let e = parse(r#"{"name":"n","ipam":{"ranges":[[{"subnet":10}]]}}"#, None).unwrap_err();
+        assert_eq!(e.cni_code(), codes::INVALID_CONFIG, "{e}");
+        assert!(e.to_string().contains("ipam.ranges[0][0].subnet"), "{e}");
+        let e = parse(r#"{"name":"n","ipam":{"#, None).unwrap_err();
+        assert_eq!(e.cni_code(), codes::DECODE, "{e}");
+        let e = parse(r#"{"name":"n","ipam":{"subnet":"10.1.0.0/16","dataDir":"/tmp/a\u0000b"}}"#, None)
+            .unwrap_err();
+        assert_eq!(e.cni_code(), codes::INVALID_CONFIG, "{e}");
+        assert!(e.to_string().contains("ipam.dataDir"), "{e}");
     }
 
     #[test]

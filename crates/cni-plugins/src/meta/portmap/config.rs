@@ -155,7 +155,7 @@ fn port(value: i64, what: &str) -> Result<u16, CniError> {
     u16::try_from(value)
         .ok()
         .filter(|p| *p != 0)
-        .ok_or_else(|| invalid(format!("invalid {what} port number: {value}")))
+        .ok_or_else(|| invalid(format!("invalid portMappings {what} {value}: a port is 1 to 65535")))
 }
 
 fn mapping(raw: &RawPortMapping) -> Result<PortMapping, CniError> {
@@ -171,8 +171,8 @@ fn mapping(raw: &RawPortMapping) -> Result<PortMapping, CniError> {
         },
     };
     Ok(PortMapping {
-        host_port: port(raw.host_port, "host")?,
-        container_port: port(raw.container_port, "container")?,
+        host_port: port(raw.host_port, "hostPort")?,
+        container_port: port(raw.container_port, "containerPort")?,
         protocol,
         host_ip,
     })

@@ -100,7 +100,13 @@ impl Plugin for Sbr {
             Some(prev) => addresses_of(&prev, &req.ifname),
             None => tables::addresses_on_link(&mut nl, &req.ifname)?,
         };
-        tables::remove(&mut nl, &addresses, conf.table)
+        let removed = tables::remove(&mut nl, &addresses, conf.table);
+        // Tables sbr chose itself whose rule is already gone go too; both steps run.
+        let orphans = match conf.table {
+            None => tables::remove_orphaned_tables(&mut nl, &req.ifname, &addresses),
+            Some(_) => Ok(()),
+        };
+        removed.and(orphans)
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {

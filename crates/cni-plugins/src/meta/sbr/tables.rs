@@ -244,6 +244,54 @@ pub fn remove(nl: &mut Netlink, addresses: &[SourceAddress], table: Option<u32>)
     }
 }
 
+/// Empties the tables sbr made for interface `ifname` whose rule is gone (deleted by hand,
+/// or a crash between the two): a table from [`FIRST_TABLE`] up that no rule refers to,
+/// whose every route goes out of the interface and belongs to one of `addresses`, with a
+/// default route via the address's gateway — what sbr puts in a table, and not a table of
+/// someone else's that merely uses the interface. Without this, DEL would leave such a
+/// table behind for good.
+pub fn remove_orphaned_tables(
+    nl: &mut Netlink,
+    ifname: &str,
+    addresses: &[SourceAddress],
+) -> Result<(), CniError> {
+    let Some(link) = nl.link_by_name(ifname).or_cni("look up the container interface")? else {
+        return Ok(());
+    };
+    let referenced: BTreeSet<u32> =
+        all_rules(nl, &[IpFamily::V4, IpFamily::V6])?.iter().map(|r| r.table).collect();
+    let mut errors = Vec::new();
+    for family in [IpFamily::V4, IpFamily::V6] {
+        let mut by_table: std::collections::BTreeMap<u32, Vec<Route>> = Default::default();
+        for route in nl.routes(family, None).or_cni("list routes")? {
+            if route.table >= FIRST_TABLE && !RESERVED_TABLES.contains(&route.table) {
+                by_table.entry(route.table).or_default().push(route);
+            }
+        }
+        for (table, routes) in by_table {
+            let ours = |r: &Route| r.oif == Some(link.index) && addresses.iter().any(|a| belongs_to(r, a));
+            let default_via_ours = |r: &Route| {
+                r.destination.prefix_len() == 0
+                    && r.gateway.is_some_and(|gw| addresses.iter().any(|a| a.address.contains(&gw)))
+            };
+            if referenced.contains(&table) || !routes.iter().all(ours) || !routes.iter().any(default_via_ours)
+            {
+                continue;
+            }
+            for route in routes {
+                if let Err(e) = nl.delete_route(&route).ignore_missing() {
+                    errors.push(format!("delete route {} from table {table}: {e}", route.destination));
+                }
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(CniError::internal(format!("sbr: {}", errors.join("; "))))
+    }
+}
+
 /// CHECK: each address has its rule, and (for tables sbr made) the table has the default
 /// route via the address's gateway.
 pub fn check(nl: &mut Netlink, addresses: &[SourceAddress], table: Option<u32>) -> Result<(), CniError> {

@@ -150,6 +150,12 @@ fn sysctl_setting(configured_key: &str, value: &str, ifname: &str) -> Result<Sys
     if !path.starts_with("/proc/sys/net/") || path == Path::new("/proc/sys/net") {
         return Err(refused());
     }
+    // One value per key: a newline or NUL would smuggle a second write into the file.
+    if value.contains(['\n', '\0']) {
+        return Err(CniError::invalid_config(format!(
+            "tuning: invalid value {value:?} for sysctl {configured_key:?}: it contains a newline or NUL"
+        )));
+    }
     Ok(SysctlSetting { configured_key: configured_key.to_string(), key, value: value.to_string() })
 }
 
@@ -197,7 +203,19 @@ pub fn data_dir(req: &Request) -> Result<PathBuf, CniError> {
         data_dir: Option<PathBuf>,
     }
     let conf: DataDirOnly = req.config()?;
-    Ok(conf.data_dir.filter(|d| !d.as_os_str().is_empty()).unwrap_or_else(|| DEFAULT_DATA_DIR.into()))
+    checked_data_dir(conf.data_dir)
+}
+
+/// `dataDir`, or the default when unset or empty; a NUL byte (no path has one) is code 7.
+fn checked_data_dir(data_dir: Option<PathBuf>) -> Result<PathBuf, CniError> {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = data_dir.filter(|d| !d.as_os_str().is_empty()).unwrap_or_else(|| DEFAULT_DATA_DIR.into());
+    if dir.as_os_str().as_bytes().contains(&0) {
+        return Err(CniError::invalid_config(format!(
+            "tuning: invalid dataDir {dir:?}: it contains a NUL byte"
+        )));
+    }
+    Ok(dir)
 }
 
 /// Parses and validates the whole configuration for `req`.
@@ -239,10 +257,7 @@ pub fn load(req: &Request) -> Result<TuningConf, CniError> {
     // it"; only `true`, or an explicit value from args, asks for a change.
     let promisc = args.promisc.or(raw.promisc.filter(|p| *p));
     Ok(TuningConf {
-        data_dir: raw
-            .data_dir
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
+        data_dir: checked_data_dir(raw.data_dir)?,
         sysctls,
         mac,
         promisc,
@@ -261,11 +276,20 @@ mod tests {
         let s = sysctl_setting("net.ipv4.conf.IFNAME.arp_filter", "1", "eth0.100").unwrap();
         assert_eq!(s.key, "net.ipv4.conf.eth0.100.arp_filter");
         assert_eq!(s.configured_key, "net.ipv4.conf.IFNAME.arp_filter");
-        for bad in ["kernel.hostname", "net", "net/../kernel/hostname", "netfoo.x", "vm.swappiness", ""] {
+        for bad in [
+            "kernel.hostname",
+            "net",
+            "net/../kernel/hostname",
+            "netfoo.x",
+            "vm.swappiness",
+            "",
+            "net.core.somaxconn\0",
+        ] {
             let e = sysctl_setting(bad, "1", "eth0").unwrap_err();
             assert_eq!(e.code, 7, "{bad}");
         }
         assert!(sysctl_setting("net/core/somaxconn", "1", "eth0").is_ok());
+        assert_eq!(sysctl_setting("net.core.somaxconn", "1\n0", "eth0").unwrap_err().code, 7);
     }
 
     #[test]
