@@ -8,11 +8,13 @@
 //! - [`ns`]: throwaway named network namespaces (`TestNetns`, `HostAndContainers`).
 //! - [`traffic`]: TCP/UDP echo servers and clients across namespaces.
 //! - [`kernel_rig`]: runs a test binary's rig-only tests under Debian's kernel in QEMU.
+//! - [`kill`]: `kill -9` of a process group at a chosen moment; a seeded generator.
 //! - [`binaries`]: finds (building if needed) the workspace's binaries from a test.
 
 pub mod binaries;
 pub mod children;
 pub mod kernel_rig;
+pub mod kill;
 pub mod ns;
 pub mod runner;
 pub mod test_plugin;
