@@ -7,7 +7,8 @@
 //! under a temporary name, then renamed to CNI_IFNAME like the reference does.
 
 use crate::common::link_guard::CreatedLink;
-use crate::common::{iface, open_container_netns, random_bytes, NetResultExt};
+use crate::common::veth::free_staging_name;
+use crate::common::{iface, open_container_netns, NetResultExt};
 use cni_net::netlink::{LinkKind, TunSpec};
 use cni_net::{Link, MacAddr, NetNs, Netlink};
 use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};
@@ -117,13 +118,8 @@ impl Tap {
         let conf = &settings.conf;
         let mut nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
         let bridge = if conf.bridge.is_empty() { None } else { Some(find_bridge(&mut nl, &conf.bridge)?) };
-        // TUNSETIFF on an existing, detached tap would adopt it: make sure the name is new.
-        let temp = loop {
-            let temp = format!("cnitap{:08x}", u32::from_be_bytes(random_bytes()?));
-            if nl.link_by_name(&temp).or_cni("look up temporary name")?.is_none() {
-                break temp;
-            }
-        };
+        // TUNSETIFF on an existing, detached tap would adopt it: the name must be new.
+        let temp = free_staging_name(&mut nl, &req.ifname)?;
         create_tap(ns, &temp, conf)?;
         let link = nl.require_link(&temp).or_cni("look up the new tap")?;
         let guard = CreatedLink::new(ns, link.index);
