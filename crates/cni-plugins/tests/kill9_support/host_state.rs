@@ -64,11 +64,26 @@ fn nft_items(ns: &TestNetns) -> Vec<String> {
     }
     let mut json: Value = serde_json::from_slice(&out.stdout).expect("nft -j prints JSON");
     strip_handles(&mut json);
-    as_array(json["nftables"].take())
-        .into_iter()
-        .filter(|i| i.get("metainfo").is_none())
-        .map(|i| i.to_string())
-        .collect()
+    let mut lines = Vec::new();
+    for mut item in as_array(json["nftables"].take()) {
+        if item.get("metainfo").is_some() {
+            continue;
+        }
+        // A set's elements one line each: attachments add and remove single elements.
+        for kind in ["set", "map"] {
+            if let Some(set) = item.get_mut(kind) {
+                let elements = set.as_object_mut().and_then(|s| s.remove("elem")).unwrap_or_default();
+                for element in as_array(elements) {
+                    lines.push(format!(
+                        "{kind}-element {} {} {} {element}",
+                        set["family"], set["table"], set["name"]
+                    ));
+                }
+            }
+        }
+        lines.push(item.to_string());
+    }
+    lines
 }
 
 fn strip_handles(value: &mut Value) {

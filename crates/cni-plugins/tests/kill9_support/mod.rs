@@ -46,6 +46,12 @@ impl Lab {
         Lab { host, containers, state }
     }
 
+    /// Replaces container namespace `i` by a fresh one, as a runtime discards a sandbox
+    /// whose set-up or tear-down failed: what was left in it goes with it.
+    pub fn replace_container(&mut self, i: usize) {
+        self.containers[i] = TestNetns::with_prefix(PREFIX).unwrap();
+    }
+
     pub fn dir(&self, what: &str) -> PathBuf {
         self.state.path().join(what)
     }
