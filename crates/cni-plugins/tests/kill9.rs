@@ -62,7 +62,7 @@ impl Suite {
         let result = warm.add_upto(&suite.lab, &suite.chain, suite.chain.len());
         warm.del_all(&suite.lab, &suite.chain, result.as_ref());
         gc_all(&suite.lab, &suite.chain, &[]);
-        suite.baseline = settled_snapshot(&suite.lab);
+        suite.baseline = suite.lab.settled_snapshot();
         suite
     }
 
@@ -117,20 +117,6 @@ fn ending(outcome: &KillOutcome) -> &'static str {
     } else {
         "completed first"
     }
-}
-
-/// The lab's state once links being deleted in the background are gone: two equal
-/// snapshots in a row with no veth but the macvlan master's pair and no IFB.
-fn settled_snapshot(lab: &Lab) -> BTreeSet<String> {
-    let transient = |l: &String| (l.contains("kind=veth") && !l.contains(" ksm")) || l.contains("kind=ifb");
-    let mut last = BTreeSet::new();
-    common::eventually("the warm-up's links to go", || {
-        let now = lab.snapshot();
-        let stable = now == last && !now.iter().any(transient);
-        last = now;
-        stable
-    });
-    last
 }
 
 /// Times the victim's `verb`, then kills it at a sweep of moments over that span; returns

@@ -17,7 +17,6 @@ mod kill9_support;
 use cni_testkit::kill::{count_from_env, run_killed_after, sweep, KillOutcome, SeededRng};
 use kill9_support::*;
 use serde_json::{json, Value};
-use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::Duration;
 
@@ -93,18 +92,6 @@ impl Runtime {
     }
 }
 
-fn settled(lab: &Lab) -> BTreeSet<String> {
-    let transient = |l: &String| (l.contains("kind=veth") && !l.contains(" ksm")) || l.contains("kind=ifb");
-    let mut last = BTreeSet::new();
-    common::eventually("the warm-up's links to go", || {
-        let now = lab.snapshot();
-        let stable = now == last && !now.iter().any(transient);
-        last = now;
-        stable
-    });
-    last
-}
-
 #[test]
 fn runtime_killed_during_a_chain_add_or_del() {
     let (mut rng, seed) = SeededRng::from_env(SEED_VAR);
@@ -113,7 +100,7 @@ fn runtime_killed_during_a_chain_add_or_del() {
     runtime.ok("add");
     runtime.ok("del");
     runtime.ok("gc");
-    let baseline = settled(&runtime.lab);
+    let baseline = runtime.lab.settled_snapshot();
     for verb in ["add", "del"] {
         let mut timings: Vec<Duration> = (0..3).map(|_| runtime.case(verb, NEVER).elapsed).collect();
         timings.sort();

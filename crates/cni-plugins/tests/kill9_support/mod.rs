@@ -69,6 +69,21 @@ impl Lab {
         lines
     }
 
+    /// The lab's state once links being deleted in the background are gone: two equal
+    /// snapshots in a row with no veth but the macvlan master's pair and no IFB.
+    pub fn settled_snapshot(&self) -> BTreeSet<String> {
+        let transient =
+            |l: &String| (l.contains("kind=veth") && !l.contains(" ksm")) || l.contains("kind=ifb");
+        let mut last = BTreeSet::new();
+        crate::common::eventually("links deleted in the background to go", || {
+            let now = self.snapshot();
+            let stable = now == last && !now.iter().any(transient);
+            last = now;
+            stable
+        });
+        last
+    }
+
     /// Waits until the lab's state equals `baseline` (see [`host_state::assert_settles_to`]).
     pub fn assert_back_to(&self, what: &str, baseline: &BTreeSet<String>) {
         host_state::assert_settles_to(what, baseline, || self.snapshot());
