@@ -7,6 +7,10 @@
 //! - a private mount namespace, held open by a "keeper" process, in which `/run`,
 //!   `/var/lib`, `/opt` and `/dev/shm` are empty tmpfs mounts, the plugin directory is
 //!   bind-mounted on `/opt/cni/bin` and a test-owned config directory on `/etc/cni/net.d`.
+//!   The other directories engines search for plugins by default (`/usr/lib/cni`, where
+//!   Debian puts the Go plugins, among them) are hidden under empty read-only tmpfs
+//!   mounts: an engine that ignored its configured plugin directory would otherwise run
+//!   the Go plugins and pass for ours.
 //!
 //! Nothing an engine does there reaches the machine: dropping the host kills the keeper
 //! and removes the network namespace, which takes every link and rule with it.
@@ -35,6 +39,9 @@ mount -t tmpfs cne-shm /dev/shm
 mount -t tmpfs cne-opt /opt
 mkdir -p /opt/cni/bin
 mount --bind "$CNE_PLUGIN_DIR" /opt/cni/bin
+for dir in /usr/local/libexec/cni /usr/libexec/cni /usr/local/lib/cni /usr/lib/cni; do
+    if [ -d "$dir" ]; then mount -t tmpfs -o ro cne-no-plugins "$dir"; fi
+done
 mount --bind "$CNE_CNI_CONF_DIR" /etc/cni/net.d
 echo ready
 exec sleep infinity

@@ -1,7 +1,8 @@
 //! podman 4.3 with its CNI backend, private in every respect.
 //!
 //! A private `containers.conf` (given in `CONTAINERS_CONF`) selects the CNI backend, points
-//! `cni_sdk_dirs` only at the plugin directory under test and `network_config_dir` at a
+//! `cni_plugin_dirs` only at the plugin directory under test (as the [`EngineHost`] mounts it,
+//! on `/opt/cni/bin`) and `network_config_dir` at a
 //! temp dir; storage (`--root`, `--runroot`) and libpod's tmp dir are temp dirs too, and
 //! every command runs in an [`EngineHost`], so the machine's podman is never involved.
 
@@ -51,7 +52,7 @@ impl Podman {
             fs::create_dir(dir.path().join(sub)).expect("create a podman state dir");
         }
         let conf = dir.path().join("containers.conf");
-        fs::write(&conf, containers_conf(dir.path(), plugins.path())).expect("write containers.conf");
+        fs::write(&conf, containers_conf(dir.path())).expect("write containers.conf");
         let host = EngineHost::new(plugins.path(), &dir.path().join("cni-conf"));
         let podman = Podman { host, plugins, dir, conf };
         let backend = podman.ok(&["info", "--format", "{{.Host.NetworkBackend}}"]);
@@ -184,7 +185,7 @@ fn kill_leftover_conmons(runroot: &Path) {
 }
 
 /// The private `containers.conf`.
-fn containers_conf(dir: &Path, plugin_dir: &Path) -> String {
+fn containers_conf(dir: &Path) -> String {
     let mut conf = String::new();
     let nofile = hard_limit(libc::RLIMIT_NOFILE);
     // podman starts conmon (and so crun) with RLIMIT_NPROC lowered to kernel.pid_max, and
@@ -198,7 +199,9 @@ fn containers_conf(dir: &Path, plugin_dir: &Path) -> String {
     writeln!(conf, "log_driver = \"k8s-file\"").unwrap();
     writeln!(conf, "[network]").unwrap();
     writeln!(conf, "network_backend = \"cni\"").unwrap();
-    writeln!(conf, "cni_sdk_dirs = [{:?}]", plugin_dir.display().to_string()).unwrap();
+    // Where the engine host mounts the plugin directory under test: the host's own path may
+    // be a default plugin directory the engine host hides (`/usr/lib/cni`).
+    writeln!(conf, "cni_plugin_dirs = [\"/opt/cni/bin\"]").unwrap();
     writeln!(conf, "network_config_dir = {:?}", dir.join("networks").display().to_string()).unwrap();
     writeln!(conf, "[engine]").unwrap();
     writeln!(conf, "runtime = \"crun\"").unwrap();

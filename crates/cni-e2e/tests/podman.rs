@@ -176,3 +176,77 @@ fn removal_and_self_exit_release_the_ip_and_every_rule() {
     wait_for_teardown(&podman, &baseline, "a container that exited by itself");
     podman.ok(&["rm", "cne-exits"]);
 }
+
+/// Runs `ip args` in the engines' host namespace (test set-up, not part of what is tested).
+fn host_ip(podman: &Podman, args: &[&str]) {
+    let out = podman.host().netns().command("ip").args(args).output().expect("run ip");
+    assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The link kind and macvlan mode of `container`'s `eth0`, read with the host's iproute2
+/// in the container's network namespace (busybox's `ip` has no details).
+fn eth0_kind_and_mode(podman: &Podman, container: &str) -> (String, String) {
+    let sandbox = podman.ok(&["inspect", container, "--format", "{{.NetworkSettings.SandboxKey}}"]);
+    let netns = podman.host().private_path(&sandbox);
+    let out = std::process::Command::new("nsenter")
+        .arg(format!("--net={}", netns.display()))
+        .args(["ip", "-d", "-j", "link", "show", "eth0"])
+        .output()
+        .expect("run nsenter ip");
+    assert!(out.status.success(), "ip -d link in {container}: {}", String::from_utf8_lossy(&out.stderr));
+    let links: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j prints JSON");
+    let info = &links[0]["linkinfo"];
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or("none").to_string();
+    (text(&info["info_kind"]), text(&info["info_data"]["mode"]))
+}
+
+#[test]
+fn network_create_macvlan_puts_two_containers_on_one_master() {
+    let podman = Podman::set_up();
+    // The master: one end of a veth pair standing in for the host's NIC.
+    host_ip(&podman, &["link", "add", "cne-mvm", "type", "veth", "peer", "name", "cne-mvp"]);
+    host_ip(&podman, &["link", "set", "cne-mvp", "up"]);
+    host_ip(&podman, &["link", "set", "cne-mvm", "up"]);
+    let subnet = "10.123.46.0/24";
+    podman.ok(&[
+        "network",
+        "create",
+        "-d",
+        "macvlan",
+        "-o",
+        "parent=cne-mvm",
+        "--subnet",
+        subnet,
+        "cne-macvlan",
+    ]);
+    let links_before = HostSnapshot::take(podman.host());
+
+    podman.start("cne-mv-a", &["--network", "cne-macvlan"], &["sleep", "600"]);
+    podman.start("cne-mv-b", &["--network", "cne-macvlan"], &["sleep", "600"]);
+    let (created, _gateway) = podman.network_subnet("cne-macvlan");
+    let a = podman.eth0_ipv4("cne-mv-a");
+    let b = podman.eth0_ipv4("cne-mv-b");
+    for (name, addr) in [("cne-mv-a", &a), ("cne-mv-b", &b)] {
+        assert!(created.contains(addr.addr), "{name}'s eth0 has {addr:?}, outside {subnet}");
+        assert_eq!(
+            eth0_kind_and_mode(&podman, name),
+            ("macvlan".to_string(), "bridge".to_string()),
+            "{name}'s eth0 is not a bridge-mode macvlan [{}]",
+            podman.plugins_label()
+        );
+    }
+    assert_ne!(a.addr, b.addr, "both containers got the same address");
+    assert_eq!(
+        podman.allocations("cne-macvlan"),
+        [a.addr.to_string(), b.addr.to_string()].into_iter().collect(),
+        "host-local's allocations on cne-macvlan"
+    );
+    podman.ok(&["exec", "cne-mv-a", "ping", "-c", "1", "-W", "3", &b.addr.to_string()]);
+    podman.ok(&["exec", "cne-mv-b", "ping", "-c", "1", "-W", "3", &a.addr.to_string()]);
+
+    podman.ok(&["rm", "--force", "--time", "0", "cne-mv-a", "cne-mv-b"]);
+    assert!(podman.allocations("cne-macvlan").is_empty(), "rm left addresses allocated on cne-macvlan");
+    let links_after = HostSnapshot::take(podman.host());
+    assert!(links_before == links_after, "rm changed the host:\n{}", links_before.diff(&links_after));
+    podman.ok(&["network", "rm", "cne-macvlan"]);
+}

@@ -264,4 +264,10 @@ fn waiting_for_a_link_times_out_when_it_never_gets_carrier() {
     let ready = nl.wait_for_link(veth.index, LinkCondition::Carrier, Duration::from_secs(5)).unwrap();
     raiser.join().unwrap();
     assert!(ready.carrier);
+
+    // Running comes after the kernel's link watcher has handled the carrier.
+    let running = nl.wait_for_link(veth.index, LinkCondition::Running, Duration::from_secs(5)).unwrap();
+    assert!(running.up && running.carrier && running.oper_up);
+    let peer = nl.wait_for_link(peer_index, LinkCondition::Running, Duration::from_secs(5)).unwrap();
+    assert!(peer.oper_up, "the peer is not operationally up: {peer:?}");
 }

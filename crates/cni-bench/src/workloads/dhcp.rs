@@ -3,8 +3,7 @@
 //! its state in the run's state root). ADD of all, then DEL of all, through libcni.
 //!
 //! The Go daemon's ADD takes seconds, so this workload uses at most [`MAX_CONTAINERS`] containers
-//! and one round; setting up the network (ip, dnsmasq) is not timed and not the plugins'
-//! code, so it uses the usual tools.
+//! and one round; setting up the network (bridge, server veth, dnsmasq) is not timed.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -15,6 +14,8 @@ use crate::error::{BenchError, Result};
 use crate::options::WorkloadId;
 use crate::plugin_set::PluginSet;
 use crate::sandbox::{BenchHost, OwnedNetns};
+use cni_net::netlink::{AddressFlags, BridgeOptions, LinkSpec, VethSpec};
+use cni_net::Netlink;
 use serde_json::json;
 
 pub const MAX_CONTAINERS: usize = 20;
@@ -33,37 +34,37 @@ impl Drop for Reaped {
     }
 }
 
-fn ip(netns: &OwnedNetns, args: &[&str]) -> Result<()> {
-    let name = netns.path_str();
-    let name = Path::new(&name).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let out = Command::new("ip")
-        .arg("-n")
-        .arg(&name)
-        .args(args)
-        .output()
-        .map_err(|e| BenchError::io("run ip", e))?;
-    if !out.status.success() {
-        return Err(BenchError::io(
-            format!("ip {args:?}"),
-            std::io::Error::other(String::from_utf8_lossy(&out.stderr).into_owned()),
-        ));
-    }
+/// The server's side of the run: the host's bridge, a veth from it into `server`, and the
+/// server's address, made over netlink like everything else in the run.
+fn wire_server(host: &OwnedNetns, server: &OwnedNetns) -> Result<()> {
+    let setup = |what: &str| {
+        let what = what.to_string();
+        move |e| BenchError::setup(what, e)
+    };
+    let mut nl = Netlink::in_ns(host.ns()).map_err(setup("open netlink in the host namespace"))?;
+    nl.add_bridge(&LinkSpec::new(BRIDGE), &BridgeOptions::default()).map_err(setup("create the bridge"))?;
+    let bridge = nl.require_link(BRIDGE).map_err(setup("look up the bridge"))?;
+    nl.set_link_up(bridge.index).map_err(setup("set the bridge up"))?;
+    let veth = VethSpec { link: LinkSpec::new("vsrv"), peer: LinkSpec::new("srv0").netns(server.ns()) };
+    let port = nl.add_veth(&veth).map_err(setup("create the server's veth"))?;
+    let port =
+        port.ok_or_else(|| BenchError::io("create the server's veth", std::io::Error::other("no link")))?;
+    nl.set_link_master(port.index, bridge.index).map_err(setup("attach the server's veth"))?;
+    nl.set_link_up(port.index).map_err(setup("set the server's veth up"))?;
+
+    let mut nl = Netlink::in_ns(server.ns()).map_err(setup("open netlink in the server namespace"))?;
+    let srv = nl.require_link("srv0").map_err(setup("look up the server's interface"))?;
+    let address = "10.77.0.1/16".parse().expect("a valid address");
+    nl.add_address(srv.index, address, AddressFlags::empty()).map_err(setup("address the server"))?;
+    nl.set_link_up(srv.index).map_err(setup("set the server's interface up"))?;
     Ok(())
 }
 
-/// Starts `binary args` inside `netns` (ip netns exec replaces itself with the program).
+/// Starts `binary args` inside `netns` (spawned from a thread in it).
 fn spawn_in(netns: &OwnedNetns, binary: &Path, args: &[String], log: &Path) -> Result<Reaped> {
-    let name = netns.path_str();
-    let name = Path::new(&name).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let log = std::fs::File::create(log).map_err(|e| BenchError::io("create a log file", e))?;
-    let child = Command::new("ip")
-        .args(["netns", "exec", &name])
-        .arg(binary)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .map_err(|e| BenchError::io(format!("start {}", binary.display()), e))?;
+    let child = netns.run(|| Command::new(binary).args(args).stdout(Stdio::null()).stderr(log).spawn())?;
+    let child = child.map_err(|e| BenchError::io(format!("start {}", binary.display()), e))?;
     Ok(Reaped(child))
 }
 
@@ -102,15 +103,7 @@ impl Workload for DhcpWorkload {
         }
         let host = BenchHost::create(ctx.state_root())?;
         let server = OwnedNetns::create(&format!("cnk-s{}-{}", std::process::id(), ctx.pool.len()))?;
-        ip(&host.netns, &["link", "add", BRIDGE, "type", "bridge"])?;
-        ip(&host.netns, &["link", "set", BRIDGE, "up"])?;
-        ip(
-            &host.netns,
-            &["link", "add", "vsrv", "type", "veth", "peer", "name", "srv0", "netns", &server.path_str()],
-        )?;
-        ip(&host.netns, &["link", "set", "vsrv", "master", BRIDGE, "up"])?;
-        ip(&server, &["addr", "add", "10.77.0.1/16", "dev", "srv0"])?;
-        ip(&server, &["link", "set", "srv0", "up"])?;
+        wire_server(&host.netns, &server)?;
 
         let dir = host.data_dir();
         let dnsmasq_args: Vec<String> = [

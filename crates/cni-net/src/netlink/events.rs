@@ -19,8 +19,12 @@ const RTNLGRP_LINK: u32 = 1;
 pub enum LinkCondition {
     /// Administratively up (`IFF_UP`).
     Up,
-    /// Up and with carrier (`IFF_LOWER_UP`), i.e. able to pass traffic.
+    /// Up and with carrier (`IFF_LOWER_UP`).
     Carrier,
+    /// Operationally up (`IFLA_OPERSTATE`): the kernel's link watcher has seen the carrier
+    /// and given the device its real queueing discipline. Until then a packet sent on it
+    /// goes to the placeholder qdisc, which drops it, although the carrier is already on.
+    Running,
 }
 
 impl LinkCondition {
@@ -28,6 +32,7 @@ impl LinkCondition {
         match self {
             LinkCondition::Up => link.up,
             LinkCondition::Carrier => link.up && link.carrier,
+            LinkCondition::Running => link.up && link.carrier && link.oper_up,
         }
     }
 }

@@ -11,6 +11,7 @@
 //! inconsistent). Operations live in one module per object type.
 
 mod addr;
+mod bridge_vlan;
 mod codec;
 mod dummy;
 mod events;
@@ -29,6 +30,7 @@ mod tun;
 mod vlan;
 
 pub use addr::{parse_ipnet, AddressFlags, IpAddress, IpFamily};
+pub use bridge_vlan::{BridgeVlan, BridgeVlanSettings, PortVlans, VlanTarget};
 pub use events::LinkCondition;
 pub use ipvlan::IpvlanMode;
 pub use link::{BridgePort, Link, LinkKind};

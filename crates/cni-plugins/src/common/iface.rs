@@ -4,7 +4,7 @@ use super::NetResultExt;
 use cni_net::netlink::{AddressFlags, IpFamily, Route as KernelRoute, RouteScope};
 use cni_net::Idempotent;
 use cni_net::{Link, Netlink};
-use cni_sdk::{CniError, CniResult};
+use cni_sdk::{CniError, CniResult, Request};
 use cni_types::Route;
 use std::net::IpAddr;
 
@@ -62,6 +62,28 @@ pub fn configure(
         })?;
     }
     Ok(())
+}
+
+/// CHECK: the index of the prevResult's interface for this request (CNI_IFNAME in
+/// CNI_NETNS); its absence means the prevResult belongs to another attachment.
+pub fn prev_interface(prev: &CniResult, req: &Request) -> Result<usize, CniError> {
+    prev.interfaces.iter().position(|i| i.name == req.ifname && i.sandbox == req.netns).ok_or_else(|| {
+        CniError::internal(format!(
+            "Sandbox in prevResult doesn't match configured netns: {} (interface {})",
+            req.netns, req.ifname
+        ))
+    })
+}
+
+/// CHECK: `link` still has the addresses and routes of result interface `iface`.
+pub fn check_addressing(
+    nl: &mut Netlink,
+    link: &Link,
+    result: &CniResult,
+    iface: usize,
+) -> Result<(), CniError> {
+    check_addresses(nl, link, result, iface)?;
+    check_routes(nl, link, result, iface)
 }
 
 /// CHECK: every address of result interface `iface` is on `link`.

@@ -2,6 +2,7 @@
 //! container's namespace, veth pairs with a rollback guard, putting an IPAM result on an
 //! interface, and checking that it is still there.
 
+pub mod addresses;
 pub mod container_link;
 pub mod iface;
 pub mod link_guard;

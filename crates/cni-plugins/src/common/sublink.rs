@@ -2,16 +2,15 @@
 //! container with `linkInContainer`), made directly in the container's namespace under
 //! CNI_IFNAME, then given the IPAM addresses. Only the kernel request differs.
 
+use super::addresses::{Addresses, CONTAINER_IFACE};
 use super::container_link::{self, ContainerLink};
 use super::iface;
 use super::veth::result_interface;
 use super::NetResultExt;
 use cni_net::netlink::{IpFamily, LinkSpec, MAIN_TABLE};
 use cni_net::{Link, NetNs, Netlink};
-use cni_sdk::{delegate, CniError, CniResult, Request};
+use cni_sdk::{CniError, CniResult, Request};
 use cni_types::Dns;
-
-const CONTAINER_IFACE: usize = 0;
 
 /// Where the master lives, and a socket there.
 pub struct Master {
@@ -102,41 +101,16 @@ pub fn attach(
     let link = nl.require_link(&req.ifname).or_cni("look up the new interface")?;
     let link = ContainerLink::guard(ns, link);
 
-    let ipam = match addressing {
-        Addressing::Ipam => Some(delegate::ipam_add(req)?),
-        _ => None,
+    let addresses = match addressing {
+        Addressing::Ipam => Addresses::from_ipam(req)?,
+        Addressing::PrevResult(prev) => Addresses::from_prev_result(prev),
+        Addressing::None => Addresses::none(),
     };
-    let mut result = match (&ipam, addressing) {
-        (Some(ipam), _) => {
-            if ipam.result().ips.is_empty() {
-                return Err(CniError::internal("IPAM plugin returned missing IP config"));
-            }
-            ipam.result().clone()
-        }
-        (None, Addressing::PrevResult(prev)) => CniResult {
-            ips: prev.ips.clone(),
-            routes: prev.routes.clone(),
-            dns: prev.dns.clone(),
-            ..Default::default()
-        },
-        (None, _) => CniResult::default(),
-    };
-    for ip in &mut result.ips {
-        ip.interface = Some(CONTAINER_IFACE);
-    }
-    iface::configure(&mut nl, &link.link, &result, CONTAINER_IFACE, false)?;
+    iface::configure(&mut nl, &link.link, &addresses.result, CONTAINER_IFACE, false)?;
     let now = nl.link_by_index(link.link.index).or_cni("look up the new interface")?;
-    result.interfaces = vec![result_interface(now.as_ref().unwrap_or(&link.link), &req.netns)];
-    if let Some(dns) = dns {
-        if result.dns.is_empty() {
-            result.dns = dns.clone();
-        }
-    }
+    let interface = result_interface(now.as_ref().unwrap_or(&link.link), &req.netns);
     link.keep();
-    if let Some(ipam) = ipam {
-        ipam.commit();
-    }
-    Ok(result)
+    Ok(addresses.complete(interface, dns))
 }
 
 /// CHECK: the interface of the prevResult is there, of `kind`, with its addresses.
@@ -147,6 +121,5 @@ pub fn check(req: &Request, prev: &CniResult, kind: cni_net::netlink::LinkKind) 
     if link.kind != kind {
         return Err(CniError::internal(format!("{} is a {:?} link, not {kind:?}", link.name, link.kind)));
     }
-    iface::check_addresses(&mut nl, &link, prev, CONTAINER_IFACE)?;
-    iface::check_routes(&mut nl, &link, prev, CONTAINER_IFACE)
+    iface::check_addressing(&mut nl, &link, prev, CONTAINER_IFACE)
 }

@@ -1,6 +1,7 @@
 //! `dummy`: a dummy link in the container carrying the IPAM addresses — an address the
 //! container owns without any connectivity behind it.
 
+use crate::common::addresses::{Addresses, CONTAINER_IFACE};
 use crate::common::container_link::{self, ContainerLink};
 use crate::common::iface;
 use crate::common::veth::result_interface;
@@ -8,8 +9,6 @@ use crate::common::{open_container_netns, NetResultExt};
 use cni_net::netlink::LinkSpec;
 use cni_net::{NetNs, Netlink};
 use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};
-
-const CONTAINER_IFACE: usize = 0;
 
 fn require_ipam(req: &Request) -> Result<(), CniError> {
     if !delegate::has_ipam(req) {
@@ -37,20 +36,12 @@ impl Dummy {
             }
         };
         let link = ContainerLink::guard(ns, link);
-        let ipam = delegate::ipam_add(req)?;
-        let mut result = ipam.result().clone();
-        if result.ips.is_empty() {
-            return Err(CniError::internal("IPAM plugin returned missing IP config"));
-        }
-        for ip in &mut result.ips {
-            ip.interface = Some(CONTAINER_IFACE);
-        }
-        iface::configure(&mut nl, &link.link, &result, CONTAINER_IFACE, false)?;
+        let addresses = Addresses::from_ipam(req)?;
+        iface::configure(&mut nl, &link.link, &addresses.result, CONTAINER_IFACE, false)?;
         let now = nl.link_by_index(link.link.index).or_cni("look up the dummy link")?;
-        result.interfaces = vec![result_interface(now.as_ref().unwrap_or(&link.link), &req.netns)];
+        let interface = result_interface(now.as_ref().unwrap_or(&link.link), &req.netns);
         link.keep();
-        ipam.commit();
-        Ok(result)
+        Ok(addresses.complete(interface, None))
     }
 }
 
@@ -75,8 +66,7 @@ impl Plugin for Dummy {
         if link.kind != cni_net::netlink::LinkKind::Dummy {
             return Err(CniError::internal(format!("{} is a {:?} link, not dummy", link.name, link.kind)));
         }
-        iface::check_addresses(&mut nl, &link, &prev, CONTAINER_IFACE)?;
-        iface::check_routes(&mut nl, &link, &prev, CONTAINER_IFACE)
+        iface::check_addressing(&mut nl, &link, &prev, CONTAINER_IFACE)
     }
 
     fn gc(&self, req: &Request) -> Result<(), CniError> {

@@ -6,6 +6,7 @@
 //! the container never clashes with a host interface. With `linkInContainer` the master
 //! is an interface of the container's namespace and everything happens there.
 
+use crate::common::addresses::{Addresses, CONTAINER_IFACE};
 use crate::common::link_guard::CreatedLink;
 use crate::common::veth::free_staging_name;
 use crate::common::{iface, open_container_netns, NetResultExt};
@@ -15,8 +16,6 @@ use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};
 use cni_types::Dns;
 use serde::Deserialize;
 use std::net::IpAddr;
-
-const CONTAINER_IFACE: usize = 0;
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -221,32 +220,16 @@ impl Macvlan {
         }
         let link = cont_nl.require_link(&req.ifname).or_cni("look up the container macvlan")?;
 
-        let ipam = if delegate::has_ipam(req) { Some(delegate::ipam_add(req)?) } else { None };
-        let mut result = ipam.as_ref().map(|a| a.result().clone()).unwrap_or_default();
-        if ipam.is_some() {
-            if result.ips.is_empty() {
-                return Err(CniError::internal("IPAM plugin returned missing IP config"));
-            }
-            for ip in &mut result.ips {
-                ip.interface = Some(CONTAINER_IFACE);
-            }
-            iface::configure(&mut cont_nl, &link, &result, CONTAINER_IFACE, false)?;
-            announce(ns, &link, &result);
-        } else {
+        let addresses = Addresses::from_ipam_if_configured(req)?;
+        if addresses.is_empty() {
             // Layer 2 only: up, without addresses.
             cont_nl.set_link_up(link.index).or_cni(&format!("set {} up", link.name))?;
-        }
-        result.interfaces = vec![result_interface(&link, &req.netns)];
-        if let Some(dns) = &settings.conf.dns {
-            if result.dns.is_empty() {
-                result.dns = dns.clone();
-            }
+        } else {
+            iface::configure(&mut cont_nl, &link, &addresses.result, CONTAINER_IFACE, false)?;
+            announce(ns, &link, &addresses.result);
         }
         guard.keep();
-        if let Some(ipam) = ipam {
-            ipam.commit();
-        }
-        Ok(result)
+        Ok(addresses.complete(result_interface(&link, &req.netns), settings.conf.dns.as_ref()))
     }
 }
 
@@ -274,15 +257,7 @@ impl Plugin for Macvlan {
         } else {
             find_master(&mut Netlink::new().or_cni("open netlink")?, &settings.conf)?
         };
-        let position =
-            prev.interfaces.iter().position(|i| i.name == req.ifname && i.sandbox == req.netns).ok_or_else(
-                || {
-                    CniError::internal(format!(
-                        "sandbox in prevResult doesn't match configured netns: {} (interface {})",
-                        req.netns, req.ifname
-                    ))
-                },
-            )?;
+        let position = iface::prev_interface(&prev, req)?;
         let link = iface::check_link(&mut cont_nl, &prev, position)?;
         if link.kind != LinkKind::Macvlan {
             return Err(CniError::internal(format!(
@@ -306,9 +281,7 @@ impl Plugin for Macvlan {
                 link.name, master.name
             )));
         }
-        iface::check_addresses(&mut cont_nl, &link, &prev, position)?;
-        iface::check_routes(&mut cont_nl, &link, &prev, position)?;
-        Ok(())
+        iface::check_addressing(&mut cont_nl, &link, &prev, position)
     }
 
     fn gc(&self, req: &Request) -> Result<(), CniError> {

@@ -6,6 +6,7 @@
 //! (and, with `selinuxContext`, takes that label first so the device is labelled with it),
 //! under a temporary name, then renamed to CNI_IFNAME like the reference does.
 
+use crate::common::addresses::{interface_with_mtu, Addresses, CONTAINER_IFACE};
 use crate::common::link_guard::CreatedLink;
 use crate::common::veth::free_staging_name;
 use crate::common::{iface, open_container_netns, NetResultExt};
@@ -15,8 +16,6 @@ use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};
 use cni_types::Dns;
 use serde::Deserialize;
 use std::path::Path;
-
-const CONTAINER_IFACE: usize = 0;
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -145,42 +144,20 @@ impl Tap {
             nl.set_link_master(link.index, bridge.index)
                 .or_cni(&format!("failed to set tap {} as a port of bridge {}", req.ifname, bridge.name))?;
         }
-        let ipam = if delegate::has_ipam(req) { Some(delegate::ipam_add(req)?) } else { None };
-        let mut result = ipam.as_ref().map(|a| a.result().clone()).unwrap_or_default();
-        if ipam.is_some() {
-            if result.ips.is_empty() {
-                return Err(CniError::internal("IPAM plugin returned missing IP config"));
-            }
-            for ip in &mut result.ips {
-                ip.interface = Some(CONTAINER_IFACE);
-            }
+        let addresses = Addresses::from_ipam_if_configured(req)?;
+        if addresses.is_empty() {
+            nl.set_link_up(link.index).or_cni(&format!("set {} up", req.ifname))?;
+        } else {
             // As the reference: the kernel announces the addresses when the link comes up.
             let key = format!("net.ipv4.conf.{}.arp_notify", req.ifname);
             if let Err(e) = cni_net::sysctl::write_in(ns, &key, "1") {
                 eprintln!("tap: cannot set {key}: {e}");
             }
-            iface::configure(&mut nl, &link, &result, CONTAINER_IFACE, false)?;
-        } else {
-            nl.set_link_up(link.index).or_cni(&format!("set {} up", req.ifname))?;
+            iface::configure(&mut nl, &link, &addresses.result, CONTAINER_IFACE, false)?;
         }
         let now = nl.require_link(&req.ifname).or_cni("look up the tap")?;
-        result.interfaces = vec![cni_types::Interface {
-            name: now.name.clone(),
-            mac: now.mac.map(|m| m.to_string()).unwrap_or_default(),
-            mtu: Some(now.mtu),
-            sandbox: req.netns.clone(),
-            ..Default::default()
-        }];
-        if let Some(dns) = &conf.dns {
-            if result.dns.is_empty() {
-                result.dns = dns.clone();
-            }
-        }
         guard.keep();
-        if let Some(ipam) = ipam {
-            ipam.commit();
-        }
-        Ok(result)
+        Ok(addresses.complete(interface_with_mtu(&now, &req.netns), conf.dns.as_ref()))
     }
 }
 
@@ -201,15 +178,7 @@ impl Plugin for Tap {
         let settings = Settings::load(req)?;
         delegate::ipam_forward_if_configured(req)?;
         let prev = req.require_prev_result()?;
-        let position =
-            prev.interfaces.iter().position(|i| i.name == req.ifname && i.sandbox == req.netns).ok_or_else(
-                || {
-                    CniError::internal(format!(
-                        "Sandbox in prevResult doesn't match configured netns: {} (interface {})",
-                        req.netns, req.ifname
-                    ))
-                },
-            )?;
+        let position = iface::prev_interface(&prev, req)?;
         let ns = open_container_netns(req)?;
         let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
         let link = iface::check_link(&mut nl, &prev, position)?;
@@ -225,9 +194,7 @@ impl Plugin for Tap {
                 )));
             }
         }
-        iface::check_addresses(&mut nl, &link, &prev, position)?;
-        iface::check_routes(&mut nl, &link, &prev, position)?;
-        Ok(())
+        iface::check_addressing(&mut nl, &link, &prev, position)
     }
 
     fn gc(&self, req: &Request) -> Result<(), CniError> {

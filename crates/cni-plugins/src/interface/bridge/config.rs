@@ -29,12 +29,13 @@ pub struct BridgeConf {
     pub hairpin_mode: bool,
     #[serde(default)]
     pub promisc_mode: bool,
+    /// VLAN keys: see `vlan.rs`.
     #[serde(default)]
-    pub vlan: u32,
-    /// Parsed only to refuse it: this build has no VLAN support (the test kernel has no
-    /// bridge VLAN filtering to prove it on).
+    pub vlan: i64,
     #[serde(default)]
-    pub vlan_trunk: Vec<serde_json::Value>,
+    pub vlan_trunk: Vec<super::vlan::TrunkEntry>,
+    #[serde(default)]
+    pub preserve_default_vlan: bool,
     #[serde(default, rename = "enabledad")]
     pub enable_dad: bool,
     #[serde(default, rename = "macspoofchk")]
@@ -55,6 +56,7 @@ impl BridgeConf {
             conf.is_gateway = true;
         }
         conf.validate(req)?;
+        conf.vlan_plan()?;
         Ok(conf)
     }
 
@@ -69,24 +71,8 @@ impl BridgeConf {
                 self.mtu
             )));
         }
-        if self.vlan > 4094 {
-            return Err(CniError::invalid_config(format!(
-                "invalid vlan {}: must be between 0 and 4094",
-                self.vlan
-            )));
-        }
         if self.disable_container_interface && cni_sdk::delegate::has_ipam(req) {
             return Err(CniError::invalid_config("cannot use ipam when disableContainerInterface is set"));
-        }
-        // Refused, never silently ignored, until this build can honour them.
-        if self.vlan != 0 {
-            return Err(CniError::unsupported_field("vlan", self.vlan));
-        }
-        if !self.vlan_trunk.is_empty() {
-            return Err(CniError::unsupported_field(
-                "vlanTrunk",
-                format!("{} entries", self.vlan_trunk.len()),
-            ));
         }
         match self.ip_masq_backend.as_deref() {
             None | Some("nftables") => {}
@@ -100,6 +86,15 @@ impl BridgeConf {
             }
         }
         Ok(())
+    }
+
+    /// The VLAN keys, validated (and, with `isGateway`, the gateway link's name).
+    pub fn vlan_plan(&self) -> Result<super::vlan::PortPlan, CniError> {
+        let plan = super::vlan::PortPlan::from_conf(self)?;
+        if self.is_gateway && plan.access != 0 {
+            super::vlan_gateway::validate_name(&self.bridge, plan.access)?;
+        }
+        Ok(plan)
     }
 
     pub fn mtu(&self) -> Option<u32> {

@@ -6,28 +6,34 @@
 //! link is made (unless it needs the container's interface, as dhcp does), so a request
 //! it refuses creates nothing. A bridge made before a later step failed stays (as in the
 //! reference): other containers may be joining it at the same moment.
+//!
+//! VLANs (`vlan`, `vlanTrunk`, `preserveDefaultVlan`): see `vlan.rs`; the gateway of an
+//! access VLAN lives on its own link, see `vlan_gateway.rs`.
 
 mod config;
 mod gateway;
 mod spoofcheck;
+mod vlan;
+mod vlan_gateway;
 
 use crate::common::iface;
 use crate::common::veth::{self, VethRequest};
 use crate::common::{masq, open_container_netns, DelErrors, NetResultExt};
-use cni_net::netlink::{BridgeOptions, LinkCondition, LinkKind, LinkSpec};
+use cni_net::netlink::{BridgeOptions, BridgeVlanSettings, LinkCondition, LinkKind, LinkSpec};
 use cni_net::{Link, MacAddr, NetNs, Netlink};
 use cni_sdk::{delegate, CniError, CniResult, GcErrors, Plugin, Request};
 use config::BridgeConf;
 use std::time::Duration;
 
-/// Result interface indexes: the bridge is 0, then the host veth, then the container's.
+/// Result interface indexes: the bridge is 0, then the host veth, then the container's
+/// (and, for an access VLAN's gateway, its link last).
 const HOST_IFACE: usize = 1;
 const CONTAINER_IFACE: usize = 2;
 
 pub struct Bridge;
 
 /// The bridge, created if missing. A concurrent ADD creating it first is success.
-fn ensure_bridge(nl: &mut Netlink, conf: &BridgeConf) -> Result<Link, CniError> {
+fn ensure_bridge(nl: &mut Netlink, conf: &BridgeConf, options: &BridgeOptions) -> Result<Link, CniError> {
     let existing = match nl.link_by_name(&conf.bridge).or_cni("look up bridge")? {
         Some(link) => link,
         None => {
@@ -35,13 +41,16 @@ fn ensure_bridge(nl: &mut Netlink, conf: &BridgeConf) -> Result<Link, CniError> 
             if let Some(mtu) = conf.mtu() {
                 spec = spec.mtu(mtu);
             }
-            match nl.add_bridge(&spec, &BridgeOptions::default()) {
+            match nl.add_bridge(&spec, options) {
                 Ok(Some(link)) => {
                     iface::skip_link_local_dad(&link.name)?;
                     link
                 }
                 Err(e) if e.is_already_exists() => nl.require_link(&conf.bridge).or_cni("look up bridge")?,
                 Ok(None) => return Err(CniError::internal("bridge was not created in this namespace")),
+                Err(e) if options.vlan_filtering.is_some() => {
+                    return Err(vlan::filtering_error(&conf.bridge, &e))
+                }
                 Err(e) => {
                     return Err(CniError::internal(format!("could not add bridge {:?}: {e}", conf.bridge)))
                 }
@@ -60,10 +69,30 @@ fn ensure_bridge(nl: &mut Netlink, conf: &BridgeConf) -> Result<Link, CniError> 
     Ok(existing)
 }
 
-/// Host end of the pair: on the bridge, with the port options, up.
-fn attach_host_end(nl: &mut Netlink, host: &Link, bridge: &Link, conf: &BridgeConf) -> Result<(), CniError> {
+/// Waits until the bridge forwards through the new port. The kernel enables a port whose
+/// carrier came on only when its link watcher runs, a moment after the carrier flag is set:
+/// a frame sent before is dropped (dhcp's first DISCOVER was, costing a 1 s retransmit).
+/// The watcher marks the link operationally up once the bridge has handled it.
+fn wait_for_port(host_nl: &mut Netlink, host_veth: &Link) -> Result<(), CniError> {
+    host_nl
+        .wait_for_link(host_veth.index, LinkCondition::Running, Duration::from_secs(5))
+        .or_cni("wait for the bridge port")?;
+    Ok(())
+}
+
+/// Host end of the pair: on the bridge, with the port options and VLANs, up.
+fn attach_host_end(
+    nl: &mut Netlink,
+    host: &Link,
+    bridge: &Link,
+    conf: &BridgeConf,
+    vlans: Option<(&vlan::PortPlan, &BridgeVlanSettings)>,
+) -> Result<(), CniError> {
     nl.set_link_master(host.index, bridge.index)
         .or_cni(&format!("connect {} to bridge {}", host.name, bridge.name))?;
+    if let Some((plan, settings)) = vlans {
+        vlan::configure_port(nl, host, plan, settings)?;
+    }
     if conf.hairpin_mode {
         nl.set_bridge_port_hairpin(host.index, true).or_cni("set hairpin mode")?;
     }
@@ -71,6 +100,13 @@ fn attach_host_end(nl: &mut Netlink, host: &Link, bridge: &Link, conf: &BridgeCo
         nl.set_bridge_port_isolated(host.index, true).or_cni("set port isolation")?;
     }
     nl.set_link_up(host.index).or_cni(&format!("set {} up", host.name))
+}
+
+/// The access VLAN whose gateway link this config makes (`isGateway` with `vlan`). Read
+/// from the raw config: DEL and GC clean up whatever an ADD may have made.
+fn gateway_vlan(conf: &BridgeConf) -> Option<u16> {
+    let vid = u16::try_from(conf.vlan).ok().filter(|v| (1..=cni_net::netlink::MAX_VLAN_ID).contains(v))?;
+    (conf.is_gateway || conf.is_default_gateway).then_some(vid)
 }
 
 fn requested_mac(req: &Request) -> Result<Option<MacAddr>, CniError> {
@@ -82,7 +118,13 @@ fn requested_mac(req: &Request) -> Result<Option<MacAddr>, CniError> {
 }
 
 impl Bridge {
-    fn add_attachment(&self, req: &Request, conf: &BridgeConf, ns: &NetNs) -> Result<CniResult, CniError> {
+    fn add_attachment(
+        &self,
+        req: &Request,
+        conf: &BridgeConf,
+        plan: &vlan::PortPlan,
+        ns: &NetNs,
+    ) -> Result<CniResult, CniError> {
         // Everything that can refuse the request comes before the first link is made.
         let container_mac = requested_mac(req)?;
         let mut ipam = match delegate::has_ipam(req) && !delegate::ipam_needs_interface(req) {
@@ -91,15 +133,29 @@ impl Bridge {
         };
         let mut host_nl = Netlink::new().or_cni("open netlink")?;
         let mut cont_nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
-        let bridge = ensure_bridge(&mut host_nl, conf)?;
+        let bridge = ensure_bridge(&mut host_nl, conf, &vlan::bridge_options(plan))?;
+        let vlan_settings = match plan.in_use() {
+            true => Some(vlan::ensure_filtering(&mut host_nl, &bridge)?),
+            false => None,
+        };
         let (host_veth, cont_link) = veth::create_pair(
             &mut host_nl,
             &mut cont_nl,
             &VethRequest { container_ns: ns, container_ifname: &req.ifname, mtu: conf.mtu(), container_mac },
         )?;
-        attach_host_end(&mut host_nl, &host_veth.link, &bridge, conf)?;
+        attach_host_end(
+            &mut host_nl,
+            &host_veth.link,
+            &bridge,
+            conf,
+            vlan_settings.as_ref().map(|s| (plan, s)),
+        )?;
 
         if ipam.is_none() && delegate::has_ipam(req) {
+            // This IPAM plugin (dhcp) talks through the new port: the container end is up
+            // and the port forwards before it starts.
+            cont_nl.set_link_up(cont_link.index).or_cni("set the container interface up")?;
+            wait_for_port(&mut host_nl, &host_veth.link)?;
             ipam = Some(delegate::ipam_add(req)?);
         }
         let mut result = ipam.as_ref().map(|a| a.result().clone()).unwrap_or_default();
@@ -112,8 +168,21 @@ impl Bridge {
         } else {
             iface::configure(&mut cont_nl, &cont_link, &result, CONTAINER_IFACE, conf.enable_dad)?;
         }
-        for gw in &bridge_addresses {
-            gateway::ensure_address(&mut host_nl, &bridge, *gw, conf.force_address)?;
+        let mut vlan_gateway_link = None;
+        if conf.is_gateway && plan.access != 0 {
+            if !bridge_addresses.is_empty() {
+                vlan_gateway_link = Some(vlan_gateway::ensure(
+                    &mut host_nl,
+                    &bridge,
+                    plan.access,
+                    &bridge_addresses,
+                    conf.force_address,
+                )?);
+            }
+        } else {
+            for gw in &bridge_addresses {
+                gateway::ensure_address(&mut host_nl, &bridge, *gw, conf.force_address)?;
+            }
         }
         let mut bridge_pinned = false;
         if !bridge_addresses.is_empty() {
@@ -129,9 +198,7 @@ impl Bridge {
             }
         }
         if !conf.disable_container_interface {
-            host_nl
-                .wait_for_link(host_veth.link.index, LinkCondition::Carrier, Duration::from_secs(5))
-                .or_cni("wait for the bridge port")?;
+            wait_for_port(&mut host_nl, &host_veth.link)?;
         }
 
         // An unpinned bridge's MAC may have followed the new port's; the veth's stays.
@@ -145,6 +212,7 @@ impl Bridge {
             veth::result_interface(&host_veth.link, ""),
             veth::result_interface(&cont_link, &req.netns),
         ];
+        result.interfaces.extend(vlan_gateway_link.iter().map(|link| veth::result_interface(link, "")));
         // The configured `dns` wins over IPAM's, as in the reference (which only skips a
         // configured `dns` that sets nothing).
         if let Some(dns) = conf.dns.as_ref().filter(|dns| !dns.is_empty()) {
@@ -171,8 +239,20 @@ impl Bridge {
 impl Plugin for Bridge {
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
         let conf = BridgeConf::load(req)?;
+        let plan = conf.vlan_plan()?;
         let ns = open_container_netns(req)?;
-        self.add_attachment(req, &conf, &ns)
+        let added = self.add_attachment(req, &conf, &plan, &ns);
+        if added.is_err() && conf.is_gateway && plan.access != 0 {
+            // The failed ADD's port is gone by now: its VLAN's gateway goes too, unless
+            // another port is on that VLAN.
+            let released = Netlink::new()
+                .or_cni("open netlink")
+                .and_then(|mut nl| vlan_gateway::release_if_unused(&mut nl, &conf.bridge, plan.access));
+            if let Err(e) = released {
+                eprintln!("rollback: VLAN gateway: {e}");
+            }
+        }
+        added
     }
 
     fn del(&self, req: &Request) -> Result<(), CniError> {
@@ -188,10 +268,20 @@ impl Plugin for Bridge {
         if ipam_first {
             errors.record("the IPAM plugin's allocations", delegate::ipam_forward(req));
         }
+        let prev = req.prev_result().ok().flatten();
+        let uses_vlans = conf.vlan != 0 || !conf.vlan_trunk.is_empty();
+        if uses_vlans {
+            errors.record("the port's VLANs", vlan::retire_port(req, &conf, prev.as_ref()));
+        }
         // The veth is taken out of service first (its deletion then continues in the
         // background), so no traffic leaves through masquerade rules about to go.
         errors.record("the container's veth", veth::delete_container_end(req));
-        let prev = req.prev_result().ok().flatten();
+        if let Some(vid) = gateway_vlan(&conf) {
+            let released = Netlink::new()
+                .or_cni("open netlink")
+                .and_then(|mut nl| vlan_gateway::release_if_unused(&mut nl, &conf.bridge, vid));
+            errors.record("the VLAN gateway", released);
+        }
         if conf.ip_masq {
             errors.record("the masquerade rules", masq::del(req, prev.as_ref()));
         }
@@ -234,6 +324,13 @@ impl Plugin for Bridge {
                 host.name, bridge.name
             )));
         }
+        let plan = conf.vlan_plan()?;
+        if plan.in_use() {
+            vlan::check_port(&mut host_nl, &bridge, &host, &plan)?;
+        }
+        if conf.is_gateway && plan.access != 0 && prev.ips.iter().any(|ip| ip.gateway.is_some()) {
+            vlan_gateway::check(&mut host_nl, &bridge, plan.access, &prev)?;
+        }
         if conf.ip_masq {
             masq::check(req)?;
         }
@@ -251,6 +348,16 @@ impl Plugin for Bridge {
         errors.record("the IPAM plugin's allocations", delegate::ipam_forward_if_configured(req));
         errors.merge(masq::gc(&req.conf.name, &valid));
         errors.merge(spoofcheck::gc(&req.conf.name, &valid));
+        // A gateway whose last port vanished without a DEL (the host rebooted into the
+        // same config, a crashed runtime): nothing uses it any more.
+        if let Ok(conf) = req.config::<BridgeConf>() {
+            if let Some(vid) = gateway_vlan(&conf) {
+                let released = Netlink::new()
+                    .or_cni("open netlink")
+                    .and_then(|mut nl| vlan_gateway::release_if_unused(&mut nl, &conf.bridge, vid));
+                errors.record("the VLAN gateway", released);
+            }
+        }
         Ok(errors.into_result()?)
     }
 

@@ -10,14 +10,13 @@
 
 mod select;
 
+use crate::common::addresses::{interface_with_mtu, Addresses, CONTAINER_IFACE};
 use crate::common::{iface, open_container_netns, open_container_netns_for_del, NetResultExt};
 use cni_net::{Link, NetNs, Netlink};
 use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};
 use select::{HostDeviceConf, Selector};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
-
-const CONTAINER_IFACE: usize = 0;
 
 /// How the device was on the host before ADD.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -183,38 +182,16 @@ impl HostDevice {
         let device = select::find(&mut host_nl, selector)?;
         let (guard, link) = move_in(ns, &device, &req.ifname)?;
         let mut cont_nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
-        let ipam = if delegate::has_ipam(req) { Some(delegate::ipam_add(req)?) } else { None };
-        let mut result = ipam.as_ref().map(|a| a.result().clone()).unwrap_or_default();
-        if ipam.is_some() {
-            if result.ips.is_empty() {
-                return Err(CniError::internal("IPAM plugin returned missing IP config"));
-            }
-            for ip in &mut result.ips {
-                ip.interface = Some(CONTAINER_IFACE);
-            }
-            iface::configure(&mut cont_nl, &link, &result, CONTAINER_IFACE, false)?;
-        } else {
+        let addresses = Addresses::from_ipam_if_configured(req)?;
+        if addresses.is_empty() {
             cont_nl.set_link_up(link.index).or_cni(&format!("set {} up", req.ifname))?;
+        } else {
+            iface::configure(&mut cont_nl, &link, &addresses.result, CONTAINER_IFACE, false)?;
         }
         let now = cont_nl.require_link(&req.ifname).or_cni("look up the container interface")?;
-        result.interfaces = vec![cni_types::Interface {
-            name: now.name.clone(),
-            mac: now.mac.map(|m| m.to_string()).unwrap_or_default(),
-            mtu: Some(now.mtu),
-            sandbox: req.netns.clone(),
-            ..Default::default()
-        }];
-        if let Some(dns) = &conf.dns {
-            if result.dns.is_empty() {
-                result.dns = dns.clone();
-            }
-        }
         write_state(&state_path(conf, req), &guard.saved)?;
         guard.keep();
-        if let Some(ipam) = ipam {
-            ipam.commit();
-        }
-        Ok(result)
+        Ok(addresses.complete(interface_with_mtu(&now, &req.netns), conf.dns.as_ref()))
     }
 }
 
@@ -255,15 +232,7 @@ impl Plugin for HostDevice {
                 return Ok(());
             }
         }
-        let position =
-            prev.interfaces.iter().position(|i| i.name == req.ifname && i.sandbox == req.netns).ok_or_else(
-                || {
-                    CniError::internal(format!(
-                        "Sandbox in prevResult doesn't match configured netns: {} (interface {})",
-                        req.netns, req.ifname
-                    ))
-                },
-            )?;
+        let position = iface::prev_interface(&prev, req)?;
         let ns = open_container_netns(req)?;
         let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
         let link = iface::check_link(&mut nl, &prev, position)?;
@@ -273,9 +242,7 @@ impl Plugin for HostDevice {
                 link.name
             )));
         }
-        iface::check_addresses(&mut nl, &link, &prev, position)?;
-        iface::check_routes(&mut nl, &link, &prev, position)?;
-        Ok(())
+        iface::check_addressing(&mut nl, &link, &prev, position)
     }
 
     /// Releases IPAM and forgets the saved state of attachments the runtime no longer has.

@@ -143,7 +143,9 @@ fn random_xid() -> u32 {
 
 impl Client {
     /// Opens a client on `ifname` in `ns`: brings the link up if it is down and waits
-    /// (bounded) for carrier, so the first DISCOVER is not lost to a port coming up.
+    /// (bounded) until it is operationally up, so the first DISCOVER is not lost to a port
+    /// coming up. Carrier alone is not enough: a veth has carrier at once but drops what it
+    /// sends until the link watcher runs, which under load costs a 1 s retransmission.
     pub fn open(
         ns: &NetNs,
         ifname: &str,
@@ -160,7 +162,7 @@ impl Client {
         // No carrier yet only costs a retransmission: not an error.
         let _ = netlink.wait_for_link(
             link.index,
-            LinkCondition::Carrier,
+            LinkCondition::Running,
             timing.timeout.min(Duration::from_secs(3)),
         );
         Ok(Client { socket: bound_socket(ns, ifname)?, mac, params, timing })

@@ -1,0 +1,123 @@
+//! The netplugin images of this repository.
+//!
+//! Both are an empty base with only our two static binaries and the directories they and
+//! a runtime need:
+//!
+//! ```text
+//! opt/cni/bin/cni-plugins          the multi-call CNI plugin binary
+//! opt/cni/bin/<plugin> -> cni-plugins   one link per plugin (lo-netplugin: loopback only)
+//! opt/network/kurma-netplugin      the netplugin binary
+//! opt/network/{setup,add,del} -> kurma-netplugin
+//! opt/network/defaults.json        lo-netplugin only: {"type":"loopback"}
+//! dev/ proc/ sys/ run/ tmp/ var/lib/kurma-netplugin/   mount points and state
+//! ```
+//!
+//! The container's command is `/opt/network/kurma-netplugin pause`.
+
+use super::oci::ImageSpec;
+use super::tree::Tree;
+use super::{aci, oci, sha256_hex};
+use std::path::{Path, PathBuf};
+
+/// The command the plugin container runs (it waits for SIGTERM).
+pub const COMMAND: [&str; 2] = ["/opt/network/kurma-netplugin", "pause"];
+
+/// What goes into the images.
+pub struct Inputs<'a> {
+    /// The static `cni-plugins` binary's bytes.
+    pub cni_plugins: &'a [u8],
+    /// The static `kurma-netplugin` binary's bytes.
+    pub netplugin: &'a [u8],
+    /// Every plugin name `cni-plugins` answers to (`cni-plugins --list`).
+    pub plugin_names: &'a [String],
+    /// The version label and tag.
+    pub version: &'a str,
+    /// The mtime of every file.
+    pub mtime: u64,
+}
+
+/// One image to build.
+pub struct Netplugin {
+    /// `cni-netplugin` or `lo-netplugin`: the file names and the image name's last part.
+    pub name: &'static str,
+    pub rootfs: Tree,
+}
+
+/// The ACI name prefix of our images.
+pub const NAME_PREFIX: &str = "cni-rs/";
+
+/// The rootfs of a netplugin image with the plugin links `plugins`.
+pub fn rootfs(inputs: &Inputs, plugins: &[&str], defaults: Option<&str>) -> Tree {
+    let mut tree = Tree::new();
+    for dir in ["dev", "proc", "sys", "run", "var/lib/kurma-netplugin"] {
+        tree.dir(dir, 0o755);
+    }
+    tree.dir("tmp", 0o1777);
+    tree.file("opt/cni/bin/cni-plugins", 0o755, inputs.cni_plugins);
+    for plugin in plugins {
+        tree.symlink(&format!("opt/cni/bin/{plugin}"), "cni-plugins");
+    }
+    tree.file("opt/network/kurma-netplugin", 0o755, inputs.netplugin);
+    for verb in ["setup", "add", "del"] {
+        tree.symlink(&format!("opt/network/{verb}"), "kurma-netplugin");
+    }
+    if let Some(defaults) = defaults {
+        tree.file("opt/network/defaults.json", 0o644, defaults);
+    }
+    tree
+}
+
+/// `cni-netplugin` (every plugin) and `lo-netplugin` (loopback only).
+pub fn netplugins(inputs: &Inputs) -> Vec<Netplugin> {
+    let all: Vec<&str> = inputs.plugin_names.iter().map(String::as_str).collect();
+    vec![
+        Netplugin { name: "cni-netplugin", rootfs: rootfs(inputs, &all, None) },
+        Netplugin {
+            name: "lo-netplugin",
+            rootfs: rootfs(inputs, &["loopback"], Some("{\"type\":\"loopback\"}\n")),
+        },
+    ]
+}
+
+/// One file written, with its sha256.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    pub path: PathBuf,
+    pub sha256: String,
+}
+
+/// Writes `<name>.aci` and `<name>.oci.tar` of every netplugin into `out`, and
+/// `SHA256SUMS` listing them.
+pub fn write_all(inputs: &Inputs, out: &Path) -> std::io::Result<Vec<Written>> {
+    std::fs::create_dir_all(out)?;
+    let labels = [("version", inputs.version), ("os", "linux"), ("arch", "amd64")];
+    let mut written = Vec::new();
+    for plugin in netplugins(inputs) {
+        let name = format!("{NAME_PREFIX}{}", plugin.name);
+        let manifest = aci::manifest(&name, &labels, &COMMAND);
+        let mut aci_bytes = Vec::new();
+        aci::write(&manifest, &plugin.rootfs, inputs.mtime, &mut aci_bytes)?;
+        written.push(write_file(&out.join(format!("{}.aci", plugin.name)), &aci_bytes)?);
+        let oci_labels = [
+            ("org.opencontainers.image.title", name.as_str()),
+            ("org.opencontainers.image.version", inputs.version),
+        ];
+        let spec = ImageSpec { tag: "latest", entrypoint: &COMMAND, labels: &oci_labels };
+        let mut oci_bytes = Vec::new();
+        oci::write_archive(&spec, &plugin.rootfs, inputs.mtime, &mut oci_bytes)?;
+        written.push(write_file(&out.join(format!("{}.oci.tar", plugin.name)), &oci_bytes)?);
+    }
+    let sums: String = written
+        .iter()
+        .map(|w| format!("{}  {}\n", w.sha256, w.path.file_name().unwrap_or_default().to_string_lossy()))
+        .collect();
+    std::fs::write(out.join("SHA256SUMS"), sums)?;
+    Ok(written)
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<Written> {
+    let temp = path.with_extension("partial");
+    std::fs::write(&temp, bytes)?;
+    std::fs::rename(&temp, path)?;
+    Ok(Written { path: path.to_path_buf(), sha256: sha256_hex(bytes) })
+}

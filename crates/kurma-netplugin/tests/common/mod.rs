@@ -1,0 +1,167 @@
+//! Shared by the netplugin integration tests: the two images built from this workspace's
+//! binaries and unpacked, and a way to run their executables as the host daemon would
+//! (configuration on stdin, the seed's arguments), inside a test's "host" namespace.
+
+#![allow(dead_code)]
+
+use cni_testkit::binaries::workspace_binary;
+use cni_testkit::ns::TestNetns;
+use kurma_netplugin::image::aci;
+use kurma_netplugin::image::build::{netplugins, write_all, Inputs, Written, COMMAND};
+use serde_json::Value;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Name prefix of everything these tests create (namespaces, bridges, temp dirs).
+pub const PREFIX: &str = "kn";
+
+/// The images' inputs from the test profile's binaries: (cni-plugins, kurma-netplugin,
+/// plugin names).
+pub fn inputs() -> (Vec<u8>, Vec<u8>, Vec<String>) {
+    let plugins = workspace_binary("cni-plugins", "cni-plugins");
+    let netplugin = PathBuf::from(env!("CARGO_BIN_EXE_kurma-netplugin"));
+    let listed = Command::new(&plugins).arg("--list").output().expect("cni-plugins --list");
+    let names: Vec<String> = String::from_utf8_lossy(&listed.stdout).lines().map(str::to_string).collect();
+    assert!(names.len() > 10, "cni-plugins --list printed {names:?}");
+    (std::fs::read(plugins).unwrap(), std::fs::read(netplugin).unwrap(), names)
+}
+
+/// The build's inputs, with the test's fixed version and mtime.
+fn image_inputs<'a>(plugins: &'a [u8], netplugin: &'a [u8], names: &'a [String]) -> Inputs<'a> {
+    Inputs { cni_plugins: plugins, netplugin, plugin_names: names, version: "0.1.0", mtime: 0 }
+}
+
+/// Builds both images, both formats, into `out`, with the real plugin names but small
+/// stand-ins for the two binaries (the test binaries are ~80 MB with debug information;
+/// the executables tests run the real ones from unpacked images).
+pub fn build_images(out: &Path) -> Vec<Written> {
+    let (_, _, names) = inputs();
+    let (plugins, netplugin) =
+        (b"\x7fELF cni-plugins stand-in".to_vec(), b"\x7fELF kurma-netplugin stand-in".to_vec());
+    let inputs = image_inputs(&plugins, &netplugin, &names);
+    write_all(&inputs, out).expect("writing the images")
+}
+
+/// An unpacked netplugin image and the state directory its executables use.
+pub struct Plugin {
+    pub rootfs: PathBuf,
+    pub state: PathBuf,
+    /// The CNI_PATH the executables get: the image's plugin directory, and any a test adds.
+    pub cni_path: String,
+    /// More variables for the executables.
+    pub env: Vec<(String, String)>,
+}
+
+/// Both images, built and unpacked once per test into a temp dir.
+pub struct Images {
+    pub dir: tempfile::TempDir,
+    pub cni: Plugin,
+    pub lo: Plugin,
+}
+
+impl Images {
+    /// Both images written as ACIs (the uncompressed format: the test binaries are large)
+    /// and unpacked with the reader the host side uses.
+    pub fn new() -> Images {
+        let dir = tempfile::Builder::new().prefix(PREFIX).tempdir().unwrap();
+        let (plugins, netplugin, names) = inputs();
+        let inputs = image_inputs(&plugins, &netplugin, &names);
+        let mut unpacked = Vec::new();
+        for image in netplugins(&inputs) {
+            let manifest = aci::manifest(image.name, &[], &COMMAND);
+            let mut bytes = Vec::new();
+            aci::write(&manifest, &image.rootfs, 0, &mut bytes).unwrap();
+            let target = dir.path().join(image.name);
+            aci::unpack(bytes.as_slice(), &target).unwrap();
+            let cni_path = target.join("rootfs/opt/cni/bin").display().to_string();
+            let (rootfs, state) = (target.join("rootfs"), target.join("state"));
+            unpacked.push(Plugin { rootfs, state, cni_path, env: Vec::new() });
+        }
+        let lo = unpacked.pop().unwrap();
+        let cni = unpacked.pop().unwrap();
+        Images { dir, cni, lo }
+    }
+}
+
+/// What an executable printed, and how it ended.
+#[derive(Debug)]
+pub struct Run {
+    pub status: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
+    }
+
+    /// Asserts success and returns stdout.
+    pub fn ok(&self) -> &str {
+        assert_eq!(self.status, 0, "expected success: {self:?}");
+        &self.stdout
+    }
+}
+
+impl Plugin {
+    /// Runs `/opt/network/<verb>` of the unpacked image inside `host`, with `entry` on
+    /// stdin. The image's paths are reached through the variables the executables read.
+    pub fn run(&self, host: &TestNetns, verb: &str, args: &[&str], entry: &Value) -> Run {
+        let mut child = host
+            .command(self.rootfs.join("opt/network").join(verb))
+            .args(args)
+            .env_clear()
+            .env("CNI_PATH", &self.cni_path)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .env("KURMA_NETPLUGIN_STATE_DIR", &self.state)
+            .env("KURMA_NETPLUGIN_DEFAULTS", self.rootfs.join("opt/network/defaults.json"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("running {verb}: {e}"));
+        // An executable refusing its arguments exits before reading stdin: a broken pipe
+        // here is its business, judged by what it printed.
+        let _ = child.stdin.take().unwrap().write_all(&serde_json::to_vec(entry).unwrap());
+        let out = child.wait_with_output().unwrap();
+        Run {
+            status: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// The cached results (one per attachment) in the state directory.
+    pub fn cached_results(&self) -> Vec<String> {
+        match std::fs::read_dir(self.state.join("cni/results")) {
+            Ok(dir) => {
+                dir.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect()
+            }
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+/// Address reservations of host-local network `network` under `data_dir`.
+pub fn reservations(data_dir: &Path, network: &str) -> Vec<String> {
+    match std::fs::read_dir(data_dir.join(network)) {
+        Ok(dir) => dir
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Polls `check` for up to five seconds (link deletions after DEL finish in the background).
+pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    for _ in 0..250 {
+        if check() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("{what}: still not true after 5 s");
+}
