@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use workloads::chain::Chain;
 use workloads::{
     BenchContext, ChainWorkload, DhcpWorkload, ExecCost, IpamAlone, NftScale, Parallel, PluginScale,
-    SetOutcome, Shaping, Workload, WorkloadReport, WorkloadRun,
+    SetOutcome, Shaping, Soak, Workload, WorkloadReport, WorkloadRun,
 };
 
 fn main() -> ExitCode {
@@ -164,6 +164,7 @@ fn workload_runs(options: &Options, sets: &[PluginSet]) -> Result<(Vec<WorkloadR
             WorkloadId::Nft => Box::new(NftScale),
             WorkloadId::Dhcp => Box::new(DhcpWorkload),
             WorkloadId::Macvlan => Box::new(ChainWorkload { chain: Chain::Macvlan }),
+            WorkloadId::Soak => Box::new(Soak),
             WorkloadId::Floor => {
                 floor = Some(SetOutcome::new("floor", None));
                 continue;

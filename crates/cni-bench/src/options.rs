@@ -8,8 +8,9 @@ pub const USAGE: &str = "usage: cni-bench [options]
                        runs in the first round only)
   --budget SECONDS     start no further round that would end after this (default 540), so a
                        full run ends within 10 minutes; the first round always runs
-  --workloads LIST     comma-separated subset of W1,W1nm,W2,W3,W4,W5,W6,W7,nft,macvlan,floor,dhcp
-                       (default: all but dhcp, which needs dnsmasq)
+  --workloads LIST     comma-separated subset of W1,W1nm,W2,W3,W4,W5,W6,W7,nft,macvlan,floor,dhcp,
+                       soak (default: all but dhcp, which needs dnsmasq, and soak, 8 workers x
+                       N ADD/DEL cycles: -n 1250 is the 10,000-cycle soak)
   --a DIR              plugin directory A (default: the release `cni-plugins` next to this
                        binary, installed into a temp dir)
   --plugins-bin FILE   the multi-call binary to install as A (instead of the one next to cni-bench)
@@ -37,10 +38,11 @@ pub enum WorkloadId {
     Floor,
     Dhcp,
     Macvlan,
+    Soak,
 }
 
 impl WorkloadId {
-    pub const ALL: [WorkloadId; 12] = [
+    pub const ALL: [WorkloadId; 13] = [
         WorkloadId::W1,
         WorkloadId::W1nm,
         WorkloadId::W2,
@@ -53,13 +55,14 @@ impl WorkloadId {
         WorkloadId::Macvlan,
         WorkloadId::Floor,
         WorkloadId::Dhcp,
+        WorkloadId::Soak,
     ];
 
     /// What runs when `--workloads` is not given: all but dhcp, which needs dnsmasq and
     /// whose Go side takes seconds per ADD (it would not fit a full run's budget or CI's
-    /// smoke run).
+    /// smoke run), and soak, long by design.
     pub fn defaults() -> Vec<WorkloadId> {
-        WorkloadId::ALL.into_iter().filter(|w| *w != WorkloadId::Dhcp).collect()
+        WorkloadId::ALL.into_iter().filter(|w| !matches!(w, WorkloadId::Dhcp | WorkloadId::Soak)).collect()
     }
 
     pub fn name(self) -> &'static str {
@@ -76,6 +79,7 @@ impl WorkloadId {
             WorkloadId::Floor => "floor",
             WorkloadId::Dhcp => "dhcp",
             WorkloadId::Macvlan => "macvlan",
+            WorkloadId::Soak => "soak",
         }
     }
 
@@ -180,7 +184,9 @@ fn workloads(list: &str) -> Result<Vec<WorkloadId>, String> {
     let mut chosen = Vec::new();
     for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let id = WorkloadId::parse(part).ok_or_else(|| {
-            format!("unknown workload {part:?} (known: W1,W1nm,W2,W3,W4,W5,W6,W7,nft,macvlan,floor,dhcp)")
+            format!(
+                "unknown workload {part:?} (known: W1,W1nm,W2,W3,W4,W5,W6,W7,nft,macvlan,floor,dhcp,soak)"
+            )
         })?;
         if !chosen.contains(&id) {
             chosen.push(id);

@@ -11,12 +11,14 @@
 //!   qdiscs, nftables) and directories, to prove a refused request changed nothing.
 //! - [`damage`]: state files emptied, cut short, garbage, or a directory in their place.
 //! - [`kernel_rig`]: runs a test binary's rig-only tests under Debian's kernel in QEMU.
+//! - [`kill`]: `kill -9` of a process group at a chosen moment; a seeded generator.
 //! - [`binaries`]: finds (building if needed) the workspace's binaries from a test.
 
 pub mod binaries;
 pub mod children;
 pub mod damage;
 pub mod kernel_rig;
+pub mod kill;
 pub mod ns;
 pub mod runner;
 pub mod snapshot;

@@ -121,7 +121,9 @@ impl PluginCall {
         self
     }
 
-    pub fn run(&self) -> PluginOutput {
+    /// The process this call runs, not started yet (stdin, stdout and stderr piped), and
+    /// the namespace file its `pre_exec` enters, which must stay open until it is spawned.
+    pub fn command(&self) -> (Command, Option<std::fs::File>) {
         use std::os::unix::process::CommandExt;
         let mut cmd = Command::new(&self.binary);
         cmd.env_clear()
@@ -146,6 +148,16 @@ impl PluginCall {
                 });
             }
         }
+        (cmd, ns_file)
+    }
+
+    /// What the call writes to the plugin's stdin.
+    pub fn stdin_bytes(&self) -> &[u8] {
+        &self.stdin
+    }
+
+    pub fn run(&self) -> PluginOutput {
+        let (mut cmd, ns_file) = self.command();
         let started = std::time::Instant::now();
         let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot run {}: {e}", self.binary.display()));
         let stdin = std::mem::take(&mut child.stdin);

@@ -9,6 +9,7 @@ mod nft_scale;
 mod parallel;
 mod plugin_scale;
 mod shaping;
+mod soak;
 
 pub use chain::ChainWorkload;
 pub use dhcp::DhcpWorkload;
@@ -19,6 +20,7 @@ pub use nft_scale::NftScale;
 pub use parallel::Parallel;
 pub use plugin_scale::PluginScale;
 pub use shaping::Shaping;
+pub use soak::Soak;
 
 use crate::error::Result;
 use crate::options::WorkloadId;

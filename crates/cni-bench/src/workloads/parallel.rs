@@ -152,7 +152,7 @@ fn parallel_phase(
 }
 
 /// The addresses (without prefix) of a 1.x result.
-fn result_ips(result: &serde_json::Value) -> Vec<String> {
+pub(super) fn result_ips(result: &serde_json::Value) -> Vec<String> {
     result
         .get("ips")
         .and_then(|v| v.as_array())

@@ -112,10 +112,21 @@ pub fn result_interface(link: &Link, sandbox: &str) -> cni_types::Interface {
 /// carrier, then renamed out of the way so the name is free for an immediate re-ADD
 /// (`podman network reload` does DEL then ADD) — and leaves the deletion itself to a
 /// detached helper process. The pair is gone a few tens of milliseconds after DEL returns.
+///
+/// The parking name is derived from the interface name, so that a DEL killed between the
+/// rename and the deletion (`kill -9`, found by the kill9 suite) is finished by the
+/// runtime's next DEL: it finds no `ifname` but the parked end, and deletes that. So is
+/// an interface an ADD killed before it got its name left under its [`staging_name`].
 pub fn delete_container_end(req: &cni_sdk::Request) -> Result<(), CniError> {
     let Some(ns) = super::open_container_netns_for_del(req)? else { return Ok(()) };
     let mut nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
+    let parking = parking_name(&req.ifname);
     let Some(link) = nl.link_by_name(&req.ifname).or_cni("look up container interface")? else {
+        for leftover in [parking, staging_name(&req.ifname)] {
+            if let Some(link) = nl.link_by_name(&leftover).or_cni("look up a leftover container interface")? {
+                nl.delete_link_in_background(link.index).or_cni(&format!("delete {leftover}"))?;
+            }
+        }
         return Ok(());
     };
     let delete_now = |nl: &mut Netlink| {
@@ -124,18 +135,55 @@ pub fn delete_container_end(req: &cni_sdk::Request) -> Result<(), CniError> {
             .map(drop)
             .map_err(|e| CniError::internal(format!("delete {}: {e}", req.ifname)))
     };
-    let parking = parking_name()?;
     let parked = nl.set_link_down(link.index).and_then(|()| nl.set_link_name(link.index, &parking));
     match parked {
         Ok(()) => nl.delete_link_in_background(link.index).or_cni(&format!("delete {}", req.ifname)),
         Err(e) if e.is_not_found() => Ok(()),
-        // Whatever refused the rename (a name clash, an old kernel), deleting still works.
+        // Whatever refused the rename (the end of an earlier DEL of this name still
+        // parked, an old kernel), deleting still works.
         Err(_) => delete_now(&mut nl),
     }
 }
 
-/// A name for a container end awaiting deletion: recognisable, and unique in practice.
-fn parking_name() -> Result<String, CniError> {
-    let bytes: [u8; 4] = random_bytes()?;
-    Ok(format!("cnidel{}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()))
+/// The name a container end `ifname` awaits deletion under: recognisable, and the same
+/// for the same `ifname`, so a later DEL can find it.
+fn parking_name(ifname: &str) -> String {
+    format!("cnidel{:08x}", name_hash(ifname))
+}
+
+/// The name a container interface `ifname` is made under before it is renamed to
+/// `ifname` (so that a name taken in the container fails the rename, with a clear error,
+/// not the creation). The same for the same `ifname`, so the DEL after a killed ADD finds
+/// it.
+pub fn staging_name(ifname: &str) -> String {
+    format!("cniadd{:08x}", name_hash(ifname))
+}
+
+/// [`staging_name`] of `ifname`, free in the container: a link left under it by an
+/// earlier ADD of `ifname` that was killed before renaming it is deleted first.
+pub fn free_staging_name(container: &mut Netlink, ifname: &str) -> Result<String, CniError> {
+    let name = staging_name(ifname);
+    if let Some(stale) = container.link_by_name(&name).or_cni("look up the staging name")? {
+        container.delete_link(stale.index).ignore_missing().or_cni(&format!("delete the stale {name}"))?;
+    }
+    Ok(name)
+}
+
+/// FNV-1a of an interface name: a short, stable name suffix.
+fn name_hash(ifname: &str) -> u32 {
+    ifname.bytes().fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parking_names_are_stable_valid_link_names() {
+        let name = super::parking_name("eth0");
+        assert_eq!(name, super::parking_name("eth0"));
+        assert_ne!(name, super::parking_name("eth1"));
+        assert!(name.starts_with("cnidel") && name.len() == 14, "{name}");
+        let staging = super::staging_name("eth0");
+        assert_eq!(&staging[6..], &name[6..]);
+        assert!(staging.starts_with("cniadd") && staging.len() <= 15, "{staging}");
+    }
 }

@@ -8,7 +8,8 @@
 
 use crate::common::addresses::{Addresses, CONTAINER_IFACE};
 use crate::common::link_guard::CreatedLink;
-use crate::common::{iface, open_container_netns, random_bytes, NetResultExt};
+use crate::common::veth::free_staging_name;
+use crate::common::{iface, open_container_netns, NetResultExt};
 use cni_net::netlink::{IpFamily, LinkKind, LinkSpec, MacvlanMode, MacvlanSpec, MAIN_TABLE};
 use cni_net::{Link, MacAddr, NetNs, Netlink};
 use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};
@@ -154,10 +155,11 @@ fn result_interface(link: &Link, sandbox: &str) -> cni_types::Interface {
 pub struct Macvlan;
 
 impl Macvlan {
-    /// Creates the macvlan under a temporary name in the container; returns its guard and
-    /// the link.
+    /// Creates the macvlan under the staging name of `ifname` in the container; returns
+    /// its guard and the link.
     fn create<'a>(
         &self,
+        ifname: &str,
         settings: &Settings,
         master_nl: &mut Netlink,
         cont_nl: &mut Netlink,
@@ -171,37 +173,26 @@ impl Macvlan {
                 conf.mtu, master.mtu
             )));
         }
-        let mut attempts = 0;
-        let temp = loop {
-            let temp = format!("cnimv{:08x}", u32::from_be_bytes(random_bytes()?));
-            let mut link = LinkSpec::new(temp.clone());
-            if conf.mtu > 0 {
-                link = link.mtu(conf.mtu as u32);
-            }
-            if let Some(mac) = settings.mac {
-                link = link.mac(mac);
-            }
-            if !conf.link_in_container {
-                link = link.netns(ns);
-            }
-            let spec = MacvlanSpec {
-                link,
-                parent_index: master.index,
-                mode: settings.mode,
-                bc_queue_len: (conf.bc_queue_len > 0).then_some(conf.bc_queue_len),
-            };
-            match master_nl.add_macvlan_link(&spec) {
-                Ok(_) => break temp,
-                // Our random temporary name collided: very rare, try another.
-                Err(e) if e.is_already_exists() && attempts < 4 => attempts += 1,
-                Err(e) => {
-                    return Err(CniError::internal(format!(
-                        "failed to create macvlan on {}: {e}",
-                        master.name
-                    )))
-                }
-            }
+        let temp = free_staging_name(cont_nl, ifname)?;
+        let mut link = LinkSpec::new(temp.clone());
+        if conf.mtu > 0 {
+            link = link.mtu(conf.mtu as u32);
+        }
+        if let Some(mac) = settings.mac {
+            link = link.mac(mac);
+        }
+        if !conf.link_in_container {
+            link = link.netns(ns);
+        }
+        let spec = MacvlanSpec {
+            link,
+            parent_index: master.index,
+            mode: settings.mode,
+            bc_queue_len: (conf.bc_queue_len > 0).then_some(conf.bc_queue_len),
         };
+        master_nl
+            .add_macvlan_link(&spec)
+            .map_err(|e| CniError::internal(format!("failed to create macvlan on {}: {e}", master.name)))?;
         let link = cont_nl.require_link(&temp).or_cni("look up the new macvlan")?;
         Ok((CreatedLink::new(ns, link.index), link))
     }
@@ -210,10 +201,10 @@ impl Macvlan {
         let mut cont_nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
         let (guard, temp_link) = if settings.conf.link_in_container {
             let mut master_nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
-            self.create(settings, &mut master_nl, &mut cont_nl, ns)?
+            self.create(&req.ifname, settings, &mut master_nl, &mut cont_nl, ns)?
         } else {
             let mut host_nl = Netlink::new().or_cni("open netlink")?;
-            self.create(settings, &mut host_nl, &mut cont_nl, ns)?
+            self.create(&req.ifname, settings, &mut host_nl, &mut cont_nl, ns)?
         };
         match cont_nl.set_link_name(temp_link.index, &req.ifname) {
             Ok(()) => {}

@@ -8,7 +8,8 @@
 
 use crate::common::addresses::{interface_with_mtu, Addresses, CONTAINER_IFACE};
 use crate::common::link_guard::CreatedLink;
-use crate::common::{iface, open_container_netns, random_bytes, NetResultExt};
+use crate::common::veth::free_staging_name;
+use crate::common::{iface, open_container_netns, NetResultExt};
 use cni_net::netlink::{LinkKind, TunSpec};
 use cni_net::{Link, MacAddr, NetNs, Netlink};
 use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};
@@ -119,13 +120,8 @@ impl Tap {
         // IPAM first: a request it refuses is refused before any link changes (dropped, the
         // allocation is released; the link guard, made later, is undone first).
         let addresses = Addresses::from_ipam_if_configured(req)?;
-        // TUNSETIFF on an existing, detached tap would adopt it: make sure the name is new.
-        let temp = loop {
-            let temp = format!("cnitap{:08x}", u32::from_be_bytes(random_bytes()?));
-            if nl.link_by_name(&temp).or_cni("look up temporary name")?.is_none() {
-                break temp;
-            }
-        };
+        // TUNSETIFF on an existing, detached tap would adopt it: the name must be new.
+        let temp = free_staging_name(&mut nl, &req.ifname)?;
         create_tap(ns, &temp, conf)?;
         let link = nl.require_link(&temp).or_cni("look up the new tap")?;
         let guard = CreatedLink::new(ns, link.index);

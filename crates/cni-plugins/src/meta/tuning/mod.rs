@@ -130,11 +130,16 @@ impl Plugin for Tuning {
     }
 
     /// Drops records of this network's attachments the runtime no longer has (their
-    /// namespaces are gone, so there is nothing left to restore).
+    /// namespaces are gone, so there is nothing left to restore), and the temporary files
+    /// of writes whose plugin was killed before it renamed them.
     fn gc(&self, req: &Request) -> Result<(), CniError> {
         let valid = req.valid_attachments()?;
         let mut errors = GcErrors::new();
-        for (path, record) in state::list(&config::data_dir(req)?)? {
+        let data_dir = config::data_dir(req)?;
+        for path in state::stale_temp_files(&data_dir) {
+            errors.record(format!("temporary file {}", path.display()), state::remove(&path));
+        }
+        for (path, record) in state::list(&data_dir)? {
             let Some(owner) = record.owner else { continue };
             let in_use =
                 valid.iter().any(|a| a.container_id == owner.container_id && a.ifname == owner.ifname);

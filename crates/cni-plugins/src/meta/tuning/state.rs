@@ -115,7 +115,7 @@ pub fn store(path: &Path, record: &Originals) -> Result<(), CniError> {
         .mode(0o700)
         .create(dir)
         .map_err(|e| io_err("create directory for", e))?;
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let tmp = path.with_extension(format!("{TEMP_INFIX}{}", std::process::id()));
     let data = serde_json::to_vec_pretty(record).expect("record serialises");
     let write = || -> std::io::Result<()> {
         let mut file =
@@ -127,6 +127,25 @@ pub fn store(path: &Path, record: &Originals) -> Result<(), CniError> {
         let _ = std::fs::remove_file(&tmp);
         io_err("write", e)
     })
+}
+
+/// A record is written as `<name>.tmp.<pid of the writer>` first.
+const TEMP_INFIX: &str = "tmp.";
+
+/// The temporary files in `data_dir` whose writer no longer runs: a plugin killed between
+/// writing a record and renaming it into place left them (found by the kill9 suite).
+/// One whose pid is in use again is left for a later GC.
+pub fn stale_temp_files(data_dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(data_dir) else { return Vec::new() };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|path| {
+            let writer = path.extension().and_then(|x| x.to_str()).and_then(|pid| pid.parse::<u32>().ok());
+            let is_temp = path.file_stem().and_then(|s| s.to_str()).is_some_and(|s| s.ends_with(".tmp"));
+            is_temp && writer.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        })
+        .collect()
 }
 
 /// Every readable record in `data_dir` with its path (for GC).
@@ -199,6 +218,17 @@ mod tests {
         assert_eq!(now.mtu, 1500);
         assert_eq!(now.promisc, Some(false));
         assert_eq!(now.sysctl["net.a"], "1");
+    }
+
+    #[test]
+    fn temp_files_of_dead_writers_are_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = dir.path().join(format!("c_eth0.{TEMP_INFIX}{}", u32::MAX));
+        let alive = dir.path().join(format!("c_eth0.{TEMP_INFIX}{}", std::process::id()));
+        for path in [&dead, &alive, &dir.path().join("c_eth0.json"), &dir.path().join("x.123")] {
+            std::fs::write(path, b"{}").unwrap();
+        }
+        assert_eq!(stale_temp_files(dir.path()), vec![dead]);
     }
 
     #[test]
