@@ -126,6 +126,36 @@ fn overlay_across_three_hosts() {
     }
     pods_talk(&cluster.hosts[0], &cluster.hosts[1]).unwrap();
 
+    // C comes back; then A's agent is down for longer than the TTL while C leaves again,
+    // and the etcd member every agent watches through is killed. A's kernel keeps C's
+    // stale entries meanwhile; on its return A asks for its old subnet again (from its
+    // subnet file: its lease is gone), its resync drops C's entries, and B's broken watch
+    // resyncs from another member.
+    cluster.hosts[2].start_agent(&endpoints, &[]);
+    assert!(cluster.wait_peers(0, &[1, 2], Duration::from_secs(5)), "{}", cluster.logs());
+    cluster.hosts[0].kill_agent();
+    cluster.hosts[2].kill_agent();
+    cluster.etcd.kill(0);
+    assert!(
+        cluster.wait_peers(1, &[], Duration::from_secs(TTL + 4)),
+        "B kept A's or C's entries\n{}",
+        cluster.logs()
+    );
+    assert!(record(&cluster, &cluster.hosts[0]).is_none(), "A's record outlived its lease");
+    assert!(cluster.hosts[0].entries().has_subnet(subnet_c), "A's kernel state went with its agent");
+    cluster.hosts[0].start_agent(&endpoints, &[]);
+    assert_eq!(cluster.hosts[0].subnet(), Some(subnet_a), "A came back with another subnet");
+    assert!(record(&cluster, &cluster.hosts[0]).is_some(), "A's record is back");
+    assert!(
+        cluster.wait_peers(0, &[1], Duration::from_secs(5)),
+        "A kept C's stale entries\n{}",
+        cluster.logs()
+    );
+    assert!(cluster.wait_peers(1, &[0], Duration::from_secs(5)), "{}", cluster.logs());
+    assert!(cluster.hosts[1].agent_log().contains("resyncing"), "B's watch did not notice member 0's death");
+    pods_talk(&cluster.hosts[0], &cluster.hosts[1]).unwrap();
+    pods_talk(&cluster.hosts[1], &cluster.hosts[0]).unwrap();
+
     // SIGTERM with --revoke-on-exit: B exits cleanly and A drops B at once (no TTL wait).
     let subnet_b = subnets[1];
     cluster.hosts[1].kill_agent();
