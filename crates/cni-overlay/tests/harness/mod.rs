@@ -78,7 +78,22 @@ impl Entries {
     }
 }
 
+/// A counter of the `Ip:` line of `/proc/net/snmp` in `ns` (e.g. `FragCreates`).
+pub fn ip_counter(ns: &TestNetns, name: &str) -> u64 {
+    // thread-self: /proc/self/net would show the main thread's namespace, not this one's.
+    let text = ns.run(|| std::fs::read_to_string("/proc/thread-self/net/snmp")).unwrap().unwrap();
+    let mut ip = text.lines().filter(|l| l.starts_with("Ip:"));
+    let (names, values) = (ip.next().unwrap(), ip.next().unwrap());
+    let at =
+        names.split_whitespace().position(|n| n == name).unwrap_or_else(|| panic!("no Ip counter {name}"));
+    values.split_whitespace().nth(at).unwrap().parse().unwrap()
+}
+
 impl Host {
+    pub fn ns(&self) -> &TestNetns {
+        &self.ns
+    }
+
     pub fn netlink(&self) -> Netlink {
         self.ns.netlink().expect("netlink in the host")
     }
