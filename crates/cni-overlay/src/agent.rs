@@ -43,11 +43,8 @@ pub fn run(config: &Config, stop: &AtomicBool) -> Result<()> {
         None => Netlink::new()?,
     };
     let underlay = dataplane::underlay(&mut nl, &config.iface)?;
-    // A device left by the previous run keeps its MAC: peers already point at it.
-    let mac = match nl.link_by_name(&config.device)?.and_then(|l| l.mac) {
-        Some(mac) => mac,
-        None => dataplane::vtep_mac(underlay.address),
-    };
+    // Derived from the underlay address: the same across restarts and recreated devices.
+    let mac = dataplane::vtep_mac(underlay.address);
     let record =
         NodeRecord { node: config.node.clone(), underlay: underlay.address, vtep_mac: mac.to_string() };
     let mut agent = Agent {

@@ -63,8 +63,9 @@ pub fn vtep_address(subnet: Ipv4Net) -> Ipv4Addr {
     subnet.network()
 }
 
-/// Creates the VXLAN device, or adopts the one a previous run left (same MAC, so the
-/// peers' FDB and neighbour entries stay valid), and gives it the subnet's VTEP address.
+/// Creates the VXLAN device, or adopts the one a previous run left (its MAC is derived
+/// from the underlay address, so the peers' FDB and neighbour entries stay valid), and
+/// gives it the subnet's VTEP address.
 pub fn ensure_device(
     nl: &mut Netlink,
     config: &Config,
@@ -72,10 +73,18 @@ pub fn ensure_device(
     subnet: Ipv4Net,
 ) -> Result<Device> {
     let mtu = underlay.mtu - VXLAN_OVERHEAD;
-    let link = match nl.link_by_name(&config.device)? {
+    let existing = match nl.link_by_name(&config.device)? {
         Some(link) if link.kind != LinkKind::Vxlan => {
             return Err(Error::Config(format!("{} exists and is not a VXLAN device", config.device)))
         }
+        // On another underlay interface than asked for now: made again on the right one.
+        Some(link) if link.link != Some(underlay.index) => {
+            nl.delete_link(link.index)?;
+            None
+        }
+        other => other,
+    };
+    let link = match existing {
         Some(link) => link,
         None => {
             let spec = VxlanSpec {
@@ -86,13 +95,17 @@ pub fn ensure_device(
                 learning: Some(false),
                 ..VxlanSpec::default()
             };
-            let mac = vtep_mac(underlay.address);
-            nl.add_vxlan(&LinkSpec::new(&config.device).mac(mac).mtu(mtu), &spec)?;
+            nl.add_vxlan(&LinkSpec::new(&config.device).mac(vtep_mac(underlay.address)).mtu(mtu), &spec)?;
             nl.require_link(&config.device)?
         }
     };
     if link.mtu != mtu {
         nl.set_link_mtu(link.index, mtu)?;
+    }
+    // The MAC the node's record announces; a device made by hand may differ.
+    let mac = vtep_mac(underlay.address);
+    if link.mac != Some(mac) {
+        nl.set_link_mac(link.index, mac)?;
     }
     let vtep = IpNet::V4(Ipv4Net::new(vtep_address(subnet), 32).expect("/32"));
     for stale in nl.addresses(Some(link.index), Some(IpFamily::V4))? {
@@ -102,7 +115,6 @@ pub fn ensure_device(
     }
     nl.replace_address(link.index, vtep, AddressFlags::empty())?;
     nl.set_link_up(link.index)?;
-    let mac = link.mac.ok_or_else(|| Error::Config(format!("{} has no MAC", config.device)))?;
     Ok(Device { index: link.index, mac, mtu })
 }
 

@@ -12,39 +12,19 @@ pub mod dataplane;
 pub mod lease;
 
 /// What went wrong, for the agent's log and exit status.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
+    #[error("configuration: {0}")]
     Config(String),
-    Etcd(cni_etcd::Error),
-    Net(cni_net::Error),
+    #[error("etcd: {0}")]
+    Etcd(#[from] cni_etcd::Error),
+    #[error("netlink: {0}")]
+    Net(#[from] cni_net::Error),
+    #[error("{0}: {1}")]
     Io(String, std::io::Error),
+    /// Every subnet of the cluster network is held by some node.
+    #[error("{0}")]
     Exhausted(String),
-}
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Config(message) => write!(f, "configuration: {message}"),
-            Error::Etcd(e) => write!(f, "etcd: {e}"),
-            Error::Net(e) => write!(f, "netlink: {e}"),
-            Error::Io(what, e) => write!(f, "{what}: {e}"),
-            Error::Exhausted(message) => write!(f, "{message}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
-
-impl From<cni_etcd::Error> for Error {
-    fn from(e: cni_etcd::Error) -> Error {
-        Error::Etcd(e)
-    }
-}
-
-impl From<cni_net::Error> for Error {
-    fn from(e: cni_net::Error) -> Error {
-        Error::Net(e)
-    }
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
