@@ -102,6 +102,13 @@ impl Agent<'_> {
         Ok(revision)
     }
 
+    /// A resync, then a watch from just after the revision it read: no change is missed
+    /// between the two.
+    fn resync_and_watch(&mut self) -> Result<Watch> {
+        let revision = self.resync()?;
+        Ok(self.client.watch_prefix(self.config.subnets_prefix().as_bytes(), revision + 1)?)
+    }
+
     fn apply(&mut self, events: Vec<Event>) -> Result<()> {
         for event in events {
             match event {
@@ -151,9 +158,7 @@ impl Agent<'_> {
                 next_keepalive = Instant::now() + self.config.keepalive_interval();
             }
             let Some(current) = watch.as_mut() else {
-                match self.resync().and_then(|rev| {
-                    Ok(self.client.watch_prefix(self.config.subnets_prefix().as_bytes(), rev + 1)?)
-                }) {
+                match self.resync_and_watch() {
                     Ok(w) => watch = Some(w),
                     Err(e) => {
                         log(format!("resync: {e}"));
