@@ -77,11 +77,6 @@ pub fn ensure_device(
         Some(link) if link.kind != LinkKind::Vxlan => {
             return Err(Error::Config(format!("{} exists and is not a VXLAN device", config.device)))
         }
-        // On another underlay interface than asked for now: made again on the right one.
-        Some(link) if link.link != Some(underlay.index) => {
-            nl.delete_link(link.index)?;
-            None
-        }
         other => other,
     };
     let link = match existing {

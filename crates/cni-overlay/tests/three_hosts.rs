@@ -101,6 +101,7 @@ fn overlay_across_three_hosts() {
     // restarted agent keeps the same subnet (same record, kept alive past the TTL).
     let subnet_a = subnets[0];
     let lease_before = record(&cluster, &cluster.hosts[0]).unwrap().lease;
+    let device_before = cluster.hosts[0].netlink().require_link(DEVICE).unwrap().index;
     cluster.hosts[0].kill_agent();
     let [a, b, _] = [&cluster.hosts[0], &cluster.hosts[1], &cluster.hosts[2]];
     pods_talk(a, b).unwrap();
@@ -111,6 +112,11 @@ fn overlay_across_three_hosts() {
     assert_eq!(a.subnet(), Some(subnet_a), "the restarted agent changed the subnet\n{}", cluster.logs());
     let kv = record(&cluster, a).expect("A's record is kept alive after the restart");
     assert_eq!(kv.lease, lease_before, "restarted within the TTL: the same lease is re-adopted");
+    let device_after = cluster.hosts[0].netlink().require_link(DEVICE).unwrap().index;
+    assert_eq!(
+        device_after, device_before,
+        "the restarted agent made its device again instead of adopting it"
+    );
     assert!(cluster.wait_peers(0, &[1, 2], Duration::from_secs(5)), "{}", cluster.logs());
     pods_talk(a, c).unwrap();
     pods_talk(c, a).unwrap();
