@@ -1,0 +1,187 @@
+//! The agent's command line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ipnet::Ipv4Net;
+
+use crate::{Error, Result};
+
+pub const USAGE: &str = "usage: cni-overlay-agent --etcd-endpoints URL[,URL...] --iface UNDERLAY_IF [options]
+  --node NAME            this node's name (default: the host name)
+  --network CIDR         the cluster's pod network (default 10.244.0.0/16)
+  --subnet-len N         prefix length of each node's subnet (default 24)
+  --prefix KEY           etcd key prefix (default /cni-rs/overlay)
+  --ttl SECONDS          lease TTL of the node's subnet record (default 10)
+  --vni N                VXLAN network identifier (default 1)
+  --port N               VXLAN UDP port (default 4789)
+  --device NAME          VXLAN device name (default cni-vx0)
+  --subnet-file PATH     where the leased subnet is written (default /run/cni-rs/overlay/subnet.env)
+  --conflist PATH        also write a bridge + host-local conflist using the subnet there
+  --bridge NAME          bridge named in that conflist (default cni0)
+  --netns PATH           program the network of this namespace instead of the agent's own
+                         (etcd is still reached from the agent's namespace)
+  --revoke-on-exit       revoke the lease on SIGTERM (peers drop this node at once)";
+
+/// Everything the agent needs to know, from its flags.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub endpoints: Vec<String>,
+    pub node: String,
+    pub iface: String,
+    pub network: Ipv4Net,
+    pub subnet_len: u8,
+    pub prefix: String,
+    pub ttl: i64,
+    pub vni: u32,
+    pub port: u16,
+    pub device: String,
+    pub subnet_file: PathBuf,
+    pub conflist: Option<PathBuf>,
+    pub bridge: String,
+    pub revoke_on_exit: bool,
+    /// The namespace whose network the agent programs (None: its own).
+    pub netns: Option<PathBuf>,
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
+}
+
+fn number<T: std::str::FromStr>(flag: &str, value: &str) -> Result<T> {
+    value.parse().map_err(|_| Error::Config(format!("{flag}: {value:?} is not a valid number")))
+}
+
+impl Config {
+    /// Parses the flags (without the program name).
+    pub fn parse(args: &[String]) -> Result<Config> {
+        let mut config = Config {
+            endpoints: Vec::new(),
+            node: host_name(),
+            iface: String::new(),
+            network: "10.244.0.0/16".parse().expect("default network"),
+            subnet_len: 24,
+            prefix: "/cni-rs/overlay".into(),
+            ttl: 10,
+            vni: 1,
+            port: 4789,
+            device: "cni-vx0".into(),
+            subnet_file: "/run/cni-rs/overlay/subnet.env".into(),
+            conflist: None,
+            bridge: "cni0".into(),
+            revoke_on_exit: false,
+            netns: None,
+        };
+        let mut rest = args.iter();
+        while let Some(flag) = rest.next() {
+            if flag == "--revoke-on-exit" {
+                config.revoke_on_exit = true;
+                continue;
+            }
+            let value = rest.next().ok_or_else(|| Error::Config(format!("{flag} needs a value")))?.as_str();
+            match flag.as_str() {
+                "--etcd-endpoints" => config.endpoints = value.split(',').map(str::to_string).collect(),
+                "--node" => config.node = value.into(),
+                "--iface" => config.iface = value.into(),
+                "--network" => {
+                    config.network = value
+                        .parse()
+                        .map_err(|_| Error::Config(format!("--network: {value:?} is not a CIDR")))?
+                }
+                "--subnet-len" => config.subnet_len = number(flag, value)?,
+                "--prefix" => config.prefix = value.trim_end_matches('/').into(),
+                "--ttl" => config.ttl = number(flag, value)?,
+                "--vni" => config.vni = number(flag, value)?,
+                "--port" => config.port = number(flag, value)?,
+                "--device" => config.device = value.into(),
+                "--subnet-file" => config.subnet_file = value.into(),
+                "--conflist" => config.conflist = Some(value.into()),
+                "--bridge" => config.bridge = value.into(),
+                "--netns" => config.netns = Some(value.into()),
+                _ => return Err(Error::Config(format!("unknown flag {flag}"))),
+            }
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.endpoints.is_empty() {
+            return Err(Error::Config("--etcd-endpoints is required".into()));
+        }
+        if self.iface.is_empty() {
+            return Err(Error::Config("--iface (the underlay interface) is required".into()));
+        }
+        if self.node.is_empty() {
+            return Err(Error::Config("--node is required (no host name found)".into()));
+        }
+        if self.subnet_len < self.network.prefix_len() || self.subnet_len > 30 {
+            return Err(Error::Config(format!(
+                "--subnet-len {} must lie between the network's /{} and /30",
+                self.subnet_len,
+                self.network.prefix_len()
+            )));
+        }
+        if self.ttl < 2 {
+            return Err(Error::Config(format!("--ttl {} is too short (at least 2 seconds)", self.ttl)));
+        }
+        if self.vni == 0 || self.vni >= 1 << 24 {
+            return Err(Error::Config(format!("--vni {} is outside 1..16777215", self.vni)));
+        }
+        Ok(())
+    }
+
+    /// How often the lease is renewed: three times per TTL, so one lost renewal is harmless.
+    pub fn keepalive_interval(&self) -> Duration {
+        Duration::from_millis(self.ttl as u64 * 1000 / 3)
+    }
+
+    /// The etcd prefix of the subnet records.
+    pub fn subnets_prefix(&self) -> String {
+        format!("{}/subnets/", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn flags_and_defaults() {
+        let c = Config::parse(&args(&[
+            "--etcd-endpoints",
+            "http://a:1,http://b:2",
+            "--iface",
+            "eth0",
+            "--node",
+            "n1",
+        ]))
+        .unwrap();
+        assert_eq!(c.endpoints.len(), 2);
+        assert_eq!((c.subnet_len, c.ttl, c.vni, c.port), (24, 10, 1, 4789));
+        assert_eq!(c.subnets_prefix(), "/cni-rs/overlay/subnets/");
+    }
+
+    #[test]
+    fn bad_flags_name_the_flag() {
+        let base = ["--etcd-endpoints", "http://a:1", "--iface", "eth0", "--node", "n"];
+        let with = |extra: &[&str]| {
+            let mut list = args(&base);
+            list.extend(args(extra));
+            Config::parse(&list).unwrap_err().to_string()
+        };
+        assert!(with(&["--subnet-len", "8"]).contains("--subnet-len"));
+        assert!(with(&["--ttl", "1"]).contains("--ttl"));
+        assert!(with(&["--vni", "0"]).contains("--vni"));
+        assert!(with(&["--network", "nope"]).contains("--network"));
+        assert!(with(&["--bogus", "1"]).contains("--bogus"));
+        assert!(Config::parse(&args(&["--iface", "eth0"]))
+            .unwrap_err()
+            .to_string()
+            .contains("--etcd-endpoints"));
+    }
+}

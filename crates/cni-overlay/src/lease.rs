@@ -1,0 +1,163 @@
+//! The node's subnet lease in etcd: `<prefix>/subnets/<a.b.c.d-len>` holds the node's
+//! record and is bound to an etcd lease with a TTL. Claiming is a create-if-absent
+//! transaction, so two nodes can never hold one subnet; a node that stops renewing loses
+//! its record when etcd's clock says the TTL is over, and its peers see the deletion.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use cni_etcd::{Client, Compare, KeyValue, Op, Txn};
+use ipnet::Ipv4Net;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::{Error, Result};
+
+/// What a node publishes about itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRecord {
+    pub node: String,
+    /// The underlay address other nodes send this node's VXLAN packets to.
+    pub underlay: Ipv4Addr,
+    /// The MAC of the node's VXLAN device.
+    pub vtep_mac: String,
+}
+
+/// A subnet this agent holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubnetLease {
+    pub subnet: Ipv4Net,
+    pub lease_id: i64,
+}
+
+/// `10.244.3.0/24` → `10.244.3.0-24` (a key without a second slash).
+pub fn subnet_key(config: &Config, subnet: Ipv4Net) -> Vec<u8> {
+    format!("{}{}-{}", config.subnets_prefix(), subnet.network(), subnet.prefix_len()).into_bytes()
+}
+
+/// The subnet a record's key names, or None for a key that is not one of ours.
+pub fn key_subnet(config: &Config, key: &[u8]) -> Option<Ipv4Net> {
+    let key = std::str::from_utf8(key).ok()?;
+    let (addr, len) = key.strip_prefix(&config.subnets_prefix())?.split_once('-')?;
+    Ipv4Net::new(addr.parse().ok()?, len.parse().ok()?).ok()
+}
+
+/// Every record under the prefix, by subnet (records that do not parse are left out), and
+/// the store's revision of that read.
+pub fn list(client: &mut Client, config: &Config) -> Result<(BTreeMap<Ipv4Net, NodeRecord>, i64)> {
+    let (kvs, revision) = client.get_prefix(config.subnets_prefix().as_bytes(), false)?;
+    Ok((kvs.iter().filter_map(|kv| parse(config, kv).map(|(s, r, _)| (s, r))).collect(), revision))
+}
+
+fn parse(config: &Config, kv: &KeyValue) -> Option<(Ipv4Net, NodeRecord, i64)> {
+    let subnet = key_subnet(config, &kv.key)?;
+    let record = serde_json::from_slice(&kv.value).ok()?;
+    Some((subnet, record, kv.lease))
+}
+
+/// The node's subnets in the network, starting at a place derived from the node's name so
+/// that nodes starting together rarely try the same one.
+fn candidates(config: &Config) -> impl Iterator<Item = Ipv4Net> + '_ {
+    let count = 1u64 << (config.subnet_len - config.network.prefix_len());
+    let start = config
+        .node
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+        % count;
+    let base = u32::from(config.network.network());
+    let size = 1u64 << (32 - config.subnet_len);
+    (0..count).map(move |i| {
+        let n = (start + i) % count;
+        Ipv4Net::new(Ipv4Addr::from(base + (n * size) as u32), config.subnet_len)
+            .expect("valid prefix length")
+    })
+}
+
+/// Takes the node's subnet: its own record if it is still alive (a restarted agent keeps
+/// its subnet and lease), else `preferred` (the subnet it had before) if free, else the
+/// first free one. The record is (re)written with `record`'s current contents.
+pub fn acquire(
+    client: &mut Client,
+    config: &Config,
+    record: &NodeRecord,
+    preferred: Option<Ipv4Net>,
+) -> Result<SubnetLease> {
+    let value = serde_json::to_vec(record).expect("a record serialises");
+    let (kvs, _) = client.get_prefix(config.subnets_prefix().as_bytes(), false)?;
+    let parsed: Vec<(Ipv4Net, NodeRecord, i64)> = kvs.iter().filter_map(|kv| parse(config, kv)).collect();
+    if let Some((subnet, _, lease_id)) = parsed.iter().find(|(_, r, _)| r.node == config.node) {
+        if *lease_id != 0 && client.lease_keepalive(*lease_id)? > 0 {
+            let key = subnet_key(config, *subnet);
+            // Same lease, same key: only the contents (a new underlay address) may change.
+            let txn = Txn {
+                compare: vec![Compare::CreateRevision(key.clone(), kvs_create_revision(&kvs, &key))],
+                success: vec![Op::Put { key, value: value.clone(), lease: *lease_id }],
+                failure: vec![],
+            };
+            if client.txn(&txn)?.succeeded {
+                return Ok(SubnetLease { subnet: *subnet, lease_id: *lease_id });
+            }
+        }
+    }
+    let taken: Vec<Ipv4Net> = parsed.iter().map(|(s, _, _)| *s).collect();
+    let lease_id = client.lease_grant(config.ttl)?;
+    let order = preferred.filter(|p| config.network.contains(p) && p.prefix_len() == config.subnet_len);
+    for subnet in order.into_iter().chain(candidates(config)) {
+        if taken.contains(&subnet) {
+            continue;
+        }
+        let key = subnet_key(config, subnet);
+        let txn = Txn {
+            compare: vec![Compare::CreateRevision(key.clone(), 0)],
+            success: vec![Op::Put { key, value: value.clone(), lease: lease_id }],
+            failure: vec![],
+        };
+        if client.txn(&txn)?.succeeded {
+            return Ok(SubnetLease { subnet, lease_id });
+        }
+    }
+    let _ = client.lease_revoke(lease_id);
+    Err(Error::Exhausted(format!("no free /{} left in {}", config.subnet_len, config.network)))
+}
+
+fn kvs_create_revision(kvs: &[KeyValue], key: &[u8]) -> i64 {
+    kvs.iter().find(|kv| kv.key == key).map(|kv| kv.create_revision).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(network: &str, len: u8) -> Config {
+        let args: Vec<String> =
+            ["--etcd-endpoints", "http://a:1", "--iface", "e", "--node", "n1", "--network", network]
+                .iter()
+                .map(|s| s.to_string())
+                .chain(["--subnet-len".to_string(), len.to_string()])
+                .collect();
+        Config::parse(&args).unwrap()
+    }
+
+    #[test]
+    fn keys_round_trip() {
+        let c = config("10.244.0.0/16", 24);
+        let subnet: Ipv4Net = "10.244.7.0/24".parse().unwrap();
+        let key = subnet_key(&c, subnet);
+        assert_eq!(key, b"/cni-rs/overlay/subnets/10.244.7.0-24");
+        assert_eq!(key_subnet(&c, &key), Some(subnet));
+        assert_eq!(key_subnet(&c, b"/other/10.244.7.0-24"), None);
+    }
+
+    #[test]
+    fn candidates_cover_the_network_once() {
+        let c = config("10.0.0.0/22", 24);
+        let mut all: Vec<Ipv4Net> = candidates(&c).collect();
+        all.sort();
+        let want: Vec<Ipv4Net> = ["10.0.0.0/24", "10.0.1.0/24", "10.0.2.0/24", "10.0.3.0/24"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        assert_eq!(all, want);
+    }
+}

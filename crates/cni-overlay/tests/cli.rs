@@ -1,0 +1,53 @@
+//! The agent's refusals: bad flags name the flag (exit 2); an unreachable etcd is a clear
+//! error and leaves the node's network untouched (no device, no subnet file).
+
+use std::process::Command;
+
+use cni_testkit::ns::TestNetns;
+
+fn agent() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_cni-overlay-agent"))
+}
+
+#[test]
+fn bad_flags_are_refused_naming_the_flag() {
+    let out = agent().args(["--iface", "eth0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--etcd-endpoints is required"));
+    let out = agent()
+        .args([
+            "--etcd-endpoints",
+            "http://127.0.0.1:1",
+            "--iface",
+            "eth0",
+            "--node",
+            "n",
+            "--subnet-len",
+            "40",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--subnet-len 40"), "{out:?}");
+}
+
+#[test]
+fn unreachable_etcd_fails_clearly_and_changes_nothing() {
+    let host = TestNetns::with_prefix("ovcli").unwrap();
+    let dir = tempfile::Builder::new().prefix("ov-cli-").tempdir().unwrap();
+    // A port nobody listens on: the kernel's pick, released at once.
+    let port = cni_etcd::testing::free_port();
+    let out = agent()
+        .args(["--etcd-endpoints", &format!("http://127.0.0.1:{port}"), "--iface", "lo", "--node", "ov-cli"])
+        .args(["--device", "ovvx0", "--netns"])
+        .arg(host.path())
+        .arg("--subnet-file")
+        .arg(dir.path().join("subnet.env"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("etcd unreachable"), "{stderr}");
+    assert!(host.netlink().unwrap().link_by_name("ovvx0").unwrap().is_none(), "a device was left behind");
+    assert!(!dir.path().join("subnet.env").exists(), "a subnet file was written");
+}

@@ -1,0 +1,116 @@
+//! The kernel side alone (no etcd): the device is created once and adopted after, and
+//! `reconcile` converges on exactly one route, neighbour and FDB entry per peer, whatever
+//! the kernel held before. Needs root.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+
+use cni_net::netlink::{AddressFlags, FdbEntry, IpFamily, LinkSpec, NeighbourState, VethSpec, MAIN_TABLE};
+use cni_net::{MacAddr, Netlink};
+use cni_overlay::config::Config;
+use cni_overlay::dataplane::{self, Device};
+use cni_overlay::lease::NodeRecord;
+use cni_testkit::ns::TestNetns;
+use ipnet::{IpNet, Ipv4Net};
+
+fn config() -> Config {
+    let args: Vec<String> =
+        ["--etcd-endpoints", "http://127.0.0.1:1", "--iface", "ovu0", "--node", "n", "--device", "ovvx0"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    Config::parse(&args).unwrap()
+}
+
+fn host() -> (TestNetns, Netlink) {
+    let ns = TestNetns::with_prefix("ovdp").unwrap();
+    let mut nl = ns.netlink().unwrap();
+    nl.add_veth(&VethSpec { link: LinkSpec::new("ovu0"), peer: LinkSpec::new("ovu1") }).unwrap();
+    let link = nl.require_link("ovu0").unwrap();
+    nl.add_address(link.index, "192.168.92.1/24".parse().unwrap(), AddressFlags::empty()).unwrap();
+    nl.set_link_up(link.index).unwrap();
+    (ns, nl)
+}
+
+fn peer(node: &str, underlay: [u8; 4], mac: &str) -> NodeRecord {
+    NodeRecord { node: node.into(), underlay: Ipv4Addr::from(underlay), vtep_mac: mac.into() }
+}
+
+/// The device's overlay entries: route destinations, permanent neighbours (address, MAC)
+/// and FDB entries (MAC, remote).
+type State = (Vec<IpNet>, Vec<(IpAddr, MacAddr)>, Vec<(MacAddr, IpAddr)>);
+
+fn state(nl: &mut Netlink, device: &Device) -> State {
+    let mut routes: Vec<IpNet> = nl
+        .routes(IpFamily::V4, Some(MAIN_TABLE))
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.oif == Some(device.index) && r.gateway.is_some())
+        .map(|r| r.destination)
+        .collect();
+    routes.sort();
+    let mut neighbours: Vec<(IpAddr, MacAddr)> = nl
+        .neighbours(IpFamily::V4, Some(device.index))
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.state == NeighbourState::Permanent)
+        .map(|n| (n.address, n.mac.unwrap()))
+        .collect();
+    neighbours.sort_by_key(|(a, m)| (*a, m.octets()));
+    let mut fdb: Vec<(MacAddr, IpAddr)> =
+        nl.fdb_entries(device.index).unwrap().into_iter().filter_map(|f| Some((f.mac, f.dst?))).collect();
+    fdb.sort_by_key(|(m, d)| (m.octets(), *d));
+    (routes, neighbours, fdb)
+}
+
+#[test]
+fn reconcile_converges_on_one_entry_set_per_peer() {
+    let (_ns, mut nl) = host();
+    let config = config();
+    let underlay = dataplane::underlay(&mut nl, "ovu0").unwrap();
+    let subnet: Ipv4Net = "10.244.1.0/24".parse().unwrap();
+    let device = dataplane::ensure_device(&mut nl, &config, &underlay, subnet).unwrap();
+    assert_eq!(device.mtu, underlay.mtu - 50);
+    // Adopted, not made again: same index; the VTEP address is the only one.
+    let again = dataplane::ensure_device(&mut nl, &config, &underlay, subnet).unwrap();
+    assert_eq!(again.index, device.index);
+    let addresses = nl.addresses(Some(device.index), Some(IpFamily::V4)).unwrap();
+    assert_eq!(addresses.iter().map(|a| a.address.to_string()).collect::<Vec<_>>(), ["10.244.1.0/32"]);
+
+    let b: Ipv4Net = "10.244.2.0/24".parse().unwrap();
+    let c: Ipv4Net = "10.244.3.0/24".parse().unwrap();
+    let mut peers = BTreeMap::from([
+        (b, peer("b", [192, 168, 92, 2], "0a:58:c0:a8:5c:02")),
+        (c, peer("c", [192, 168, 92, 3], "0a:58:c0:a8:5c:03")),
+    ]);
+    dataplane::reconcile(&mut nl, &device, &peers).unwrap();
+    let first = state(&mut nl, &device);
+    dataplane::reconcile(&mut nl, &device, &peers).unwrap();
+    assert_eq!(state(&mut nl, &device), first, "a second reconcile changes nothing");
+    assert_eq!(first.0, [IpNet::V4(b), IpNet::V4(c)]);
+    assert_eq!(first.1.len(), 2);
+    assert_eq!(first.2.len(), 2);
+
+    // A stray FDB entry (a peer the agent no longer knows) and C moving to another
+    // underlay address and MAC: only the current entries are left.
+    let stray: MacAddr = "0a:58:c0:a8:5c:09".parse().unwrap();
+    nl.replace_fdb(&FdbEntry { index: device.index, mac: stray, dst: Some("192.168.92.9".parse().unwrap()) })
+        .unwrap();
+    peers.insert(c, peer("c", [192, 168, 92, 4], "0a:58:c0:a8:5c:04"));
+    dataplane::reconcile(&mut nl, &device, &peers).unwrap();
+    let (routes, neighbours, fdb) = state(&mut nl, &device);
+    assert_eq!(routes, [IpNet::V4(b), IpNet::V4(c)]);
+    let c_mac: MacAddr = "0a:58:c0:a8:5c:04".parse().unwrap();
+    assert!(neighbours.contains(&(IpAddr::V4(c.network()), c_mac)), "{neighbours:?}");
+    assert_eq!(neighbours.len(), 2, "{neighbours:?}");
+    assert_eq!(fdb.len(), 2, "{fdb:?}");
+    assert!(fdb.contains(&(c_mac, "192.168.92.4".parse().unwrap())), "{fdb:?}");
+
+    // Every peer gone: nothing of the overlay is left on the device.
+    dataplane::reconcile(&mut nl, &device, &BTreeMap::new()).unwrap();
+    let (routes, neighbours, fdb) = state(&mut nl, &device);
+    assert!(
+        routes.is_empty() && neighbours.is_empty() && fdb.is_empty(),
+        "{routes:?} {neighbours:?} {fdb:?}"
+    );
+}
