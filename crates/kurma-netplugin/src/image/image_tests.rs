@@ -17,6 +17,7 @@ const SPEC: ImageSpec = ImageSpec {
     tag: "latest",
     entrypoint: &["/opt/network/kurma-netplugin", "pause"],
     labels: &[("a", "b")],
+    gzip_level: GZIP_BEST,
 };
 
 fn check_sample_rootfs(root: &Path) {
