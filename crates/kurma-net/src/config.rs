@@ -111,7 +111,7 @@ mod tests {
         let err = error_of(json!([{"name": "a", "aci": "file:///a"}, {"name": "b"}]));
         assert_eq!(err, "container_networks[1] (\"b\"): \"aci\" is missing");
         let err = error_of(json!([{"name": "a", "aci": "file:///a"}, {"name": "a", "aci": "file:///b"}]));
-        assert!(err.starts_with("container_networks[1] (\"a\"): duplicate network name"), "{err}");
+        assert_eq!(err, "container_networks[1] (\"a\"): the name is already used by container_networks[0]");
         let err = error_of(json!([{"name": "a", "aci": "ftp://x/y"}]));
         assert!(
             err.starts_with("container_networks[0] (\"a\"): \"aci\": unknown URI scheme \"ftp\""),
@@ -122,6 +122,6 @@ mod tests {
         let err = error_of(json!([{"name": "../x", "aci": "file:///a"}]));
         assert!(err.contains("\"name\" may hold only"), "{err}");
         let err = error_of(json!(["x"]));
-        assert_eq!(err, "container_networks[0]: must be a JSON object");
+        assert_eq!(err, "container_networks[0]: an entry must be a JSON object");
     }
 }

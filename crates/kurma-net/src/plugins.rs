@@ -6,11 +6,11 @@ use std::path::Path;
 use crate::config::NetworkEntry;
 use crate::error::{Error, Result};
 use crate::host::Host;
-use kurma_netplugin::image::{self, oci};
 use crate::registry;
 use crate::runtime::{bundle_config, NETNS_DIR};
 use crate::source::{download, http_agent, ImageSource};
 use crate::state::PluginRecord;
+use kurma_netplugin::image::{self, oci};
 
 /// What [`Host::start_plugins`] did for one network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

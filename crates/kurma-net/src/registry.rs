@@ -80,7 +80,8 @@ impl Registry<'_> {
             serde_json::from_slice(&body).map_err(|err| format!("manifest {reference}: not JSON: {err}"))?;
         let media_type = value.get("mediaType").and_then(Value::as_str).unwrap_or(&content_type);
         let descriptor = Descriptor::of(media_type, &body);
-        let expected = if reference.starts_with("sha256:") { Some(reference) } else { header_digest.as_deref() };
+        let expected =
+            if reference.starts_with("sha256:") { Some(reference) } else { header_digest.as_deref() };
         if let Some(expected) = expected.filter(|e| e.starts_with("sha256:")) {
             let expected = Descriptor {
                 digest: Digest::parse(expected).map_err(|e| format!("manifest {reference}: {e}"))?,
@@ -95,8 +96,10 @@ impl Registry<'_> {
     /// Downloads a blob into the layout and checks it against its descriptor.
     fn blob(&self, descriptor: &Descriptor) -> Result<(), String> {
         let path = self.layout.join(descriptor.digest.blob_path());
-        let url = format!("{}/v2/{}/blobs/{}", self.image.base_url(), self.image.repository, descriptor.digest);
-        let response = self.with_auth(|token| authorized(self.agent.get(&url), token).call().map_err(Box::new))?;
+        let url =
+            format!("{}/v2/{}/blobs/{}", self.image.base_url(), self.image.repository, descriptor.digest);
+        let response =
+            self.with_auth(|token| authorized(self.agent.get(&url), token).call().map_err(Box::new))?;
         let mut file = std::fs::File::create(&path).map_err(|err| format!("{}: {err}", path.display()))?;
         std::io::copy(&mut response.into_reader(), &mut file).map_err(|err| format!("GET {url}: {err}"))?;
         oci::verify_blob(&path, descriptor).map_err(|e| e.to_string())

@@ -122,7 +122,7 @@ fn bad_input_is_a_clear_error_and_starts_nothing() {
     let cases = [
         (json!([lo, { "aci": images.file_uri("shell.aci") }]), "container_networks[1]: \"name\" is missing"),
         (json!([lo, { "name": "mynet" }]), "container_networks[1] (\"mynet\"): \"aci\" is missing"),
-        (json!([lo, lo]), "container_networks[1] (\"lo\"): duplicate network name"),
+        (json!([lo, lo]), "container_networks[1] (\"lo\"): the name is already used by container_networks[0]"),
         (
             json!([lo, { "name": "mynet", "aci": "ftp://example.com/x.aci" }]),
             "container_networks[1] (\"mynet\"): \"aci\": unknown URI scheme \"ftp\"",

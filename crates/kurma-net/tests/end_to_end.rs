@@ -26,7 +26,7 @@ fn attach_lo_and_mynet(bed: &Bed, config: &serde_json::Value, subnet_base: &str,
         assert_eq!(host.plugin_status(network).as_deref(), Some("created"), "{network}'s plugin container");
     }
     // setup checked the configuration; the bridge comes with the first add.
-    assert!(!bed.host_links().iter().any(|l| l == bridge), "{:?}", bed.host_links());
+    assert!(!links_of(&bed.host_ns).iter().any(|l| l == bridge), "{:?}", links_of(&bed.host_ns));
 
     let container = TestNetns::with_prefix(PREFIX).unwrap();
     let uuid = "146d7cef-fbf6-41da-a2f8-eba218597f9c";

@@ -47,8 +47,12 @@ pub fn write_both(dir: &Path, stem: &str, name: &str, rootfs: &Tree) -> oci::Blo
     let manifest = aci::manifest(name, &[("os", "linux"), ("arch", "amd64")], &["/opt/network/setup"]);
     let mut file = std::fs::File::create(dir.join(format!("{stem}.aci"))).unwrap();
     aci::write(&manifest, rootfs, 0, &mut file).unwrap();
-    let spec =
-        ImageSpec { tag: "latest", entrypoint: &["/opt/network/setup"], labels: &[], gzip_level: TEST_GZIP_LEVEL };
+    let spec = ImageSpec {
+        tag: "latest",
+        entrypoint: &["/opt/network/setup"],
+        labels: &[],
+        gzip_level: TEST_GZIP_LEVEL,
+    };
     let file = std::fs::File::create(dir.join(format!("{stem}.oci.tar"))).unwrap();
     oci::write_archive(&spec, rootfs, 0, std::io::BufWriter::new(file)).unwrap()
 }

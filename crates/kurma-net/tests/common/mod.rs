@@ -35,16 +35,27 @@ impl ImageFiles {
     /// [`real_netplugins`]) next to them.
     pub fn build(dir: &Path) -> ImageFiles {
         std::fs::create_dir_all(dir).unwrap();
-        let lo = Scripts { setup: scripts::LO_SETUP.into(), add: scripts::LO_ADD.into(), del: scripts::LO_DEL.into() };
+        let lo = Scripts {
+            setup: scripts::LO_SETUP.into(),
+            add: scripts::LO_ADD.into(),
+            del: scripts::LO_DEL.into(),
+        };
         images::write_both(dir, "lo", "kh/lo-netplugin", &images::shell_rootfs(&lo));
-        let shell = Scripts { setup: scripts::shell_setup(), add: scripts::shell_add(), del: scripts::shell_del() };
+        let shell =
+            Scripts { setup: scripts::shell_setup(), add: scripts::shell_add(), del: scripts::shell_del() };
         let blobs = images::write_both(dir, "shell", "kh/shell-netplugin", &images::shell_rootfs(&shell));
         let real = real_netplugins();
         for ext in ["aci", "oci.tar"] {
-            std::os::unix::fs::symlink(real.join(format!("lo-netplugin.{ext}")), dir.join(format!("lo-net.{ext}")))
-                .unwrap();
-            std::os::unix::fs::symlink(real.join(format!("cni-netplugin.{ext}")), dir.join(format!("mynet.{ext}")))
-                .unwrap();
+            std::os::unix::fs::symlink(
+                real.join(format!("lo-netplugin.{ext}")),
+                dir.join(format!("lo-net.{ext}")),
+            )
+            .unwrap();
+            std::os::unix::fs::symlink(
+                real.join(format!("cni-netplugin.{ext}")),
+                dir.join(format!("mynet.{ext}")),
+            )
+            .unwrap();
         }
         ImageFiles { dir: dir.to_path_buf(), shell_layer: blobs.layer.0.digest.hex().to_string() }
     }
@@ -72,13 +83,20 @@ pub fn real_netplugins() -> PathBuf {
         return dir;
     }
     std::fs::create_dir_all(&cache).unwrap();
-    // Built aside and renamed into place: concurrent test processes never see half an image.
-    let partial = tempfile::Builder::new().prefix("kh-partial-").tempdir_in(&cache).unwrap();
-    images::build_real_netplugins(partial.path());
-    match std::fs::rename(partial.path(), &dir) {
-        Ok(()) => {}
-        Err(_) if dir.join("SHA256SUMS").is_file() => {} // another process was first
-        Err(err) => panic!("moving the images to {}: {err}", dir.display()),
+    // One builder at a time (test processes run in parallel); the others wait and reuse.
+    let lock = std::fs::File::create(cache.join("lock")).unwrap();
+    lock.lock().unwrap();
+    if !dir.join("SHA256SUMS").is_file() {
+        // Built aside and renamed into place: a killed build leaves no half image.
+        let partial = tempfile::Builder::new().prefix("kh-partial-").tempdir_in(&cache).unwrap();
+        images::build_real_netplugins(partial.path());
+        std::fs::rename(partial.path(), &dir).unwrap();
+        // Images of binaries since rebuilt are never used again.
+        for stale in std::fs::read_dir(&cache).unwrap().flatten().filter(|e| e.path().is_dir()) {
+            if stale.path() != dir {
+                let _ = std::fs::remove_dir_all(stale.path());
+            }
+        }
     }
     dir
 }
@@ -126,9 +144,13 @@ impl Bed {
         self
     }
 
-    /// Interface names in the host namespace.
+    /// Interfaces in the host namespace other than bridges: the host ends of attachments.
+    /// (A bridge is made by the first add and stays, as the bridge plugin leaves it.)
     pub fn host_links(&self) -> Vec<String> {
-        links_of(&self.host_ns)
+        let bridges = self.host_ns.ip_json(&["link", "show", "type", "bridge"]);
+        let bridges: Vec<&str> =
+            bridges.as_array().unwrap().iter().map(|l| l["ifname"].as_str().unwrap()).collect();
+        links_of(&self.host_ns).into_iter().filter(|l| !bridges.contains(&l.as_str())).collect()
     }
 }
 

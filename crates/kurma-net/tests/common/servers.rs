@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-
 /// Serves the files of a directory at `http://127.0.0.1:PORT/NAME`; stops when dropped.
 pub struct FileServer {
     pub port: u16,

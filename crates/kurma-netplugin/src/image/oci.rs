@@ -9,7 +9,8 @@ use std::fmt;
 use std::io::Write;
 
 pub use super::oci_read::{
-    apply_layer, choose_manifest, read_layout, unpack_archive, unpack_rootfs, verify_blob, verify_bytes, OciImage,
+    apply_layer, choose_manifest, read_layout, unpack_archive, unpack_rootfs, verify_blob, verify_bytes,
+    OciImage,
 };
 
 pub const MEDIA_INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -120,7 +121,8 @@ pub struct Blobs {
 pub fn build_blobs(spec: &ImageSpec, rootfs: &Tree, mtime: u64) -> Blobs {
     let layer_tar = rootfs.to_tar(mtime);
     let diff_id = Digest::of(&layer_tar);
-    let mut gz = flate2::GzBuilder::new().mtime(0).write(Vec::new(), flate2::Compression::new(spec.gzip_level.min(9)));
+    let mut gz =
+        flate2::GzBuilder::new().mtime(0).write(Vec::new(), flate2::Compression::new(spec.gzip_level.min(9)));
     gz.write_all(&layer_tar).expect("compressing into memory cannot fail");
     let layer = gz.finish().expect("compressing into memory cannot fail");
     let labels: serde_json::Map<String, Value> =
