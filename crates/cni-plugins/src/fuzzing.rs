@@ -10,13 +10,14 @@ use cni_sdk::{CniError, Request};
 /// `None` for a name the registry does not know.
 pub fn config_stage(name: &str, req: &Request) -> Option<Result<(), CniError>> {
     use crate::interface::{bridge, dummy, host_device, ipvlan, macvlan, ptp, tap, vlan};
-    use crate::ipam::{dhcp, host_local, static_ipam};
-    use crate::meta::{bandwidth, firewall, portmap, sbr, tuning};
+    use crate::ipam::{dhcp, etcd, host_local, static_ipam};
+    use crate::meta::{bandwidth, firewall, portmap, sbr, tuning, vrf};
     Some(match name {
         "bandwidth" => bandwidth::config::load(req).map(drop),
         "bridge" => bridge::BridgeConf::load(req).map(drop),
         "dhcp" => dhcp::plugin::load(req).and_then(|(conf, _)| dhcp::plugin::params(req, &conf)).map(drop),
         "dummy" => dummy::require_ipam(req),
+        "etcd-ipam" => etcd::plugin::parse(req).map(drop),
         "firewall" => firewall::config::load(req).map(drop),
         "host-device" => host_device::HostDeviceConf::load(req).map(drop),
         "host-local" => host_local::plugin::load(req).map(drop),
@@ -30,6 +31,7 @@ pub fn config_stage(name: &str, req: &Request) -> Option<Result<(), CniError>> {
         "tap" => tap::Settings::load(req).map(drop),
         "tuning" => tuning::config::load(req).map(drop),
         "vlan" => vlan::VlanConf::load(req).map(drop),
+        "vrf" => vrf::load(req).map(drop),
         _ => return None,
     })
 }

@@ -27,7 +27,7 @@ fn load(req: &Request) -> Result<Allocator, CniError> {
     Ok(Allocator::new(conf, client))
 }
 
-fn parse(req: &Request) -> Result<EtcdIpamConfig, CniError> {
+pub(crate) fn parse(req: &Request) -> Result<EtcdIpamConfig, CniError> {
     req.args.check_known(&[])?;
     Ok(EtcdIpamConfig::parse(&req.stdin)?)
 }

@@ -26,7 +26,7 @@ use device::{Plan, RESERVED_TABLES};
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]
-struct VrfConf {
+pub(crate) struct VrfConf {
     #[serde(default)]
     vrfname: String,
     /// 0 or absent: the first free table.
@@ -34,7 +34,7 @@ struct VrfConf {
     table: u32,
 }
 
-fn load(req: &Request) -> Result<VrfConf, CniError> {
+pub(crate) fn load(req: &Request) -> Result<VrfConf, CniError> {
     let conf: VrfConf = req.config()?;
     if conf.vrfname.is_empty() {
         return Err(CniError::invalid_config("vrfname is required: the VRF device to put the interface in"));
