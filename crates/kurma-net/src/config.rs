@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use kurma_netplugin::model::{self, ModelError};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::error::{EntryRef, Error, Result};
 use crate::source::ImageSource;
@@ -19,8 +19,9 @@ pub struct NetworkEntry {
     /// `None` when `containerInterface` is omitted (e.g. loopback): `add`/`del` then get
     /// no interface argument.
     pub interface: Option<InterfaceTemplate>,
-    /// The entry exactly as configured.
-    pub raw: Map<String, Value>,
+    /// The entry as the shared model reads it (`aci`, the raw entry the netplugin gets
+    /// on stdin, ...).
+    pub entry: model::NetworkEntry,
 }
 
 /// The checked list of networks, in configuration order.
@@ -72,7 +73,7 @@ fn host_entry(index: usize, entry: model::NetworkEntry) -> Result<NetworkEntry> 
             InterfaceTemplate::parse(text).map_err(|why| fail(format!("\"containerInterface\": {why}")))?,
         ),
     };
-    Ok(NetworkEntry { name: entry.name, image, interface, raw: entry.raw })
+    Ok(NetworkEntry { name: entry.name.clone(), image, interface, entry })
 }
 
 /// Names become file and container names: keep them to a portable set.
@@ -101,7 +102,7 @@ mod tests {
         .unwrap();
         assert_eq!(config.networks.len(), 2);
         assert!(config.networks[0].interface.is_none());
-        assert_eq!(config.networks[1].raw["bridge"], "mynet0");
+        assert_eq!(config.networks[1].entry.raw["bridge"], "mynet0");
     }
 
     #[test]
