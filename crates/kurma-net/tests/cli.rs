@@ -118,7 +118,7 @@ fn assert_nothing_started(bed: &Bed) {
 fn bad_input_is_a_clear_error_and_starts_nothing() {
     let bed = Bed::new();
     let images = ImageFiles::build(&bed.tmp.path().join("images"));
-    let lo = json!({ "name": "lo", "aci": images.file_uri("lo.aci") });
+    let lo = json!({ "name": "lo", "aci": images.file_uri("lo-net.aci") });
     let cases = [
         (json!([lo, { "aci": images.file_uri("shell.aci") }]), "container_networks[1]: \"name\" is missing"),
         (json!([lo, { "name": "mynet" }]), "container_networks[1] (\"mynet\"): \"aci\" is missing"),

@@ -21,8 +21,8 @@ use images::Scripts;
 pub const PREFIX: &str = "kh";
 
 /// Image files of the test netplugins, in both formats: `lo-net.*` and `mynet.*` are the
-/// repository's real `lo-netplugin` and `cni-netplugin`; `lo.*` and `shell.*` are the
-/// shell netplugins (tests/common/scripts.rs) for the failure cases a real plugin cannot
+/// repository's real `lo-netplugin` and `cni-netplugin`; `shell.*` is the
+/// shell netplugin (tests/common/scripts.rs) for the failure cases a real plugin cannot
 /// be made to show (sleeping past the limit, exit 3 with stderr, a probe counting setups).
 pub struct ImageFiles {
     pub dir: PathBuf,
@@ -35,12 +35,6 @@ impl ImageFiles {
     /// [`real_netplugins`]) next to them.
     pub fn build(dir: &Path) -> ImageFiles {
         std::fs::create_dir_all(dir).unwrap();
-        let lo = Scripts {
-            setup: scripts::LO_SETUP.into(),
-            add: scripts::LO_ADD.into(),
-            del: scripts::LO_DEL.into(),
-        };
-        images::write_both(dir, "lo", "kh/lo-netplugin", &images::shell_rootfs(&lo));
         let shell =
             Scripts { setup: scripts::shell_setup(), add: scripts::shell_add(), del: scripts::shell_del() };
         let blobs = images::write_both(dir, "shell", "kh/shell-netplugin", &images::shell_rootfs(&shell));
