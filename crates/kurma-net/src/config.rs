@@ -1,10 +1,10 @@
 //! A Kurma configuration's `container_networks`, loaded and checked as a whole before
 //! anything is started.
 
-use std::collections::HashSet;
 use std::path::Path;
 
-use serde_json::{Map, Value};
+use kurma_netplugin::model::{self, ModelError};
+use serde_json::Value;
 
 use crate::error::{EntryRef, Error, Result};
 use crate::source::ImageSource;
@@ -19,8 +19,9 @@ pub struct NetworkEntry {
     /// `None` when `containerInterface` is omitted (e.g. loopback): `add`/`del` then get
     /// no interface argument.
     pub interface: Option<InterfaceTemplate>,
-    /// The entry exactly as configured.
-    pub raw: Map<String, Value>,
+    /// The entry as the shared model reads it (`aci`, the raw entry the netplugin gets
+    /// on stdin, ...).
+    pub entry: model::NetworkEntry,
 }
 
 /// The checked list of networks, in configuration order.
@@ -38,27 +39,19 @@ impl NetworkConfig {
         NetworkConfig::from_value(&value)
     }
 
-    /// Checks a parsed Kurma configuration: every entry has a `name` and an `aci` with a
-    /// known URI scheme, names are unique, interface templates are well formed.
+    /// Checks a parsed Kurma configuration: every entry has a `name` and an `aci`, names
+    /// are unique ([`kurma_netplugin::model`], the model the netplugins read too); then
+    /// what the host needs on top: names usable as file names, a known URI scheme, well
+    /// formed interface templates.
     pub fn from_value(config: &Value) -> Result<NetworkConfig> {
-        let list = config
-            .get("container_networks")
-            .ok_or_else(|| Error::Config("the configuration has no \"container_networks\" list".into()))?
-            .as_array()
-            .ok_or_else(|| Error::Config("\"container_networks\" must be a list".into()))?;
-        let mut names = HashSet::new();
-        let mut networks = Vec::with_capacity(list.len());
-        for (index, value) in list.iter().enumerate() {
-            let entry = parse_entry(index, value)?;
-            if !names.insert(entry.name.clone()) {
-                return Err(Error::Entry {
-                    entry: EntryRef { index, name: Some(entry.name) },
-                    message: "duplicate network name: \"name\" must be unique".into(),
-                });
+        let entries = model::parse_container_networks(config).map_err(|err| match err {
+            ModelError::Entry { index, name, reason, .. } => {
+                Error::Entry { entry: EntryRef { index, name }, message: reason }
             }
-            networks.push(entry);
-        }
-        Ok(NetworkConfig { networks })
+            other => Error::Config(other.to_string()),
+        })?;
+        let networks = entries.into_iter().enumerate().map(|(index, entry)| host_entry(index, entry));
+        Ok(NetworkConfig { networks: networks.collect::<Result<_>>()? })
     }
 
     /// The network called `name`.
@@ -67,33 +60,20 @@ impl NetworkConfig {
     }
 }
 
-fn parse_entry(index: usize, value: &Value) -> Result<NetworkEntry> {
-    let name = value.get("name").and_then(Value::as_str).map(str::to_string);
-    let fail = |message: String| Error::Entry { entry: EntryRef { index, name: name.clone() }, message };
-    let raw = value.as_object().ok_or_else(|| fail("must be a JSON object".into()))?.clone();
-    let name = match raw.get("name") {
-        None => return Err(fail("\"name\" is missing".into())),
-        Some(Value::String(s)) if s.is_empty() => return Err(fail("\"name\" is empty".into())),
-        Some(Value::String(s)) if !is_safe_name(s) => {
-            return Err(fail("\"name\" may hold only letters, digits, '-', '_' and '.'".into()))
-        }
-        Some(Value::String(s)) => s.clone(),
-        Some(_) => return Err(fail("\"name\" must be a string".into())),
-    };
-    let aci = match raw.get("aci") {
-        None => return Err(fail("\"aci\" is missing".into())),
-        Some(Value::String(s)) => s,
-        Some(_) => return Err(fail("\"aci\" must be a string".into())),
-    };
-    let image = ImageSource::parse(aci).map_err(|why| fail(format!("\"aci\": {why}")))?;
-    let interface = match raw.get("containerInterface") {
+fn host_entry(index: usize, entry: model::NetworkEntry) -> Result<NetworkEntry> {
+    let fail =
+        |message: String| Error::Entry { entry: EntryRef { index, name: Some(entry.name.clone()) }, message };
+    if !is_safe_name(&entry.name) {
+        return Err(fail("\"name\" may hold only letters, digits, '-', '_' and '.'".into()));
+    }
+    let image = ImageSource::parse(&entry.aci).map_err(|why| fail(format!("\"aci\": {why}")))?;
+    let interface = match &entry.container_interface {
         None => None,
-        Some(Value::String(s)) => {
-            Some(InterfaceTemplate::parse(s).map_err(|why| fail(format!("\"containerInterface\": {why}")))?)
-        }
-        Some(_) => return Err(fail("\"containerInterface\" must be a string".into())),
+        Some(text) => Some(
+            InterfaceTemplate::parse(text).map_err(|why| fail(format!("\"containerInterface\": {why}")))?,
+        ),
     };
-    Ok(NetworkEntry { name, image, interface, raw })
+    Ok(NetworkEntry { name: entry.name.clone(), image, interface, entry })
 }
 
 /// Names become file and container names: keep them to a portable set.
@@ -122,7 +102,7 @@ mod tests {
         .unwrap();
         assert_eq!(config.networks.len(), 2);
         assert!(config.networks[0].interface.is_none());
-        assert_eq!(config.networks[1].raw["bridge"], "mynet0");
+        assert_eq!(config.networks[1].entry.raw["bridge"], "mynet0");
     }
 
     #[test]
@@ -132,7 +112,7 @@ mod tests {
         let err = error_of(json!([{"name": "a", "aci": "file:///a"}, {"name": "b"}]));
         assert_eq!(err, "container_networks[1] (\"b\"): \"aci\" is missing");
         let err = error_of(json!([{"name": "a", "aci": "file:///a"}, {"name": "a", "aci": "file:///b"}]));
-        assert!(err.starts_with("container_networks[1] (\"a\"): duplicate network name"), "{err}");
+        assert_eq!(err, "container_networks[1] (\"a\"): the name is already used by container_networks[0]");
         let err = error_of(json!([{"name": "a", "aci": "ftp://x/y"}]));
         assert!(
             err.starts_with("container_networks[0] (\"a\"): \"aci\": unknown URI scheme \"ftp\""),
@@ -143,6 +123,6 @@ mod tests {
         let err = error_of(json!([{"name": "../x", "aci": "file:///a"}]));
         assert!(err.contains("\"name\" may hold only"), "{err}");
         let err = error_of(json!(["x"]));
-        assert_eq!(err, "container_networks[0]: must be a JSON object");
+        assert_eq!(err, "container_networks[0]: an entry must be a JSON object");
     }
 }

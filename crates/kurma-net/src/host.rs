@@ -115,11 +115,11 @@ impl Host {
 impl NetworkEntry {
     /// The `aci` URI as configured.
     pub fn image_uri(&self) -> &str {
-        self.raw.get("aci").and_then(Value::as_str).unwrap_or_default()
+        &self.entry.aci
     }
 
     /// What the netplugin gets on stdin: the network's entry as configured.
     pub fn stdin(&self) -> Vec<u8> {
-        serde_json::to_vec(&self.raw).expect("a JSON object serializes")
+        self.entry.to_bytes()
     }
 }

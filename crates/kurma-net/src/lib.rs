@@ -3,7 +3,8 @@
 //! Network plugins are container images with three executables, `/opt/network/setup`,
 //! `/opt/network/add` and `/opt/network/del` (see the Kurma network specification). This
 //! crate loads a Kurma configuration's `container_networks` ([`config`]), fetches and
-//! unpacks each network's image ([`source`], [`registry`], [`image`]), keeps one plugin
+//! unpacks each network's image ([`source`], [`registry`], and
+//! [`kurma_netplugin::image`], the same reader the image side's tests use), keeps one plugin
 //! container per network in an OCI runtime ([`runtime`]) and runs `setup` in it
 //! ([`Host::start_plugins`]), attaches containers to networks with `add` and detaches them
 //! with `del` ([`Host::attach`], [`Host::detach`]), and keeps its state on disk so that a
@@ -13,7 +14,6 @@ pub mod attach;
 pub mod config;
 pub mod error;
 pub mod host;
-pub mod image;
 pub mod plugins;
 pub mod registry;
 pub mod runtime;

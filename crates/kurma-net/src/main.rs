@@ -11,6 +11,7 @@
 //!   status                        plugins and attached containers, as JSON
 //! ```
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -24,7 +25,8 @@ fn main() -> ExitCode {
     match run(std::env::args().skip(1).collect()) {
         Ok(output) => {
             if !output.is_empty() {
-                println!("{output}");
+                // A closed pipe (`kurma-net status | head`) is not an error of ours.
+                let _ = writeln!(std::io::stdout(), "{output}");
             }
             ExitCode::SUCCESS
         }

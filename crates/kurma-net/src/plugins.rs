@@ -6,11 +6,11 @@ use std::path::Path;
 use crate::config::NetworkEntry;
 use crate::error::{Error, Result};
 use crate::host::Host;
-use crate::image::{unpack_archive, unpack_blobs};
 use crate::registry;
 use crate::runtime::{bundle_config, NETNS_DIR};
 use crate::source::{download, http_agent, ImageSource};
 use crate::state::PluginRecord;
+use kurma_netplugin::image::{self, oci};
 
 /// What [`Host::start_plugins`] did for one network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,9 +141,10 @@ impl Host {
                 unpack_file(&file, &download_dir, &rootfs).map_err(fail)?;
             }
             ImageSource::Docker(reference) => {
-                let blobs = download_dir.join("blobs");
-                let manifest = registry::pull(&http_agent(), reference, &blobs).map_err(fail)?;
-                unpack_blobs(&blobs, &manifest, &rootfs).map_err(fail)?;
+                let layout = download_dir.join("layout");
+                registry::pull(&http_agent(), reference, &layout).map_err(fail)?;
+                let image = oci::read_layout(&layout, None).map_err(|e| fail(e.to_string()))?;
+                oci::unpack_rootfs(&image, &rootfs).map_err(|e| fail(e.to_string()))?;
             }
         }
         let _ = std::fs::remove_dir_all(&download_dir);
@@ -212,5 +213,5 @@ fn unpack_file(path: &Path, scratch_parent: &Path, rootfs: &Path) -> Result<(), 
     if !path.is_file() {
         return Err(format!("{}: no such image file", path.display()));
     }
-    unpack_archive(path, &scratch_parent.join("archive"), rootfs).map(drop)
+    image::unpack_file(path, &scratch_parent.join("archive"), rootfs).map(drop).map_err(|e| e.to_string())
 }

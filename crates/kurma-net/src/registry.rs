@@ -1,14 +1,14 @@
-//! A small Docker registry (v2 API) client: fetches an image's manifest and blobs by
-//! digest into a blob directory laid out like an OCI image layout's (`sha256/<hex>`), for
-//! [`crate::image::unpack_blobs`]. Anonymous bearer tokens (Docker Hub) are handled.
+//! A small Docker registry (v2 API) client: pulls an image's manifest and blobs by digest
+//! into an OCI image layout directory, which [`kurma_netplugin::image::oci`] then reads
+//! and unpacks like any other layout (the same digest checks). Anonymous bearer tokens
+//! (Docker Hub) are handled.
 
 use std::cell::RefCell;
 use std::path::Path;
 
-use serde_json::Value;
-use sha2::{Digest, Sha256};
+use kurma_netplugin::image::oci::{self, Descriptor, Digest};
+use serde_json::{json, Value};
 
-use crate::image::{blob_path, choose_manifest, verify_digest};
 use crate::source::DockerRef;
 
 /// The manifest types accepted, most specific first.
@@ -20,32 +20,39 @@ const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, \
 struct Registry<'a> {
     agent: &'a ureq::Agent,
     image: &'a DockerRef,
+    layout: &'a Path,
     token: RefCell<Option<String>>,
 }
 
-/// Pulls `image` into `blobs` and returns its (verified) image manifest.
-pub fn pull(agent: &ureq::Agent, image: &DockerRef, blobs: &Path) -> Result<Value, String> {
-    std::fs::create_dir_all(blobs.join("sha256")).map_err(|err| format!("{}: {err}", blobs.display()))?;
-    let registry = Registry { agent, image, token: RefCell::new(None) };
-    let top = registry.manifest(&image.reference)?;
-    let manifest = choose_manifest(&top, &|digest| registry.manifest(digest))?;
-    let mut digests: Vec<&str> = Vec::new();
-    if let Some(config) = manifest.get("config").and_then(|c| c.get("digest")).and_then(Value::as_str) {
-        digests.push(config);
+/// Pulls `image` into the OCI layout directory `layout` (`oci-layout`, `index.json`
+/// naming the pulled manifest or index, `blobs/sha256/...`); every blob is checked
+/// against its digest as it arrives, and again when the layout is read.
+pub fn pull(agent: &ureq::Agent, image: &DockerRef, layout: &Path) -> Result<(), String> {
+    let blobs = layout.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).map_err(|err| format!("{}: {err}", blobs.display()))?;
+    let registry = Registry { agent, image, layout, token: RefCell::new(None) };
+    let (top, mut doc) = registry.manifest(&image.reference)?;
+    let index = json!({"schemaVersion": 2, "manifests": [top.to_json()]});
+    write(&layout.join("index.json"), index.to_string().as_bytes())?;
+    write(&layout.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)?;
+    // An index (multi-platform image) is followed to our platform, as the layout reader
+    // will follow it.
+    for _ in 0..3 {
+        let Some(manifests) = doc.get("manifests").and_then(Value::as_array) else { break };
+        let chosen = Descriptor::from_json(oci::choose_manifest(manifests, None).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+        doc = registry.manifest(&chosen.digest.to_string())?.1;
     }
-    for layer in manifest.get("layers").and_then(Value::as_array).into_iter().flatten() {
-        digests.push(layer.get("digest").and_then(Value::as_str).ok_or("a layer has no \"digest\"")?);
+    let config = doc.get("config").ok_or("the image manifest has no \"config\"")?;
+    let layers = doc.get("layers").and_then(Value::as_array).ok_or("the image manifest has no \"layers\"")?;
+    for blob in std::iter::once(config).chain(layers) {
+        registry.blob(&Descriptor::from_json(blob).map_err(|e| e.to_string())?)?;
     }
-    for digest in digests {
-        let path = blob_path(blobs, digest)?;
-        let url = format!("{}/v2/{}/blobs/{digest}", image.base_url(), image.repository);
-        let response =
-            registry.with_auth(|token| authorized(agent.get(&url), token).call().map_err(Box::new))?;
-        let mut file = std::fs::File::create(&path).map_err(|err| format!("{}: {err}", path.display()))?;
-        std::io::copy(&mut response.into_reader(), &mut file).map_err(|err| format!("GET {url}: {err}"))?;
-        verify_digest(&path, digest)?;
-    }
-    Ok(manifest)
+    Ok(())
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    std::fs::write(path, bytes).map_err(|err| format!("{}: {err}", path.display()))
 }
 
 fn authorized(request: ureq::Request, token: Option<&str>) -> ureq::Request {
@@ -56,28 +63,46 @@ fn authorized(request: ureq::Request, token: Option<&str>) -> ureq::Request {
 }
 
 impl Registry<'_> {
-    /// The manifest (or index) for a tag or digest; a digest reference is checked against
-    /// the body, a tag against the registry's `Docker-Content-Digest` when it sends one.
-    fn manifest(&self, reference: &str) -> Result<Value, String> {
+    /// The manifest (or index) for a tag or digest, stored as a blob of the layout, with
+    /// its descriptor. A digest reference is checked against the body, a tag against the
+    /// registry's `Docker-Content-Digest` when it sends one.
+    fn manifest(&self, reference: &str) -> Result<(Descriptor, Value), String> {
         let url = format!("{}/v2/{}/manifests/{reference}", self.image.base_url(), self.image.repository);
         let response = self.with_auth(|token| {
             authorized(self.agent.get(&url).set("Accept", MANIFEST_ACCEPT), token).call().map_err(Box::new)
         })?;
         let header_digest = response.header("Docker-Content-Digest").map(str::to_string);
+        let content_type = response.content_type().to_string();
         let mut body = Vec::new();
         std::io::Read::read_to_end(&mut response.into_reader(), &mut body)
             .map_err(|err| format!("GET {url}: {err}"))?;
-        let actual = format!("sha256:{:x}", Sha256::digest(&body));
+        let value: Value =
+            serde_json::from_slice(&body).map_err(|err| format!("manifest {reference}: not JSON: {err}"))?;
+        let media_type = value.get("mediaType").and_then(Value::as_str).unwrap_or(&content_type);
+        let descriptor = Descriptor::of(media_type, &body);
         let expected =
-            if reference.starts_with("sha256:") { Some(reference.to_string()) } else { header_digest };
-        if let Some(expected) = expected {
-            if expected.starts_with("sha256:") && expected != actual {
-                return Err(format!(
-                    "manifest {reference}: digest mismatch, expected {expected}, content hashes to {actual}"
-                ));
-            }
+            if reference.starts_with("sha256:") { Some(reference) } else { header_digest.as_deref() };
+        if let Some(expected) = expected.filter(|e| e.starts_with("sha256:")) {
+            let expected = Descriptor {
+                digest: Digest::parse(expected).map_err(|e| format!("manifest {reference}: {e}"))?,
+                ..descriptor.clone()
+            };
+            oci::verify_bytes(&body, &expected).map_err(|e| format!("manifest {reference}: {e}"))?;
         }
-        serde_json::from_slice(&body).map_err(|err| format!("manifest {reference}: not JSON: {err}"))
+        write(&self.layout.join(descriptor.digest.blob_path()), &body)?;
+        Ok((descriptor, value))
+    }
+
+    /// Downloads a blob into the layout and checks it against its descriptor.
+    fn blob(&self, descriptor: &Descriptor) -> Result<(), String> {
+        let path = self.layout.join(descriptor.digest.blob_path());
+        let url =
+            format!("{}/v2/{}/blobs/{}", self.image.base_url(), self.image.repository, descriptor.digest);
+        let response =
+            self.with_auth(|token| authorized(self.agent.get(&url), token).call().map_err(Box::new))?;
+        let mut file = std::fs::File::create(&path).map_err(|err| format!("{}: {err}", path.display()))?;
+        std::io::copy(&mut response.into_reader(), &mut file).map_err(|err| format!("GET {url}: {err}"))?;
+        oci::verify_blob(&path, descriptor).map_err(|e| e.to_string())
     }
 
     /// Runs `call`; on a 401 with a bearer challenge, fetches an anonymous token and

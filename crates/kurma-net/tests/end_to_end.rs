@@ -25,8 +25,8 @@ fn attach_lo_and_mynet(bed: &Bed, config: &serde_json::Value, subnet_base: &str,
     for network in ["lo", "mynet"] {
         assert_eq!(host.plugin_status(network).as_deref(), Some("created"), "{network}'s plugin container");
     }
-    // setup made the bridge with the gateway, in the namespace the plugins see as the host's.
-    assert_eq!(addresses_of(&bed.host_ns, bridge), [format!("{subnet_base}.1/24")]);
+    // setup checked the configuration; the bridge comes with the first add.
+    assert!(!links_of(&bed.host_ns).iter().any(|l| l == bridge), "{:?}", links_of(&bed.host_ns));
 
     let container = TestNetns::with_prefix(PREFIX).unwrap();
     let uuid = "146d7cef-fbf6-41da-a2f8-eba218597f9c";
@@ -41,6 +41,11 @@ fn attach_lo_and_mynet(bed: &Bed, config: &serde_json::Value, subnet_base: &str,
     assert_eq!(addresses_of(&container, "eth0"), std::slice::from_ref(&ip));
     assert_eq!(host.attached(uuid).unwrap().as_ref(), Some(&record));
     assert_eq!(reservations(&host, "mynet").len(), 1);
+    // The bridge with the gateway and the masquerade rule, in the namespace the plugins
+    // see as the host's.
+    assert_eq!(addresses_of(&bed.host_ns, bridge), [format!("{subnet_base}.1/24")]);
+    let subnet = format!("{subnet_base}.0/24");
+    assert!(nft_mentions(bed, &subnet), "no masquerade rule for {subnet}: {}", nft_ruleset(bed));
 
     let gateway: SocketAddr = format!("{subnet_base}.1:0").parse().unwrap();
     let server = tcp_echo_server(bed.host_ns.netns(), gateway).unwrap();
@@ -52,12 +57,30 @@ fn attach_lo_and_mynet(bed: &Bed, config: &serde_json::Value, subnet_base: &str,
     assert_eq!(bed.host_links().len(), host_links_attached - 1, "detach removes the host end");
     assert!(reservations(&host, "mynet").is_empty(), "detach releases the address");
     assert!(host.attached(uuid).unwrap().is_none());
+    assert!(!nft_mentions(bed, &ip), "a rule for {ip} is left: {}", nft_ruleset(bed));
+    assert!(!nft_mentions(bed, &subnet), "a rule for {subnet} is left: {}", nft_ruleset(bed));
     host.detach(uuid).unwrap(); // idempotent
 
     host.stop_plugins().unwrap();
     for network in ["lo", "mynet"] {
         assert_eq!(host.plugin_status(network), None);
     }
+}
+
+/// The host namespace's nftables ruleset, as the kernel reports it.
+fn nft_ruleset(bed: &Bed) -> String {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", bed.host_ns.name(), "nft", "-j", "list", "ruleset"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "nft: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Whether any rule of the host namespace names `cidr`'s address (as nft prints it).
+fn nft_mentions(bed: &Bed, cidr: &str) -> bool {
+    let address = cidr.split('/').next().unwrap();
+    nft_ruleset(bed).contains(&format!("\"{address}\""))
 }
 
 #[test]

@@ -50,7 +50,7 @@ fn setup_past_the_limit_tears_the_plugin_down() {
     let images = ImageFiles::build(&bed.tmp.path().join("images"));
     let uri = images.file_uri("shell.aci");
     let config = json!({ "container_networks": [
-        { "name": "lo", "aci": images.file_uri("lo.aci") },
+        { "name": "lo", "aci": images.file_uri("lo-net.aci") },
         with_daemon(with_mode(mynet_entry("slow", &uri, "kh-br-s", "10.209.20"), "sleep-setup", "611"), "613"),
     ]});
     let host = bed.host(&config);

@@ -116,17 +116,16 @@ impl Target {
     }
 }
 
-/// `add`: runs ADD of the network's plugin and converts the result. A failure is rolled
-/// back with a DEL (idempotent), so nothing of a failed attachment stays.
+/// `add`: runs ADD of the network's plugin and converts the result. A refused (or timed
+/// out) ADD is undone by libcni itself (DEL to the plugin); a result that cannot be
+/// converted is rolled back here with a DEL (idempotent), so nothing of a failed
+/// attachment stays either way.
 pub fn add(network: &Network, target: &Target) -> Result<KurmaResult, CniError> {
     let started = Instant::now();
     let rt = target.runtime_conf(network, &target.netns)?;
-    let added =
-        network.cni.add_network(&network.conf, &rt).map_err(|e| network.error(e)).and_then(|result| {
-            KurmaResult::from_cni_json(&result.json, result.version, Some(&rt.ifname))
-                .map_err(|e| in_network(network.name(), e.to_cni_error()))
-        });
-    added.map_err(|mut err| {
+    let result = network.cni.add_network(&network.conf, &rt).map_err(|e| network.error(e))?;
+    KurmaResult::from_cni_json(&result.json, result.version, Some(&rt.ifname)).map_err(|e| {
+        let mut err = in_network(network.name(), e.to_cni_error());
         // The rollback gets what is left of the executable's minute (less a margin to
         // print the error), however long the ADD took.
         let left = ROLLBACK_DEADLINE.saturating_sub(started.elapsed()).max(Duration::from_secs(1));

@@ -1,16 +1,22 @@
-//! Test netplugin images: busybox plus three scripts, packed as an ACI and as an OCI
-//! image archive (one uncompressed layer), with the same blobs a registry push uses.
+//! Test netplugin images, written with the image side's own writers
+//! (`kurma_netplugin::image`): the shell netplugins (busybox plus three scripts) for the
+//! failure cases, and the real `cni-netplugin` / `lo-netplugin` built from the workspace's
+//! debug binaries (with the host's shared libraries, see `build::Inputs::host_libraries`).
 
-use std::fs;
-use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
-use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
+use cni_testkit::binaries::workspace_binary;
+use kurma_netplugin::image::build::{self, Inputs};
+use kurma_netplugin::image::oci::{self, ImageSpec};
+use kurma_netplugin::image::{aci, tree::Tree};
 
 pub const BUSYBOX: &str = "/bin/busybox";
 const APPLETS: &[&str] =
     &["sh", "ip", "nsenter", "cat", "sed", "sleep", "mkdir", "rm", "md5sum", "cut", "echo"];
+
+/// Test images are large (debug binaries) and thrown away: compress them fast.
+const TEST_GZIP_LEVEL: u32 = 1;
 
 /// The three executables of a netplugin.
 pub struct Scripts {
@@ -19,95 +25,72 @@ pub struct Scripts {
     pub del: String,
 }
 
-/// An image's parts, ready to be packed in each format.
-pub struct TestImage {
-    /// The uncompressed layer tar (the root filesystem).
-    pub layer: Vec<u8>,
-    /// The OCI image config JSON.
-    pub config: Vec<u8>,
-    /// The OCI image manifest JSON.
-    pub manifest: Vec<u8>,
-    rootfs: PathBuf,
+/// The root filesystem of a shell netplugin.
+pub fn shell_rootfs(scripts: &Scripts) -> Tree {
+    assert!(Path::new(BUSYBOX).is_file(), "{BUSYBOX} is missing: install Debian's busybox-static");
+    let mut tree = Tree::new();
+    for dir in ["proc", "dev", "sys", "tmp", "run/netns", "var/lib"] {
+        tree.dir(dir, 0o755);
+    }
+    tree.file("bin/busybox", 0o755, std::fs::read(BUSYBOX).unwrap());
+    for applet in APPLETS {
+        tree.symlink(&format!("bin/{applet}"), "busybox");
+    }
+    for (name, text) in [("setup", &scripts.setup), ("add", &scripts.add), ("del", &scripts.del)] {
+        tree.file(&format!("opt/network/{name}"), 0o755, text.as_bytes());
+    }
+    tree
 }
 
-pub fn sha256(bytes: &[u8]) -> String {
-    format!("sha256:{:x}", Sha256::digest(bytes))
+/// Writes `rootfs` as `<stem>.aci` and `<stem>.oci.tar` in `dir`.
+pub fn write_both(dir: &Path, stem: &str, name: &str, rootfs: &Tree) -> oci::Blobs {
+    let manifest = aci::manifest(name, &[("os", "linux"), ("arch", "amd64")], &["/opt/network/setup"]);
+    let mut file = std::fs::File::create(dir.join(format!("{stem}.aci"))).unwrap();
+    aci::write(&manifest, rootfs, 0, &mut file).unwrap();
+    let spec = ImageSpec {
+        tag: "latest",
+        entrypoint: &["/opt/network/setup"],
+        labels: &[],
+        gzip_level: TEST_GZIP_LEVEL,
+    };
+    let file = std::fs::File::create(dir.join(format!("{stem}.oci.tar"))).unwrap();
+    oci::write_archive(&spec, rootfs, 0, std::io::BufWriter::new(file)).unwrap()
 }
 
-impl TestImage {
-    /// Builds the root filesystem under `dir`.
-    pub fn build(dir: &Path, scripts: &Scripts) -> TestImage {
-        assert!(Path::new(BUSYBOX).is_file(), "{BUSYBOX} is missing: install Debian's busybox-static");
-        let rootfs = dir.join("rootfs");
-        for sub in ["bin", "opt/network", "proc", "dev", "sys", "tmp", "run/netns", "var/lib"] {
-            fs::create_dir_all(rootfs.join(sub)).unwrap();
-        }
-        fs::copy(BUSYBOX, rootfs.join("bin/busybox")).unwrap();
-        for applet in APPLETS {
-            symlink("busybox", rootfs.join("bin").join(applet)).unwrap();
-        }
-        for (name, text) in [("setup", &scripts.setup), ("add", &scripts.add), ("del", &scripts.del)] {
-            let path = rootfs.join("opt/network").join(name);
-            fs::write(&path, text).unwrap();
-            fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
-        }
-        let layer = tar_of(&rootfs, "");
-        let config = serde_json::to_vec(&json!({
-            "architecture": kurma_net::image::host_architecture(), "os": "linux",
-            "config": { "Env": ["PATH=/bin"] },
-            "rootfs": { "type": "layers", "diff_ids": [sha256(&layer)] },
-        }))
-        .unwrap();
-        let manifest = serde_json::to_vec(&json!({
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "config": { "mediaType": "application/vnd.oci.image.config.v1+json",
-                        "digest": sha256(&config), "size": config.len() },
-            "layers": [{ "mediaType": "application/vnd.oci.image.layer.v1.tar",
-                         "digest": sha256(&layer), "size": layer.len() }],
-        }))
-        .unwrap();
-        TestImage { layer, config, manifest, rootfs }
-    }
-
-    /// Writes the ACI (`manifest` + `rootfs/`) to `path`.
-    pub fn write_aci(&self, path: &Path, name: &str) {
-        let stage = path.with_extension("aci-stage");
-        fs::create_dir_all(&stage).unwrap();
-        let manifest = json!({ "acKind": "ImageManifest", "acVersion": "0.8.11", "name": name });
-        fs::write(stage.join("manifest"), manifest.to_string()).unwrap();
-        let mut builder = tar::Builder::new(Vec::new());
-        builder.follow_symlinks(false);
-        builder.append_path_with_name(stage.join("manifest"), "manifest").unwrap();
-        builder.append_dir_all("rootfs", &self.rootfs).unwrap();
-        fs::write(path, builder.into_inner().unwrap()).unwrap();
-    }
-
-    /// Writes the OCI image archive (a tar of an image layout) to `path`.
-    pub fn write_oci(&self, path: &Path) {
-        let layout = path.with_extension("oci-stage");
-        let blobs = layout.join("blobs/sha256");
-        fs::create_dir_all(&blobs).unwrap();
-        for blob in [&self.layer, &self.config, &self.manifest] {
-            fs::write(blobs.join(&sha256(blob)["sha256:".len()..]), blob).unwrap();
-        }
-        fs::write(layout.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
-        let index = json!({ "schemaVersion": 2, "manifests": [{
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": sha256(&self.manifest), "size": self.manifest.len(),
-        }]});
-        fs::write(layout.join("index.json"), index.to_string()).unwrap();
-        fs::write(path, tar_of(&layout, "")).unwrap();
-    }
-
-    pub fn manifest_json(&self) -> Value {
-        serde_json::from_slice(&self.manifest).unwrap()
-    }
+/// Builds the repository's `cni-netplugin` and `lo-netplugin` (both formats) into `out`
+/// with the library's own image builder, from the workspace's debug `cni-plugins` and
+/// `kurma-netplugin` plus the shared libraries and loader they need. No release build.
+pub fn build_real_netplugins(out: &Path) {
+    let plugins = workspace_binary("cni-plugins", "cni-plugins");
+    let netplugin = workspace_binary("kurma-netplugin", "kurma-netplugin");
+    let listed = Command::new(&plugins).arg("--list").output().expect("cni-plugins --list");
+    let names: Vec<String> = String::from_utf8_lossy(&listed.stdout).lines().map(str::to_string).collect();
+    assert!(names.iter().any(|n| n == "bridge") && names.iter().any(|n| n == "host-local"), "{names:?}");
+    let libraries: Vec<PathBuf> = build::host_libraries(&[&plugins, &netplugin]).unwrap();
+    assert!(
+        libraries.iter().any(|l| l.to_string_lossy().contains("ld-linux")),
+        "ldd found no dynamic loader for the debug binaries: {libraries:?}"
+    );
+    let (cni_plugins, netplugin) = (without_debug_info(&plugins), without_debug_info(&netplugin));
+    let inputs = Inputs {
+        cni_plugins: &cni_plugins,
+        netplugin: &netplugin,
+        plugin_names: &names,
+        version: "0.0.0-test",
+        mtime: 0,
+        gzip_level: TEST_GZIP_LEVEL,
+        host_libraries: &libraries,
+    };
+    build::write_all(&inputs, out).unwrap();
 }
 
-fn tar_of(dir: &Path, prefix: &str) -> Vec<u8> {
-    let mut builder = tar::Builder::new(Vec::new());
-    builder.follow_symlinks(false);
-    builder.append_dir_all(prefix, dir).unwrap();
-    builder.into_inner().unwrap()
+/// A binary's bytes without its debug information (`objcopy --strip-debug`, binutils comes
+/// with the toolchain's linker): a quarter of the size, so the test images build, unpack
+/// and push in seconds. The code is the same.
+fn without_debug_info(binary: &Path) -> Vec<u8> {
+    let out = tempfile::Builder::new().prefix("kh-strip-").tempdir().unwrap();
+    let stripped = out.path().join("binary");
+    let status = Command::new("objcopy").arg("--strip-debug").arg(binary).arg(&stripped).status().unwrap();
+    assert!(status.success(), "objcopy --strip-debug {} failed", binary.display());
+    std::fs::read(stripped).unwrap()
 }

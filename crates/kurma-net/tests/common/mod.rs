@@ -15,77 +15,84 @@ use cni_testkit::ns::TestNetns;
 use kurma_net::{Host, HostOptions, NetworkConfig};
 use serde_json::{json, Value};
 
-use images::{Scripts, TestImage};
+use images::Scripts;
 
 /// Prefix of every namespace, link, temp dir and container these tests make.
 pub const PREFIX: &str = "kh";
 
-/// Which image serves `mynet`. The shell netplugin (tests/common/scripts.rs) does real
-/// bridge + address work; once the repository's `cni-netplugin` image is available, this
-/// is the one line to switch (see [`MynetImage::CniNetplugin`]).
-pub const MYNET_IMAGE: MynetImage = MynetImage::Shell;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MynetImage {
-    Shell,
-    /// `tools/build-netplugin-images OUTDIR` → OUTDIR/{cni,lo}-netplugin.{aci,oci.tar}.
-    CniNetplugin,
-}
-
-/// Image files of the test netplugins, in both formats.
+/// Image files of the test netplugins, in both formats: `lo-net.*` and `mynet.*` are the
+/// repository's real `lo-netplugin` and `cni-netplugin`; `shell.*` is the
+/// shell netplugin (tests/common/scripts.rs) for the failure cases a real plugin cannot
+/// be made to show (sleeping past the limit, exit 3 with stderr, a probe counting setups).
 pub struct ImageFiles {
     pub dir: PathBuf,
-    pub lo: TestImage,
-    pub shell: TestImage,
+    /// The hex digest of the shell image's OCI layer.
+    pub shell_layer: String,
 }
 
 impl ImageFiles {
-    /// Builds `lo.aci`, `lo.oci.tar`, `mynet.aci`, `mynet.oci.tar` in `dir`.
+    /// Writes the shell images into `dir` and links the real ones (built once, see
+    /// [`real_netplugins`]) next to them.
     pub fn build(dir: &Path) -> ImageFiles {
         std::fs::create_dir_all(dir).unwrap();
-        let lo = TestImage::build(
-            &dir.join("lo-src"),
-            &Scripts {
-                setup: scripts::LO_SETUP.into(),
-                add: scripts::LO_ADD.into(),
-                del: scripts::LO_DEL.into(),
-            },
-        );
-        let shell = TestImage::build(
-            &dir.join("shell-src"),
-            &Scripts { setup: scripts::shell_setup(), add: scripts::shell_add(), del: scripts::shell_del() },
-        );
-        lo.write_aci(&dir.join("lo.aci"), "kh/lo-netplugin");
-        lo.write_oci(&dir.join("lo.oci.tar"));
-        shell.write_aci(&dir.join("shell.aci"), "kh/shell-netplugin");
-        shell.write_oci(&dir.join("shell.oci.tar"));
-        match MYNET_IMAGE {
-            MynetImage::Shell => {
-                for ext in ["aci", "oci.tar"] {
-                    std::fs::copy(dir.join(format!("lo.{ext}")), dir.join(format!("lo-net.{ext}"))).unwrap();
-                    std::fs::copy(dir.join(format!("shell.{ext}")), dir.join(format!("mynet.{ext}")))
-                        .unwrap();
-                }
-            }
-            MynetImage::CniNetplugin => {
-                let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/build-netplugin-images");
-                let out = dir.join("built");
-                let status = std::process::Command::new(tool).arg(&out).status().unwrap();
-                assert!(status.success(), "tools/build-netplugin-images failed");
-                for ext in ["aci", "oci.tar"] {
-                    std::fs::copy(out.join(format!("lo-netplugin.{ext}")), dir.join(format!("lo-net.{ext}")))
-                        .unwrap();
-                    std::fs::copy(out.join(format!("cni-netplugin.{ext}")), dir.join(format!("mynet.{ext}")))
-                        .unwrap();
-                }
-            }
+        let shell =
+            Scripts { setup: scripts::shell_setup(), add: scripts::shell_add(), del: scripts::shell_del() };
+        let blobs = images::write_both(dir, "shell", "kh/shell-netplugin", &images::shell_rootfs(&shell));
+        let real = real_netplugins();
+        for ext in ["aci", "oci.tar"] {
+            std::os::unix::fs::symlink(
+                real.join(format!("lo-netplugin.{ext}")),
+                dir.join(format!("lo-net.{ext}")),
+            )
+            .unwrap();
+            std::os::unix::fs::symlink(
+                real.join(format!("cni-netplugin.{ext}")),
+                dir.join(format!("mynet.{ext}")),
+            )
+            .unwrap();
         }
-        ImageFiles { dir: dir.to_path_buf(), lo, shell }
+        ImageFiles { dir: dir.to_path_buf(), shell_layer: blobs.layer.0.digest.hex().to_string() }
     }
 
     pub fn file_uri(&self, name: &str) -> String {
         format!("file://{}", self.dir.join(name).display())
     }
+}
+
+/// The real netplugin images, built once per set of binaries into the target's test
+/// directory (keyed by the binaries' size and mtime) and shared, read-only, by every test
+/// of every binary: building them is the slow part (two images of ~100 MB debug binaries).
+pub fn real_netplugins() -> PathBuf {
+    let plugins = cni_testkit::binaries::workspace_binary("cni-plugins", "cni-plugins");
+    let netplugin = cni_testkit::binaries::workspace_binary("kurma-netplugin", "kurma-netplugin");
+    let mut key = String::new();
+    for binary in [&plugins, &netplugin] {
+        let meta = std::fs::metadata(binary).unwrap();
+        let mtime = meta.modified().unwrap().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        key.push_str(&format!("{}-{mtime}-", meta.len()));
+    }
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kh-netplugin-images");
+    let dir = cache.join(key.trim_end_matches('-'));
+    if dir.join("SHA256SUMS").is_file() {
+        return dir;
+    }
+    std::fs::create_dir_all(&cache).unwrap();
+    // One builder at a time (test processes run in parallel); the others wait and reuse.
+    let lock = std::fs::File::create(cache.join("lock")).unwrap();
+    lock.lock().unwrap();
+    if !dir.join("SHA256SUMS").is_file() {
+        // Built aside and renamed into place: a killed build leaves no half image.
+        let partial = tempfile::Builder::new().prefix("kh-partial-").tempdir_in(&cache).unwrap();
+        images::build_real_netplugins(partial.path());
+        std::fs::rename(partial.path(), &dir).unwrap();
+        // Images of binaries since rebuilt are never used again.
+        for stale in std::fs::read_dir(&cache).unwrap().flatten().filter(|e| e.path().is_dir()) {
+            if stale.path() != dir {
+                let _ = std::fs::remove_dir_all(stale.path());
+            }
+        }
+    }
+    dir
 }
 
 /// The seed's `lo` + `mynet` configuration, with test-owned names and a /24 subnet.
@@ -99,7 +106,7 @@ pub fn lo_and_mynet(lo_uri: &str, mynet_uri: &str, bridge: &str, subnet_base: &s
 pub fn mynet_entry(name: &str, uri: &str, bridge: &str, subnet_base: &str) -> Value {
     json!({
         "name": name, "aci": uri, "containerInterface": "eth{n}",
-        "type": "bridge", "bridge": bridge, "isGateway": true,
+        "type": "bridge", "bridge": bridge, "isGateway": true, "ipMasq": true,
         "ipam": { "type": "host-local", "subnet": format!("{subnet_base}.0/24"), "routes": [{ "dst": "0.0.0.0/0" }] },
     })
 }
@@ -131,9 +138,13 @@ impl Bed {
         self
     }
 
-    /// Interface names in the host namespace.
+    /// Interfaces in the host namespace other than bridges: the host ends of attachments.
+    /// (A bridge is made by the first add and stays, as the bridge plugin leaves it.)
     pub fn host_links(&self) -> Vec<String> {
-        links_of(&self.host_ns)
+        let bridges = self.host_ns.ip_json(&["link", "show", "type", "bridge"]);
+        let bridges: Vec<&str> =
+            bridges.as_array().unwrap().iter().map(|l| l["ifname"].as_str().unwrap()).collect();
+        links_of(&self.host_ns).into_iter().filter(|l| !bridges.contains(&l.as_str())).collect()
     }
 }
 
@@ -169,13 +180,13 @@ pub fn addresses_of(ns: &TestNetns, ifname: &str) -> Vec<String> {
 }
 
 /// Address reservations the mynet plugin holds, read from its container's filesystem.
+/// (host-local's store in the real image, the shell netplugin's in a shell one).
 pub fn reservations(host: &Host, network: &str) -> Vec<String> {
-    let dir = match MYNET_IMAGE {
-        MynetImage::Shell => host.plugin_rootfs(network).join("var/lib/kh-ipam"),
-        MynetImage::CniNetplugin => host.plugin_rootfs(network).join("var/lib/cni/networks").join(network),
-    };
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .into_iter()
+    let rootfs = host.plugin_rootfs(network);
+    let dirs = [rootfs.join("var/lib/cni/networks").join(network), rootfs.join("var/lib/kh-ipam")];
+    let mut names: Vec<String> = dirs
+        .iter()
+        .flat_map(std::fs::read_dir)
         .flatten()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())

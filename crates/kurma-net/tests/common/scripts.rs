@@ -1,6 +1,6 @@
 //! The test netplugins: busybox shell scripts for `/opt/network/{setup,add,del}`.
 //!
-//! `lo`: brings the container's loopback up (add) and down (del).
+//! (`lo` and `mynet` run on the real netplugin images; this one serves the failure cases.)
 //! `shell`: a real bridge network. `setup` creates the bridge named by the entry's
 //! `bridge` key with the gateway (`.1` of `ipam.subnet`, a /24) and counts its runs in
 //! `/var/lib/kh/setups`; `add` reserves an address with an atomic `mkdir` (keyed by the
@@ -9,19 +9,6 @@
 //! result; `del` releases the reservation and the link (idempotent). The entry's
 //! `khMode` makes it misbehave (`daemon-setup` leaves a background `sleep khDaemonSleep`): `sleep-setup`, `sleep-add` (sleep past any limit: `khSleep` seconds, 600 by default) or
 //! `fail-add` (exit 3 with text on stderr), `fail-del` (exit 4).
-
-pub const LO_SETUP: &str = "#!/bin/sh\ncat >/dev/null\nexit 0\n";
-pub const LO_ADD: &str = r#"#!/bin/sh
-cat >/dev/null
-nsenter --net="$1" ip link set lo up || exit 1
-echo '{"ip4":{"ip":"127.0.0.1/8"}}'
-"#;
-pub const LO_DEL: &str = r#"#!/bin/sh
-cat >/dev/null
-[ -e "$1" ] || exit 0
-nsenter --net="$1" ip link set lo down 2>/dev/null
-exit 0
-"#;
 
 /// Reads the entry from stdin into `cfg` and its keys into shell variables.
 const PARSE_CONFIG: &str = r#"cfg=$(cat)

@@ -11,8 +11,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::images::sha256;
-
 /// Serves the files of a directory at `http://127.0.0.1:PORT/NAME`; stops when dropped.
 pub struct FileServer {
     pub port: u16,
@@ -151,7 +149,7 @@ impl Registry {
             .into_reader()
             .read_to_end(&mut served)
             .unwrap();
-        assert_eq!(sha256(&served), *layer);
+        assert_eq!(kurma_netplugin::image::oci::Digest::of(&served).to_string(), *layer);
     }
 }
 

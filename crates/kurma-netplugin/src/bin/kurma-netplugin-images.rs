@@ -62,6 +62,8 @@ fn run() -> Result<(), String> {
         plugin_names: &names,
         version: env!("CARGO_PKG_VERSION"),
         mtime,
+        gzip_level: kurma_netplugin::image::oci::GZIP_BEST,
+        host_libraries: &[],
     };
     let written = write_all(&inputs, &out).map_err(|e| format!("writing into {}: {e}", out.display()))?;
     for file in written {

@@ -34,6 +34,33 @@ pub struct Inputs<'a> {
     pub version: &'a str,
     /// The mtime of every file.
     pub mtime: u64,
+    /// The OCI layer's gzip level ([`super::oci::GZIP_BEST`] for shipped images).
+    pub gzip_level: u32,
+    /// Test-only: host files copied into the rootfs under their own paths, so that
+    /// dynamically linked (debug) binaries run in the image: the shared libraries they
+    /// need and the dynamic loader ([`host_libraries`] lists them). Shipped images leave
+    /// this empty: their binaries are static and the base is empty.
+    pub host_libraries: &'a [PathBuf],
+}
+
+/// Test-only (see [`Inputs::host_libraries`]): the shared libraries and the dynamic
+/// loader `binaries` need, as `ldd` resolves them on this host; empty for static ones.
+pub fn host_libraries(binaries: &[&Path]) -> std::io::Result<Vec<PathBuf>> {
+    let mut found = std::collections::BTreeSet::new();
+    for binary in binaries {
+        let out = std::process::Command::new("ldd").arg(binary).output()?;
+        // `ldd` exits 1 for a static binary ("not a dynamic executable").
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or
+            // "/lib64/ld-linux-x86-64.so.2 (0x...)"; "linux-vdso.so.1 (0x...)" has no file.
+            let path = line.split("=>").last().unwrap_or_default().trim();
+            let path = path.split(" (").next().unwrap_or_default().trim();
+            if path.starts_with('/') {
+                found.insert(PathBuf::from(path));
+            }
+        }
+    }
+    Ok(found.into_iter().collect())
 }
 
 /// One image to build.
@@ -47,8 +74,12 @@ pub struct Netplugin {
 pub const NAME_PREFIX: &str = "cni-rs/";
 
 /// The rootfs of a netplugin image with the plugin links `plugins`.
-pub fn rootfs(inputs: &Inputs, plugins: &[&str], defaults: Option<&str>) -> Tree {
+pub fn rootfs(inputs: &Inputs, plugins: &[&str], defaults: Option<&str>) -> std::io::Result<Tree> {
     let mut tree = Tree::new();
+    for library in inputs.host_libraries {
+        // Read through symbolic links: the image gets the file under the path asked for.
+        tree.file(&library.to_string_lossy(), 0o755, std::fs::read(library)?);
+    }
     for dir in ["dev", "proc", "sys", "run", "var/lib/kurma-netplugin"] {
         tree.dir(dir, 0o755);
     }
@@ -64,19 +95,19 @@ pub fn rootfs(inputs: &Inputs, plugins: &[&str], defaults: Option<&str>) -> Tree
     if let Some(defaults) = defaults {
         tree.file("opt/network/defaults.json", 0o644, defaults);
     }
-    tree
+    Ok(tree)
 }
 
 /// `cni-netplugin` (every plugin) and `lo-netplugin` (loopback only).
-pub fn netplugins(inputs: &Inputs) -> Vec<Netplugin> {
+pub fn netplugins(inputs: &Inputs) -> std::io::Result<Vec<Netplugin>> {
     let all: Vec<&str> = inputs.plugin_names.iter().map(String::as_str).collect();
-    vec![
-        Netplugin { name: "cni-netplugin", rootfs: rootfs(inputs, &all, None) },
+    Ok(vec![
+        Netplugin { name: "cni-netplugin", rootfs: rootfs(inputs, &all, None)? },
         Netplugin {
             name: "lo-netplugin",
-            rootfs: rootfs(inputs, &["loopback"], Some("{\"type\":\"loopback\"}\n")),
+            rootfs: rootfs(inputs, &["loopback"], Some("{\"type\":\"loopback\"}\n"))?,
         },
-    ]
+    ])
 }
 
 /// One file written, with its sha256.
@@ -92,7 +123,7 @@ pub fn write_all(inputs: &Inputs, out: &Path) -> std::io::Result<Vec<Written>> {
     std::fs::create_dir_all(out)?;
     let labels = [("version", inputs.version), ("os", "linux"), ("arch", "amd64")];
     let mut written = Vec::new();
-    for plugin in netplugins(inputs) {
+    for plugin in netplugins(inputs)? {
         let name = format!("{NAME_PREFIX}{}", plugin.name);
         let manifest = aci::manifest(&name, &labels, &COMMAND);
         let mut aci_bytes = Vec::new();
@@ -102,7 +133,12 @@ pub fn write_all(inputs: &Inputs, out: &Path) -> std::io::Result<Vec<Written>> {
             ("org.opencontainers.image.title", name.as_str()),
             ("org.opencontainers.image.version", inputs.version),
         ];
-        let spec = ImageSpec { tag: "latest", entrypoint: &COMMAND, labels: &oci_labels };
+        let spec = ImageSpec {
+            tag: "latest",
+            entrypoint: &COMMAND,
+            labels: &oci_labels,
+            gzip_level: inputs.gzip_level,
+        };
         let mut oci_bytes = Vec::new();
         oci::write_archive(&spec, &plugin.rootfs, inputs.mtime, &mut oci_bytes)?;
         written.push(write_file(&out.join(format!("{}.oci.tar", plugin.name)), &oci_bytes)?);

@@ -17,6 +17,7 @@ const SPEC: ImageSpec = ImageSpec {
     tag: "latest",
     entrypoint: &["/opt/network/kurma-netplugin", "pause"],
     labels: &[("a", "b")],
+    gzip_level: GZIP_BEST,
 };
 
 fn check_sample_rootfs(root: &Path) {
@@ -205,4 +206,33 @@ fn whiteouts_remove_what_lower_layers_had() {
     assert!(!rootfs.join("a/gone").exists() && !rootfs.join("a/.wh.gone").exists());
     assert!(!rootfs.join("b/x").exists() && rootfs.join("b/new").exists());
     assert!(apply_layer(&b""[..], "application/vnd.oci.image.layer.v1.tar+zstd", rootfs).is_err());
+}
+
+#[test]
+fn an_image_file_of_either_format_plain_or_gzip_is_told_apart_and_unpacked() {
+    use crate::image::{kind_of, unpack_file, ImageKind};
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = aci::manifest("cni-rs/test", &[], &["/x"]);
+    let mut aci_bytes = Vec::new();
+    aci::write(&manifest, &sample(), 0, &mut aci_bytes).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&aci_bytes).unwrap();
+    let mut oci_bytes = Vec::new();
+    write_archive(&SPEC, &sample(), 0, &mut oci_bytes).unwrap();
+    let cases = [("a.aci", aci_bytes, ImageKind::Aci), ("a.aci.gz", gz.finish().unwrap(), ImageKind::Aci)];
+    for (name, bytes, kind) in cases.into_iter().chain([("a.oci.tar", oci_bytes, ImageKind::Oci)]) {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        assert_eq!(kind_of(&path).unwrap(), kind, "{name}");
+        let rootfs = dir.path().join(format!("{name}-root/rootfs"));
+        assert_eq!(unpack_file(&path, &dir.path().join(format!("{name}-scratch")), &rootfs).unwrap(), kind);
+        check_sample_rootfs(&rootfs);
+    }
+    let mut other = Tree::new();
+    other.file("etc/hostname", 0o644, b"x".to_vec());
+    let path = dir.path().join("other.tar");
+    std::fs::write(&path, other.to_tar(0)).unwrap();
+    let err = kind_of(&path).unwrap_err().to_string();
+    assert!(err.contains("neither an ACI") && err.contains("other.tar"), "{err}");
 }

@@ -8,14 +8,19 @@
 //!   [`oci::read_layout`], [`oci::unpack_rootfs`], and for images fetched from a
 //!   registry [`oci::Digest`], [`oci::verify_blob`] and [`oci::apply_layer`]. Every blob
 //!   read is checked against its sha256 digest (and size).
+//! - [`unpack_file`]: an image file of either format (plain or gzip-compressed), as a
+//!   host fetching an `aci` URI gets it.
 //! - [`build`]: the two netplugin images of this repository, `cni-netplugin` and
 //!   `lo-netplugin`, in both formats.
 
 pub mod aci;
 pub mod build;
+mod detect;
 pub mod oci;
 mod oci_read;
 pub mod tree;
+
+pub use detect::{kind_of, unpack_file, ImageKind};
 
 #[cfg(test)]
 #[path = "image_tests.rs"]

@@ -9,7 +9,8 @@ use std::fmt;
 use std::io::Write;
 
 pub use super::oci_read::{
-    apply_layer, read_layout, unpack_archive, unpack_rootfs, verify_blob, verify_bytes, OciImage,
+    apply_layer, choose_manifest, read_layout, unpack_archive, unpack_rootfs, verify_blob, verify_bytes,
+    OciImage,
 };
 
 pub const MEDIA_INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -101,7 +102,13 @@ pub struct ImageSpec<'a> {
     pub entrypoint: &'a [&'a str],
     /// `config.Labels` and the manifest's annotations.
     pub labels: &'a [(&'a str, &'a str)],
+    /// The layer's gzip level (0-9): [`GZIP_BEST`] for shipped images; tests that build
+    /// large throwaway images use a fast one.
+    pub gzip_level: u32,
 }
+
+/// The gzip level of the shipped images.
+pub const GZIP_BEST: u32 = 9;
 
 /// The blobs of an image, built in memory: (descriptor, bytes) of config, layer, manifest.
 pub struct Blobs {
@@ -114,7 +121,8 @@ pub struct Blobs {
 pub fn build_blobs(spec: &ImageSpec, rootfs: &Tree, mtime: u64) -> Blobs {
     let layer_tar = rootfs.to_tar(mtime);
     let diff_id = Digest::of(&layer_tar);
-    let mut gz = flate2::GzBuilder::new().mtime(0).write(Vec::new(), flate2::Compression::best());
+    let mut gz =
+        flate2::GzBuilder::new().mtime(0).write(Vec::new(), flate2::Compression::new(spec.gzip_level.min(9)));
     gz.write_all(&layer_tar).expect("compressing into memory cannot fail");
     let layer = gz.finish().expect("compressing into memory cannot fail");
     let labels: serde_json::Map<String, Value> =

@@ -89,9 +89,9 @@ fn read_json_file(path: &Path) -> Result<Value, ImageError> {
         .map_err(|e| ImageError::Format(format!("{} is not JSON: {e}", path.display())))
 }
 
-/// Picks a manifest from an index: the one tagged `tag` if given, else the only one, else
-/// the linux/amd64 one.
-fn choose<'a>(manifests: &'a [Value], tag: Option<&str>) -> Result<&'a Value, ImageError> {
+/// Picks a manifest from an index's `manifests`: the one tagged `tag` if given, else the
+/// only one, else the linux/amd64 one. A registry client follows an index the same way.
+pub fn choose_manifest<'a>(manifests: &'a [Value], tag: Option<&str>) -> Result<&'a Value, ImageError> {
     let annotation = |m: &Value| {
         m.get("annotations").and_then(|a| a.get(REF_NAME)).and_then(Value::as_str).map(str::to_string)
     };
@@ -132,7 +132,7 @@ pub fn read_layout(layout: &Path, tag: Option<&str>) -> Result<OciImage, ImageEr
     // An index may point to an index (a multi-platform image); two levels are plenty.
     for _ in 0..3 {
         let manifests = index.get("manifests").and_then(Value::as_array).cloned().unwrap_or_default();
-        let chosen = Descriptor::from_json(choose(&manifests, tag)?)?;
+        let chosen = Descriptor::from_json(choose_manifest(&manifests, tag)?)?;
         let blob = read_json_blob(layout, &chosen)?;
         if chosen.media_type == MEDIA_INDEX || chosen.media_type == MEDIA_DOCKER_LIST {
             index = blob;

@@ -29,7 +29,15 @@ pub fn inputs() -> (Vec<u8>, Vec<u8>, Vec<String>) {
 
 /// The build's inputs, with the test's fixed version and mtime.
 fn image_inputs<'a>(plugins: &'a [u8], netplugin: &'a [u8], names: &'a [String]) -> Inputs<'a> {
-    Inputs { cni_plugins: plugins, netplugin, plugin_names: names, version: "0.1.0", mtime: 0 }
+    Inputs {
+        cni_plugins: plugins,
+        netplugin,
+        plugin_names: names,
+        version: "0.1.0",
+        mtime: 0,
+        gzip_level: kurma_netplugin::image::oci::GZIP_BEST,
+        host_libraries: &[],
+    }
 }
 
 /// Builds both images, both formats, into `out`, with the real plugin names but small
@@ -68,7 +76,7 @@ impl Images {
         let (plugins, netplugin, names) = inputs();
         let inputs = image_inputs(&plugins, &netplugin, &names);
         let mut unpacked = Vec::new();
-        for image in netplugins(&inputs) {
+        for image in netplugins(&inputs).unwrap() {
             let manifest = aci::manifest(image.name, &[], &COMMAND);
             let mut bytes = Vec::new();
             aci::write(&manifest, &image.rootfs, 0, &mut bytes).unwrap();
