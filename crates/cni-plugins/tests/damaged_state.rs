@@ -265,3 +265,31 @@ fn host_devices_record() {
     }
     assert_eq!(cases, 4);
 }
+
+/// The index's `table.new`, left by a host-local killed between writing a new table and
+/// renaming it into place, in each of the four shapes: DEL succeeds, GC (which rebuilds
+/// the index under the lock, so no writer is in flight) removes it, and ADD works after.
+#[test]
+fn the_index_tables_leftover_temporary_file() {
+    let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
+    let container = &env.containers[0];
+    let mut cases = 0;
+    for kind in DAMAGES {
+        let data = tempfile::tempdir().unwrap();
+        let conf = conf("bridge", data.path());
+        common::add("bridge", &env.host, container, &conf);
+        let index_dir = data.path().join(NETWORK).join(".cni-rs-index");
+        let leftover = index_dir.join("table.new");
+        fs::copy(index_dir.join("table"), &leftover).unwrap();
+        damage(&leftover, kind);
+        ok(call("bridge", "DEL", &env.host, Some(container), &conf).run());
+        ok(call("bridge", "GC", &env.host, Some(container), &gc_conf("bridge", data.path())).run());
+        assert!(!leftover.exists(), "{kind:?}: GC left {}", leftover.display());
+        assert!(reservations(data.path()).is_empty(), "{kind:?}: {:?}", reservations(data.path()));
+        eventually("veth left", || veths(&env.host) == 0);
+        common::add("bridge", &env.host, container, &conf);
+        ok(call("bridge", "DEL", &env.host, Some(container), &conf).run());
+        cases += 1;
+    }
+    assert_eq!(cases, 4);
+}
