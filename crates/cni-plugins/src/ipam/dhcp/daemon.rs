@@ -357,7 +357,14 @@ impl Daemon {
     /// Stops keeping a lease and releases it; nothing to do for an unknown attachment.
     fn del(&self, key: &AttachmentKey) -> Response {
         let Some(tracked) = self.leases().remove(key) else {
-            return Response::ok();
+            // Untracked, but a damaged record of it may sit on disk (skipped at resume):
+            // it goes with the attachment rather than stay for good.
+            return match self.store.remove(key) {
+                Ok(()) => Response::ok(),
+                Err(e) => {
+                    Response::error(ErrorCode::Io as u32, format!("dhcp: removing the lease record: {e}"))
+                }
+            };
         };
         let record = tracked.stop();
         {

@@ -79,8 +79,14 @@ impl Store {
         Ok(())
     }
 
+    /// Removes an attachment's record; a directory in its place (damage: the state
+    /// directory is the daemon's alone) goes too.
     pub fn remove(&self, key: &AttachmentKey) -> io::Result<()> {
-        match fs::remove_file(self.dir.join(key.file_name())) {
+        let path = self.dir.join(key.file_name());
+        if path.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+            return fs::remove_dir_all(&path);
+        }
+        match fs::remove_file(path) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         }
