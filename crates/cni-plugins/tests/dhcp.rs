@@ -341,7 +341,8 @@ fn restart_forgets_leases_of_vanished_containers() {
 /// The daemon's lease records damaged while it was down (after `kill -9`), one container
 /// per kind (emptied, cut short, garbage, a directory): the restarted daemon starts, logs
 /// each as ignored and tracks none of them; each container's DEL succeeds and takes its
-/// damaged record away; GC succeeds and leaves an empty state directory.
+/// damaged record away; GC succeeds and leaves an empty state directory. A temporary
+/// file of an interrupted save is removed when the daemon starts.
 #[test]
 fn damaged_lease_records_are_skipped_and_del_and_gc_succeed() {
     use cni_testkit::damage::Damage;
@@ -358,7 +359,11 @@ fn damaged_lease_records_are_skipped_and_del_and_gc_succeed() {
     for (container, kind) in containers.iter().zip(Damage::ALL) {
         kind.apply(&record(container));
     }
+    // And a save the kill interrupted before its rename: gone once the daemon is back.
+    let interrupted = net.state_dir().join(format!(".dhnet-{}-eth0.json.tmp", containers[0].name()));
+    std::fs::write(&interrupted, b"{\"version\":1,\"netw").unwrap();
     let _daemon = net.daemon();
+    assert!(!interrupted.exists(), "the interrupted save's temporary file stayed");
     assert!(net.status().leases.is_empty(), "{:?}", net.status());
     let log = net.log("daemon.log");
     for container in &containers {

@@ -155,6 +155,9 @@ impl Daemon {
     /// Resumes the leases a previous run left on disk: those whose namespace and interface
     /// still exist are kept (and renewed when due); the others are forgotten.
     pub fn resume(self: &Arc<Daemon>) -> std::io::Result<()> {
+        for path in self.store.remove_abandoned_temp_files()? {
+            log::info(format_args!("removed {}: a save interrupted by a crash", path.display()));
+        }
         let (records, unreadable) = self.store.load_all()?;
         for (path, err) in unreadable {
             log::info(format_args!("ignoring {}: {err}", path.display()));
