@@ -333,13 +333,18 @@ mod tests {
         assert_eq!(entry_name(&"x".repeat(200), Some("eth0")), None);
     }
 
+    /// An index of network `n` under `dir` listing ctr1/eth0 at 10.0.0.2.
+    fn index_holding_ctr1(dir: &std::path::Path) -> (Index, IpAddr) {
+        let index = Index::new(&Store::open(dir, "n").unwrap());
+        let ip: IpAddr = "10.0.0.2".parse().unwrap();
+        index.add("ctr1", "eth0", ip).unwrap();
+        (index, ip)
+    }
+
     #[test]
     fn rebuild_removes_a_killed_writers_table_new_file_or_directory() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path(), "n").unwrap();
-        let index = Index::new(&store);
-        let ip: IpAddr = "10.0.0.2".parse().unwrap();
-        index.add("ctr1", "eth0", ip).unwrap();
+        let (index, ip) = index_holding_ctr1(tmp.path());
         let leftover = tmp.path().join("n").join(INDEX_DIR).join("table.new");
         for directory in [false, true] {
             if directory {
@@ -357,10 +362,7 @@ mod tests {
     #[test]
     fn index_content_never_matches_go_holder_comparison() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path(), "n").unwrap();
-        let index = Index::new(&store);
-        let ip: IpAddr = "10.0.0.2".parse().unwrap();
-        index.add("ctr1", "eth0", ip).unwrap();
+        let (index, ip) = index_holding_ctr1(tmp.path());
         index.mark_complete(1).unwrap();
         for entry in fs::read_dir(tmp.path().join("n").join(INDEX_DIR)).unwrap() {
             let content = fs::read(entry.unwrap().path()).unwrap();
