@@ -47,7 +47,10 @@ fn write_state(path: &std::path::Path, saved: &Saved) -> Result<(), CniError> {
     let io = |e: std::io::Error| CniError::io(format!("cannot write {}: {e}", path.display()));
     let dir = path.parent().expect("state files live in a directory");
     std::fs::create_dir_all(dir).map_err(io)?;
-    let temp = path.with_extension("tmp");
+    // Named after the whole file name: `with_extension` would cut a container ID at its
+    // first dot, and two attachments could share one temporary file.
+    let file_name = path.file_name().expect("state files have a name").to_string_lossy();
+    let temp = dir.join(format!(".{file_name}.tmp"));
     std::fs::write(&temp, serde_json::to_vec(saved).expect("plain struct")).map_err(io)?;
     std::fs::rename(&temp, path).map_err(io)
 }
