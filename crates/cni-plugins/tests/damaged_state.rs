@@ -4,7 +4,8 @@
 //! directory where the file should be), bridge or ptp + host-local DEL (without a
 //! prevResult: the hardest case, the runtime lost its cache) removes the veth and the
 //! reservation or reports exactly what it could not, GC then leaves nothing behind, and a
-//! later ADD works: 2 plugins x 5 files x 4 kinds = 40 cases. tuning's record adds 4.
+//! later ADD works: 2 plugins x 5 files x 4 kinds = 40 cases. tuning's record adds 4,
+//! host-device's record 4.
 
 mod common;
 
@@ -207,6 +208,87 @@ fn tunings_record() {
         ok(run("DEL"));
         assert_eq!(arp_filter(), "0", "{kind:?}: the later ADD's DEL did not restore");
         assert_eq!(fs::read_dir(data.path()).unwrap().count(), 0);
+        cases += 1;
+    }
+    assert_eq!(cases, 4);
+}
+
+/// host-device's record of one attachment (`<dataDir>/<network>/<container>-<ifname>`),
+/// damaged each way: DEL still moves the device back to the host under its original name
+/// (from the link's alias), releases the address and removes the record (a directory in
+/// its place too); GC succeeds; a later ADD records again and its DEL restores the
+/// device's MTU and up state as well.
+#[test]
+fn host_devices_record() {
+    use cni_net::netlink::{LinkSpec, VethSpec};
+    const DEVICE: &str = "cdhd0";
+    let host = TestNetns::with_prefix(PREFIX).unwrap();
+    let ctr = TestNetns::with_prefix(PREFIX).unwrap();
+    let mut nl = host.netlink().unwrap();
+    nl.add_veth(&VethSpec { link: LinkSpec::new(DEVICE), peer: LinkSpec::new("cdhd1") }).unwrap();
+    let device = nl.require_link(DEVICE).unwrap();
+    nl.set_link_mtu(device.index, 1450).unwrap();
+    nl.set_link_up(device.index).unwrap();
+    // (MTU, up) of the device when it is on the host; None when it is not.
+    let on_host = || host.netlink().unwrap().link_by_name(DEVICE).unwrap().map(|l| (l.mtu, l.up));
+    let mut cases = 0;
+    for kind in DAMAGES {
+        let data = tempfile::tempdir().unwrap();
+        let conf = json!({"cniVersion": "1.1.0", "name": NETWORK, "type": "host-device", "device": DEVICE,
+            "dataDir": data.path().join("hd"),
+            "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.73.0.0/24"}]], "dataDir": data.path()}});
+        let mut gc = conf.clone();
+        gc["cni.dev/valid-attachments"] = json!([]);
+        let result = common::add("host-device", &host, &ctr, &conf);
+        assert!(result["ips"][0]["address"].is_string(), "{result}");
+        assert_eq!(on_host(), None, "the device was not moved in");
+        let record = data.path().join("hd").join(NETWORK).join(format!("{}-eth0", ctr.name()));
+        assert!(record.is_file(), "no record at {}", record.display());
+        damage(&record, kind);
+
+        ok(call("host-device", "DEL", &host, Some(&ctr), &conf).run());
+        assert!(on_host().is_some(), "{kind:?}: the device did not come back under its name");
+        assert!(ctr.netlink().unwrap().link_by_name("eth0").unwrap().is_none());
+        assert!(!record.exists(), "{kind:?}: the damaged record stayed");
+        assert!(reservations(data.path()).is_empty(), "{kind:?}: {:?}", reservations(data.path()));
+        ok(call("host-device", "DEL", &host, Some(&ctr), &conf).run());
+        ok(call("host-device", "GC", &host, None, &gc).run());
+        // What only the record knew (the up state) is lost with it: put it back by hand.
+        let index = host.netlink().unwrap().require_link(DEVICE).unwrap().index;
+        host.netlink().unwrap().set_link_up(index).unwrap();
+
+        common::add("host-device", &host, &ctr, &conf);
+        ok(call("host-device", "DEL", &host, Some(&ctr), &conf).run());
+        assert_eq!(on_host(), Some((1450, true)), "{kind:?}: the later ADD's DEL did not restore");
+        assert_eq!(fs::read_dir(data.path().join("hd").join(NETWORK)).unwrap().count(), 0);
+        cases += 1;
+    }
+    assert_eq!(cases, 4);
+}
+
+/// The index's `table.new`, left by a host-local killed between writing a new table and
+/// renaming it into place, in each of the four shapes: DEL succeeds, GC (which rebuilds
+/// the index under the lock, so no writer is in flight) removes it, and ADD works after.
+#[test]
+fn the_index_tables_leftover_temporary_file() {
+    let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
+    let container = &env.containers[0];
+    let mut cases = 0;
+    for kind in DAMAGES {
+        let data = tempfile::tempdir().unwrap();
+        let conf = conf("bridge", data.path());
+        common::add("bridge", &env.host, container, &conf);
+        let index_dir = data.path().join(NETWORK).join(".cni-rs-index");
+        let leftover = index_dir.join("table.new");
+        fs::copy(index_dir.join("table"), &leftover).unwrap();
+        damage(&leftover, kind);
+        ok(call("bridge", "DEL", &env.host, Some(container), &conf).run());
+        ok(call("bridge", "GC", &env.host, Some(container), &gc_conf("bridge", data.path())).run());
+        assert!(!leftover.exists(), "{kind:?}: GC left {}", leftover.display());
+        assert!(reservations(data.path()).is_empty(), "{kind:?}: {:?}", reservations(data.path()));
+        eventually("veth left", || veths(&env.host) == 0);
+        common::add("bridge", &env.host, container, &conf);
+        ok(call("bridge", "DEL", &env.host, Some(container), &conf).run());
         cases += 1;
     }
     assert_eq!(cases, 4);

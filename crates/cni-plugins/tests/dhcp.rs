@@ -337,3 +337,46 @@ fn restart_forgets_leases_of_vanished_containers() {
     let del = call("bridge", "DEL", &net.host, None, &net.conf()).container_id(&gone_id).run();
     assert!(del.success(), "DEL without netns: {}", del.stdout);
 }
+
+/// The daemon's lease records damaged while it was down (after `kill -9`), one container
+/// per kind (emptied, cut short, garbage, a directory): the restarted daemon starts, logs
+/// each as ignored and tracks none of them; each container's DEL succeeds and takes its
+/// damaged record away; GC succeeds and leaves an empty state directory. A temporary
+/// file of an interrupted save is removed when the daemon starts.
+#[test]
+fn damaged_lease_records_are_skipped_and_del_and_gc_succeed() {
+    use cni_testkit::damage::Damage;
+    let net = Network::new(PREFIX);
+    let _server = net.dnsmasq();
+    let mut daemon = net.daemon();
+    let containers: Vec<TestNetns> =
+        Damage::ALL.iter().map(|_| TestNetns::with_prefix(PREFIX).unwrap()).collect();
+    for container in &containers {
+        add(&net, container);
+    }
+    daemon.kill();
+    let record = |c: &TestNetns| net.state_dir().join(format!("dhnet-{}-eth0.json", c.name()));
+    for (container, kind) in containers.iter().zip(Damage::ALL) {
+        kind.apply(&record(container));
+    }
+    // And a save the kill interrupted before its rename: gone once the daemon is back.
+    let interrupted = net.state_dir().join(format!(".dhnet-{}-eth0.json.tmp", containers[0].name()));
+    std::fs::write(&interrupted, b"{\"version\":1,\"netw").unwrap();
+    let _daemon = net.daemon();
+    assert!(!interrupted.exists(), "the interrupted save's temporary file stayed");
+    assert!(net.status().leases.is_empty(), "{:?}", net.status());
+    let log = net.log("daemon.log");
+    for container in &containers {
+        assert!(log.contains(&format!("ignoring {}", record(container).display())), "{log}");
+    }
+    for (container, kind) in containers.iter().zip(Damage::ALL) {
+        let del = verb(&net, "DEL", container);
+        assert!(del.success(), "{kind:?}: DEL {} {}", del.stdout, del.stderr);
+        assert!(!record(container).exists(), "{kind:?}: the damaged record stayed");
+    }
+    let mut gc = net.conf();
+    gc["cni.dev/valid-attachments"] = json!([]);
+    let out = call("bridge", "GC", &net.host, None, &gc).run();
+    assert!(out.success(), "GC: {} {}", out.stdout, out.stderr);
+    assert!(net.records().is_empty(), "{:?}", net.records());
+}

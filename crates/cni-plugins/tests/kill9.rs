@@ -19,8 +19,9 @@
 //! `KS_KILL9_SEED=<seed>` repeats the draw (the timing of the machine still varies, which
 //! is why the sweep is stratified: every part of the operation is hit on every run). The
 //! operation a point lands beyond completes, and the case is checked all the same.
-//! Figures: 9 plugins x 2 verbs x 6 points = 108 killed runs in CI; e.g.
-//! `KS_KILL9_POINTS=50` by hand for 900.
+//! Also host-device (a veth end of the host namespace, which must come back with its
+//! name, MTU and up state), bridge with static IPAM, and loopback. Figures: 12 plugins x
+//! 2 verbs x 6 points = 144 killed runs in CI; e.g. `KS_KILL9_POINTS=50` by hand for 1,200.
 
 mod common;
 mod kill9_support;
@@ -195,4 +196,19 @@ fn bandwidth_after_bridge() {
 #[test]
 fn sbr_after_bridge() {
     kill_suite(|lab| vec![bridge(lab), sbr()]);
+}
+
+#[test]
+fn host_device_with_host_local() {
+    kill_suite(|lab| vec![host_device(lab)]);
+}
+
+#[test]
+fn static_with_bridge() {
+    kill_suite(|_| vec![bridge_static()]);
+}
+
+#[test]
+fn loopback_alone() {
+    kill_suite(|_| vec![loopback()]);
 }

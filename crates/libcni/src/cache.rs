@@ -178,6 +178,39 @@ pub(crate) fn remove(path: &Path) -> Result<()> {
     removed.map(drop).map_err(|e| Error::Cache { path: path.to_path_buf(), reason: format!("removing: {e}") })
 }
 
+/// How old a writer's temporary file must be before GC takes it for abandoned. A write
+/// takes microseconds; a minute-old temporary file belongs to a runtime killed between
+/// creating it and renaming it into place. Age, not the writer's pid: the name carries
+/// no pid, and a pid says nothing across runtimes in other pid namespaces sharing the
+/// cache directory.
+pub(crate) const STALE_TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Removes the `.tmp-*` files under `<cacheDir>/results` last modified before
+/// `now - older_than`; returns the paths removed. Failures are reported, not fatal to
+/// the rest.
+pub(crate) fn remove_stale_temp_files(
+    cache_dir: &Path,
+    now: std::time::SystemTime,
+    older_than: std::time::Duration,
+) -> Result<Vec<PathBuf>> {
+    let dir = cache_dir.join("results");
+    let listed = std::fs::read_dir(&dir).ignore_missing();
+    let Some(entries) = listed.map_err(|e| Error::io(format!("reading {}", dir.display()), e))? else {
+        return Ok(Vec::new());
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let is_temp = entry.file_name().to_string_lossy().starts_with(".tmp-");
+        let Ok(meta) = entry.metadata() else { continue };
+        let old = meta.modified().is_ok_and(|m| now.duration_since(m).is_ok_and(|age| age > older_than));
+        if is_temp && meta.is_file() && old {
+            remove(&entry.path())?;
+            removed.push(entry.path());
+        }
+    }
+    Ok(removed)
+}
+
 /// Every readable `cniCacheV1` entry under `<cacheDir>/results`, in file-name order.
 /// Unreadable, corrupt and legacy files are skipped: they must never stop a listing or a
 /// GC.
@@ -237,6 +270,38 @@ mod tests {
         assert!(text.get("capabilityArgs").is_none());
         // No temporary files are left behind.
         assert_eq!(std::fs::read_dir(path.parent().unwrap()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn stale_temp_files_are_removed_fresh_ones_and_entries_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let entry = cache_path(dir.path(), "net", "ctr", "eth0");
+        write(&entry, &attachment()).unwrap();
+        let results = entry.parent().unwrap();
+        let now = std::time::SystemTime::now();
+        let make = |name: &str, age: u64| {
+            let path = results.join(name);
+            let file = std::fs::File::create(&path).unwrap();
+            file.set_modified(now - std::time::Duration::from_secs(age)).unwrap();
+            path
+        };
+        let abandoned = make(".tmp-abandoned", 120);
+        let in_flight = make(".tmp-in-flight", 5);
+        // An old cache entry is not a temporary file, whatever its age.
+        std::fs::File::options()
+            .write(true)
+            .open(&entry)
+            .unwrap()
+            .set_modified(now - STALE_TEMP_AGE * 10)
+            .unwrap();
+        let removed = remove_stale_temp_files(dir.path(), now, STALE_TEMP_AGE).unwrap();
+        assert_eq!(removed, vec![abandoned.clone()]);
+        assert!(!abandoned.exists());
+        assert!(in_flight.exists());
+        assert!(read(&entry).unwrap().is_some());
+        // No results directory at all is nothing to do.
+        let empty = tempfile::tempdir().unwrap();
+        assert!(remove_stale_temp_files(empty.path(), now, STALE_TEMP_AGE).unwrap().is_empty());
     }
 
     #[test]

@@ -202,3 +202,28 @@ fn the_go_written_cache_is_read_and_used_for_del() {
     assert_eq!(log[3].stdin["ipam"]["ranges"][0][0]["subnet"], "10.89.200.0/24");
     assert!(!path.exists());
 }
+
+/// A runtime killed between creating the cache's temporary file and renaming it into
+/// place leaves a `.tmp-*` file: GC removes it once it is older than a minute (a write
+/// takes microseconds), and leaves a younger one, which may be a write in flight.
+#[test]
+fn gc_removes_abandoned_temporary_cache_files() {
+    let rig = Rig::new();
+    let list = two_plugin_list(&rig, "1.1.0", json!({}));
+    attach(&rig, &list, "keep");
+    let results = rig.cache_file("gcnet", "keep", "eth0").parent().unwrap().to_path_buf();
+    let now = std::time::SystemTime::now();
+    let temp = |name: &str, age_secs: u64| {
+        let path = results.join(name);
+        std::fs::write(&path, b"{\"kind\":\"cniCacheV1\",\"contai").unwrap();
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        file.set_modified(now - std::time::Duration::from_secs(age_secs)).unwrap();
+        path
+    };
+    let abandoned = temp(".tmp-Xq3abandoned", 600);
+    let in_flight = temp(".tmp-Zk9inflight", 2);
+    rig.cni.gc_network_list(&list, &[valid("keep")]).unwrap();
+    assert!(!abandoned.exists(), "GC left the abandoned temporary file");
+    assert!(in_flight.exists(), "GC removed a temporary file that may be a write in flight");
+    assert!(rig.cache_file("gcnet", "keep", "eth0").exists());
+}

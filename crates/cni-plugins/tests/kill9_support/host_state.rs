@@ -18,6 +18,12 @@ pub fn netns_lines(ns: &TestNetns, sysctls: &[&str]) -> BTreeSet<String> {
         let kind = link["linkinfo"]["info_kind"].as_str().unwrap_or("-");
         let master = link["master"].as_str().unwrap_or("-");
         lines.insert(format!("link {} kind={kind} master={master}", text(&link["ifname"])));
+        // The lab's own stand-ins for NICs (ksm*): host-device must give them back with
+        // their MTU and up/down state, not only their name.
+        if text(&link["ifname"]).starts_with("ksm") {
+            let up = as_array(link["flags"].clone()).iter().any(|f| f == "UP");
+            lines.insert(format!("device {} mtu={} up={up}", text(&link["ifname"]), link["mtu"]));
+        }
     }
     for link in as_array(ns.ip_json(&["addr", "show"])) {
         for addr in as_array(link["addr_info"].clone()) {

@@ -160,6 +160,38 @@ pub fn sbr() -> Step {
     step("sbr", json!({}))
 }
 
+/// The device host-device moves: a veth end in the host namespace with a non-default MTU,
+/// up (its peer stays behind). Named ksm* so the lab tells it from transient veths.
+pub const HOST_DEVICE: &str = "ksmd0";
+
+pub fn host_device(lab: &Lab) -> Step {
+    let mut nl = lab.host.netlink().unwrap();
+    nl.add_veth(&VethSpec { link: LinkSpec::new(HOST_DEVICE), peer: LinkSpec::new("ksmd1") }).unwrap();
+    for name in [HOST_DEVICE, "ksmd1"] {
+        let link = nl.require_link(name).unwrap();
+        nl.set_link_mtu(link.index, 1450).unwrap();
+        nl.set_link_up(link.index).unwrap();
+    }
+    step(
+        "host-device",
+        json!({"device": HOST_DEVICE, "dataDir": lab.dir("host-device"), "ipam": ipam(lab, "10.70.0.0/24")}),
+    )
+}
+
+/// bridge with static IPAM: the address comes from the configuration, nothing on disk.
+pub fn bridge_static() -> Step {
+    step(
+        "bridge",
+        json!({"bridge": "ksbr1", "isGateway": true,
+        "ipam": {"type": "static", "addresses": [{"address": "10.72.0.2/24", "gateway": "10.72.0.1"}],
+            "routes": [{"dst": "0.0.0.0/0"}]}}),
+    )
+}
+
+pub fn loopback() -> Step {
+    step("loopback", json!({}))
+}
+
 /// One attachment: a container ID in container namespace `container` of the lab.
 #[derive(Debug, Clone)]
 pub struct Attachment {

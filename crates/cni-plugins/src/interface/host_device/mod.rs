@@ -47,7 +47,10 @@ fn write_state(path: &std::path::Path, saved: &Saved) -> Result<(), CniError> {
     let io = |e: std::io::Error| CniError::io(format!("cannot write {}: {e}", path.display()));
     let dir = path.parent().expect("state files live in a directory");
     std::fs::create_dir_all(dir).map_err(io)?;
-    let temp = path.with_extension("tmp");
+    // Named after the whole file name: `with_extension` would cut a container ID at its
+    // first dot, and two attachments could share one temporary file.
+    let file_name = path.file_name().expect("state files have a name").to_string_lossy();
+    let temp = dir.join(format!(".{file_name}.tmp"));
     std::fs::write(&temp, serde_json::to_vec(saved).expect("plain struct")).map_err(io)?;
     std::fs::rename(&temp, path).map_err(io)
 }
@@ -57,7 +60,14 @@ fn read_state(path: &std::path::Path) -> Option<Saved> {
     serde_json::from_slice(&bytes).ok()
 }
 
+/// Removes an attachment's record; a directory found in its place (damage, never ours)
+/// is removed too, so it neither blocks DEL nor GC for good.
 fn remove_state(path: &std::path::Path) -> Result<(), CniError> {
+    if path.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+        eprintln!("host-device: {} is a directory, not a record: removed", path.display());
+        return std::fs::remove_dir_all(path)
+            .map_err(|e| CniError::io(format!("cannot remove {}: {e}", path.display())));
+    }
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             Err(CniError::io(format!("cannot remove {}: {e}", path.display())))
@@ -88,16 +98,26 @@ fn move_out(ns: &NetNs, ifname: &str, saved: Option<&Saved>) -> Result<bool, Cni
         CniError::internal(format!("failed to move {ifname} back to the host as {name}: {e}"))
     })?;
     if let Some(saved) = saved {
-        let mut host_nl = Netlink::new().or_cni("open netlink")?;
-        let back = host_nl.require_link(&name).or_cni("look up the device moved back")?;
-        if back.mtu != saved.mtu {
-            host_nl.set_link_mtu(back.index, saved.mtu).or_cni(&format!("restore the MTU of {name}"))?;
-        }
-        if saved.up {
-            host_nl.set_link_up(back.index).or_cni(&format!("set {name} up"))?;
-        }
+        restore_on_host(saved)?;
     }
     Ok(true)
+}
+
+/// Gives the device, back on the host under its saved name, its saved MTU and state.
+/// Also run by a DEL that finds the device already out (an earlier DEL was killed
+/// between the move and this); nothing to do if the device is not on the host.
+fn restore_on_host(saved: &Saved) -> Result<(), CniError> {
+    let mut host_nl = Netlink::new().or_cni("open netlink")?;
+    let Some(back) = host_nl.link_by_name(&saved.name).or_cni("look up the device moved back")? else {
+        return Ok(());
+    };
+    if back.mtu != saved.mtu {
+        host_nl.set_link_mtu(back.index, saved.mtu).or_cni(&format!("restore the MTU of {}", saved.name))?;
+    }
+    if saved.up && !back.up {
+        host_nl.set_link_up(back.index).or_cni(&format!("set {} up", saved.name))?;
+    }
+    Ok(())
 }
 
 /// The device while it is in the container: moved back out on drop unless kept.
@@ -183,7 +203,14 @@ impl HostDevice {
         // IPAM first: a request it refuses is refused before any link changes (dropped, the
         // allocation is released; the link guard, made later, is undone first).
         let addresses = Addresses::from_ipam_if_configured(req)?;
-        let (guard, link) = move_in(ns, &device, &req.ifname)?;
+        // The record goes down before the move: a runtime killed at any later moment
+        // leaves a DEL that knows the MTU and state to restore (a record with nothing
+        // moved is harmless: DEL finds no device in the container and removes it).
+        let state = state_path(conf, req);
+        write_state(&state, &Saved::of(&device))?;
+        let (guard, link) = move_in(ns, &device, &req.ifname).inspect_err(|_| {
+            let _ = remove_state(&state);
+        })?;
         let mut cont_nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
         if addresses.is_empty() {
             cont_nl.set_link_up(link.index).or_cni(&format!("set {} up", req.ifname))?;
@@ -191,7 +218,6 @@ impl HostDevice {
             iface::configure(&mut cont_nl, &link, &addresses.result, CONTAINER_IFACE, false)?;
         }
         let now = cont_nl.require_link(&req.ifname).or_cni("look up the container interface")?;
-        write_state(&state_path(conf, req), &guard.saved)?;
         guard.keep();
         Ok(addresses.complete(interface_with_mtu(&now, &req.netns), conf.dns.as_ref()))
     }
@@ -217,8 +243,13 @@ impl Plugin for HostDevice {
             }
         }
         let state = state_path(&conf, req);
-        if let Some(ns) = open_container_netns_for_del(req)? {
-            move_out(&ns, &req.ifname, read_state(&state).as_ref())?;
+        let saved = read_state(&state);
+        let moved = match open_container_netns_for_del(req)? {
+            Some(ns) => move_out(&ns, &req.ifname, saved.as_ref())?,
+            None => false,
+        };
+        if let (false, Some(saved)) = (moved, &saved) {
+            restore_on_host(saved)?;
         }
         // Also without a namespace: the address must not leak with the container.
         delegate::ipam_forward_if_configured(req)?;

@@ -155,6 +155,9 @@ impl Daemon {
     /// Resumes the leases a previous run left on disk: those whose namespace and interface
     /// still exist are kept (and renewed when due); the others are forgotten.
     pub fn resume(self: &Arc<Daemon>) -> std::io::Result<()> {
+        for path in self.store.remove_abandoned_temp_files()? {
+            log::info(format_args!("removed {}: a save interrupted by a crash", path.display()));
+        }
         let (records, unreadable) = self.store.load_all()?;
         for (path, err) in unreadable {
             log::info(format_args!("ignoring {}: {err}", path.display()));
@@ -357,7 +360,14 @@ impl Daemon {
     /// Stops keeping a lease and releases it; nothing to do for an unknown attachment.
     fn del(&self, key: &AttachmentKey) -> Response {
         let Some(tracked) = self.leases().remove(key) else {
-            return Response::ok();
+            // Untracked, but a damaged record of it may sit on disk (skipped at resume):
+            // it goes with the attachment rather than stay for good.
+            return match self.store.remove(key) {
+                Ok(()) => Response::ok(),
+                Err(e) => {
+                    Response::error(ErrorCode::Io as u32, format!("dhcp: removing the lease record: {e}"))
+                }
+            };
         };
         let record = tracked.stop();
         {

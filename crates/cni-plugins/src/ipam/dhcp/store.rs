@@ -79,11 +79,32 @@ impl Store {
         Ok(())
     }
 
+    /// Removes an attachment's record; a directory in its place (damage: the state
+    /// directory is the daemon's alone) goes too.
     pub fn remove(&self, key: &AttachmentKey) -> io::Result<()> {
-        match fs::remove_file(self.dir.join(key.file_name())) {
+        let path = self.dir.join(key.file_name());
+        if path.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+            return fs::remove_dir_all(&path);
+        }
+        match fs::remove_file(path) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         }
+    }
+
+    /// Removes the temporary files of saves a killed daemon never renamed into place
+    /// (`.<record>.tmp`); for a daemon starting up, before it serves, as no save of its
+    /// own can be in flight then. Returns the paths removed.
+    pub fn remove_abandoned_temp_files(&self) -> io::Result<Vec<PathBuf>> {
+        let mut removed = Vec::new();
+        for entry in fs::read_dir(&self.dir)?.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') && name.ends_with(".json.tmp") && entry.file_type()?.is_file() {
+                fs::remove_file(entry.path())?;
+                removed.push(entry.path());
+            }
+        }
+        Ok(removed)
     }
 
     /// Every record that reads back; files that do not (a foreign file, a newer version)
@@ -147,5 +168,30 @@ mod tests {
         store.remove(&record("a").key).unwrap();
         store.remove(&record("a").key).unwrap();
         assert_eq!(store.load_all().unwrap().0, [record("b")]);
+    }
+
+    #[test]
+    fn abandoned_temp_files_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.save(&record("a")).unwrap();
+        let abandoned = dir.path().join(".net-b-eth0.json.tmp");
+        fs::write(&abandoned, b"{\"version\": 1, \"net").unwrap();
+        fs::write(dir.path().join("notes.txt"), b"operator's").unwrap();
+        assert_eq!(store.remove_abandoned_temp_files().unwrap(), std::slice::from_ref(&abandoned));
+        assert!(!abandoned.exists());
+        assert!(dir.path().join("notes.txt").exists());
+        assert_eq!(store.load_all().unwrap().0, [record("a")]);
+    }
+
+    #[test]
+    fn a_directory_in_a_records_place_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let key = record("a").key;
+        fs::create_dir(dir.path().join(key.file_name())).unwrap();
+        assert_eq!(store.load_all().unwrap().1.len(), 1, "reported as unreadable");
+        store.remove(&key).unwrap();
+        assert!(!dir.path().join(key.file_name()).exists());
     }
 }

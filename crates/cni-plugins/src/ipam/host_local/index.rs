@@ -291,7 +291,10 @@ impl Index {
     }
 
     /// Makes the index list exactly the given allocations (from a scan): a fresh table,
-    /// and nothing else in the index directory but the stamp (files of the v1 layout go).
+    /// and nothing else in the index directory but the stamp (files of the v1 layout go,
+    /// and a `table.new` a writer killed before its rename left behind: under the lock
+    /// every writer holds, no other is in flight; a directory in its place goes too, the
+    /// whole index directory being ours).
     pub fn rebuild(&self, allocations: &[(IpAddr, Option<Holder>)]) -> Result<(), HostLocalError> {
         self.invalidate()?;
         let mut wanted: BTreeMap<String, Vec<IpAddr>> = BTreeMap::new();
@@ -305,7 +308,9 @@ impl Index {
         if let Ok(entries) = fs::read_dir(&self.dir) {
             for entry in entries.flatten() {
                 if !matches!(entry.file_name().to_str(), Some(STAMP_FILE | TABLE_FILE)) {
-                    let _ = fs::remove_file(entry.path());
+                    let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+                    let _ =
+                        if is_dir { fs::remove_dir_all(entry.path()) } else { fs::remove_file(entry.path()) };
                 }
             }
         }
@@ -328,13 +333,36 @@ mod tests {
         assert_eq!(entry_name(&"x".repeat(200), Some("eth0")), None);
     }
 
+    /// An index of network `n` under `dir` listing ctr1/eth0 at 10.0.0.2.
+    fn index_holding_ctr1(dir: &std::path::Path) -> (Index, IpAddr) {
+        let index = Index::new(&Store::open(dir, "n").unwrap());
+        let ip: IpAddr = "10.0.0.2".parse().unwrap();
+        index.add("ctr1", "eth0", ip).unwrap();
+        (index, ip)
+    }
+
+    #[test]
+    fn rebuild_removes_a_killed_writers_table_new_file_or_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (index, ip) = index_holding_ctr1(tmp.path());
+        let leftover = tmp.path().join("n").join(INDEX_DIR).join("table.new");
+        for directory in [false, true] {
+            if directory {
+                fs::create_dir_all(leftover.join("x")).unwrap();
+            } else {
+                fs::write(&leftover, b"half a tab").unwrap();
+            }
+            let holder = Holder { container_id: "ctr1".into(), ifname: Some("eth0".into()) };
+            index.rebuild(&[(ip, Some(holder))]).unwrap();
+            assert!(!leftover.exists(), "directory: {directory}");
+            assert_eq!(index.candidates("ctr1", "eth0"), vec![ip]);
+        }
+    }
+
     #[test]
     fn index_content_never_matches_go_holder_comparison() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path(), "n").unwrap();
-        let index = Index::new(&store);
-        let ip: IpAddr = "10.0.0.2".parse().unwrap();
-        index.add("ctr1", "eth0", ip).unwrap();
+        let (index, ip) = index_holding_ctr1(tmp.path());
         index.mark_complete(1).unwrap();
         for entry in fs::read_dir(tmp.path().join("n").join(INDEX_DIR)).unwrap() {
             let content = fs::read(entry.unwrap().path()).unwrap();

@@ -138,6 +138,11 @@ impl SlotTable {
         }
         slots[..SLOT].copy_from_slice(&header(capacity, entries.len() as u64));
         let temp = path.with_extension("new");
+        // Writers hold the network's lock, so a `table.new` already there was left by
+        // one that was killed; a directory in its place would block every rewrite.
+        if temp.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+            std::fs::remove_dir_all(&temp)?;
+        }
         let written = OpenOptions::new()
             .write(true)
             .create(true)
