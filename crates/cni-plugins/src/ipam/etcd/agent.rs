@@ -15,7 +15,6 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cni_etcd::Client;
 use serde_json::{json, Value};
 
 use super::allocator::{Allocation, Allocator};
@@ -81,14 +80,14 @@ pub struct Agent {
 impl Agent {
     fn allocator(&self, conf: EtcdIpamConfig) -> Result<Arc<Mutex<Allocator>>, EtcdIpamError> {
         let key = format!(
-            "{}|{}|{:?}|{:?}|{}|{}",
-            conf.network, conf.node, conf.endpoints, conf.pools, conf.block_len, conf.prefix
+            "{}|{}|{:?}|{:?}|{}|{}|{:?}",
+            conf.network, conf.node, conf.endpoints, conf.pools, conf.block_len, conf.prefix, conf.tls
         );
         let mut allocators = self.allocators.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(existing) = allocators.get(&key) {
             return Ok(existing.clone());
         }
-        let client = Client::new(&conf.endpoints, conf.timeout)?;
+        let client = conf.client()?;
         let allocator = Arc::new(Mutex::new(Allocator::new(conf, client)));
         allocators.insert(key, allocator.clone());
         Ok(allocator)
