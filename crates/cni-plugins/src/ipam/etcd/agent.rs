@@ -18,6 +18,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::allocator::{Allocation, Allocator};
+use super::batch::Batcher;
 use super::config::EtcdIpamConfig;
 use super::error::EtcdIpamError;
 
@@ -71,14 +72,15 @@ pub fn release(socket: &Path, config: &[u8], handle: &str, timeout: Duration) ->
 }
 
 /// The agent: one allocator (one etcd connection, one cached block) per network
-/// configuration it has been asked about; each connection served on its own thread.
+/// configuration it has been asked about; each connection served on its own thread, the
+/// concurrent ADDs of one network combined into shared transactions (see `batch`).
 #[derive(Default)]
 pub struct Agent {
-    allocators: Mutex<HashMap<String, Arc<Mutex<Allocator>>>>,
+    allocators: Mutex<HashMap<String, Arc<Batcher>>>,
 }
 
 impl Agent {
-    fn allocator(&self, conf: EtcdIpamConfig) -> Result<Arc<Mutex<Allocator>>, EtcdIpamError> {
+    fn allocator(&self, conf: EtcdIpamConfig) -> Result<Arc<Batcher>, EtcdIpamError> {
         let key = format!(
             "{}|{}|{:?}|{:?}|{}|{}|{:?}",
             conf.network, conf.node, conf.endpoints, conf.pools, conf.block_len, conf.prefix, conf.tls
@@ -88,7 +90,7 @@ impl Agent {
             return Ok(existing.clone());
         }
         let client = conf.client()?;
-        let allocator = Arc::new(Mutex::new(Allocator::new(conf, client)));
+        let allocator = Arc::new(Batcher::new(Allocator::new(conf, client)));
         allocators.insert(key, allocator.clone());
         Ok(allocator)
     }
@@ -99,7 +101,6 @@ impl Agent {
             .as_str()
             .ok_or_else(|| EtcdIpamError::Decode("request without handle".into()))?;
         let allocator = self.allocator(conf)?;
-        let mut allocator = allocator.lock().unwrap_or_else(|p| p.into_inner());
         match request["op"].as_str() {
             Some("add") => {
                 let a = allocator.allocate(handle)?;
