@@ -5,8 +5,10 @@
 //!
 //! ```text
 //! etcd-ipam-bench [--nodes 8] [--per-node 200] [--members 3] [--mode plugin|agent|library]
-//!                 [--parallel 1] [--data-base /dev/shm] [--plugins-bin PATH]
+//!                 [--parallel 1] [--tls] [--data-base /dev/shm] [--plugins-bin PATH]
 //! ```
+//! `--tls` starts the members with client-certificate TLS and configures `https://`
+//! endpoints with `caFile`, `certFile` and `keyFile` (the cost of the handshakes).
 //! `--parallel N` runs N ADDs of each node at once (a runtime starting several pods): the
 //! agent, and the library mode's shared allocator, then combine them into transactions.
 //! `plugin` (the default) runs the real plugin binary once per ADD, as a runtime does: a
@@ -22,7 +24,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use cni_etcd::testing::EtcdCluster;
+use cni_etcd::testing::{EtcdCluster, Pki};
 use cni_plugins::ipam::etcd::allocator::Allocator;
 use cni_plugins::ipam::etcd::batch::Batcher;
 use cni_plugins::ipam::etcd::block::Block;
@@ -34,6 +36,9 @@ struct Options {
     nodes: usize,
     per_node: usize,
     parallel: usize,
+    tls: bool,
+    /// A TLS cluster's certificates, once it runs.
+    pki: Option<Pki>,
     members: usize,
     mode: Mode,
     data_base: PathBuf,
@@ -51,7 +56,7 @@ enum Mode {
 }
 
 const USAGE: &str = "usage: etcd-ipam-bench [--nodes N] [--per-node N] [--members N] \
-[--mode plugin|agent|library] [--parallel N] [--data-base DIR] [--plugins-bin PATH]";
+[--mode plugin|agent|library] [--parallel N] [--tls] [--data-base DIR] [--plugins-bin PATH]";
 
 fn parse_options() -> Result<Options, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -59,6 +64,8 @@ fn parse_options() -> Result<Options, String> {
         nodes: 8,
         per_node: 200,
         parallel: 1,
+        tls: false,
+        pki: None,
         members: 3,
         mode: Mode::Plugin,
         data_base: PathBuf::from("/dev/shm"),
@@ -73,6 +80,7 @@ fn parse_options() -> Result<Options, String> {
             "--per-node" => options.per_node = number(value()?)?,
             "--members" => options.members = number(value()?)?,
             "--parallel" => options.parallel = number(value()?)?.max(1),
+            "--tls" => options.tls = true,
             "--mode" => match value()?.as_str() {
                 "plugin" => options.mode = Mode::Plugin,
                 "agent" => options.mode = Mode::Agent,
@@ -91,7 +99,12 @@ fn parse_options() -> Result<Options, String> {
     Ok(options)
 }
 
-fn network_conf(endpoints: &[String], node: &str, agent_socket: Option<&PathBuf>) -> serde_json::Value {
+fn network_conf(
+    endpoints: &[String],
+    node: &str,
+    agent_socket: Option<&PathBuf>,
+    pki: Option<&Pki>,
+) -> serde_json::Value {
     let mut conf = json!({
         "cniVersion": "1.1.0",
         "name": "edbench",
@@ -100,6 +113,11 @@ fn network_conf(endpoints: &[String], node: &str, agent_socket: Option<&PathBuf>
     });
     if let Some(socket) = agent_socket {
         conf["ipam"]["agentSocket"] = socket.display().to_string().into();
+    }
+    if let Some(pki) = pki {
+        conf["ipam"]["caFile"] = pki.ca.display().to_string().into();
+        conf["ipam"]["certFile"] = pki.client_cert.display().to_string().into();
+        conf["ipam"]["keyFile"] = pki.client_key.display().to_string().into();
     }
     conf
 }
@@ -185,12 +203,11 @@ fn run_node(
 ) -> Result<Vec<(IpAddr, Duration)>, String> {
     let name = format!("node-{node}");
     let socket = (options.mode == Mode::Agent).then(|| agent_socket(node));
-    let conf = network_conf(endpoints, &name, socket.as_ref());
+    let conf = network_conf(endpoints, &name, socket.as_ref(), options.pki.as_ref());
     let bytes = conf.to_string().into_bytes();
     let batcher = if options.mode == Mode::Library {
         let parsed = EtcdIpamConfig::parse(&bytes).map_err(|e| e.to_string())?;
-        let mut client =
-            cni_etcd::Client::new(endpoints, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+        let mut client = parsed.client().map_err(|e| e.to_string())?;
         client.prefer(node);
         Some(Batcher::new(Allocator::new(parsed, client)))
     } else {
@@ -275,15 +292,21 @@ fn run(options: &Options) -> Result<(), String> {
             options.plugins_bin.display()
         ));
     }
-    let mut cluster = EtcdCluster::start_in(&options.data_base, "edbench", options.members);
+    let mut cluster = if options.tls {
+        EtcdCluster::start_tls_in(&options.data_base, "edbench", options.members)
+    } else {
+        EtcdCluster::start_in(&options.data_base, "edbench", options.members)
+    };
+    let options = &Options { pki: cluster.pki().cloned(), ..options.clone() };
     let endpoints = cluster.endpoints();
     let _agents = if options.mode == Mode::Agent { Some(Agents::start(options)?) } else { None };
     println!(
-        "etcd-ipam-bench: {} nodes x {} ADDs ({} at a time), {} etcd members (data under {}), mode {}",
+        "etcd-ipam-bench: {} nodes x {} ADDs ({} at a time), {} etcd members{} (data under {}), mode {}",
         options.nodes,
         options.per_node,
         options.parallel,
         options.members,
+        if options.tls { " over TLS" } else { "" },
         options.data_base.display(),
         match options.mode {
             Mode::Plugin => "plugin (one process per ADD, straight to etcd)",

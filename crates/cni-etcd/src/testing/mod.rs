@@ -23,6 +23,16 @@ pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free port")
 }
 
+/// tmpfs when there is one (etcd's fsyncs are then free), the temp directory otherwise.
+fn default_base() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 struct Member {
     name: String,
     client_url: String,
@@ -107,17 +117,18 @@ impl EtcdCluster {
 
     /// [`EtcdCluster::start_in`] with the data on tmpfs when there is one.
     pub fn start(prefix: &str, n: usize) -> EtcdCluster {
-        let shm = Path::new("/dev/shm");
-        let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
-        EtcdCluster::start_in(&base, prefix, n)
+        EtcdCluster::start_in(&default_base(), prefix, n)
     }
 
     /// [`EtcdCluster::start`] with clients served over TLS only, each needing a certificate
     /// of the cluster's CA ([`EtcdCluster::pki`]). Peers talk plain HTTP among themselves.
     pub fn start_tls(prefix: &str, n: usize) -> EtcdCluster {
-        let shm = Path::new("/dev/shm");
-        let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
-        EtcdCluster::launch(&base, prefix, n, true)
+        EtcdCluster::start_tls_in(&default_base(), prefix, n)
+    }
+
+    /// [`EtcdCluster::start_tls`] with the data under `base`, as [`EtcdCluster::start_in`].
+    pub fn start_tls_in(base: &Path, prefix: &str, n: usize) -> EtcdCluster {
+        EtcdCluster::launch(base, prefix, n, true)
     }
 
     /// The certificates of a TLS cluster.
