@@ -89,7 +89,10 @@ impl Agent {
         if let Some(existing) = allocators.get(&key) {
             return Ok(existing.clone());
         }
-        let client = conf.client()?;
+        let mut client = conf.client()?;
+        // The agents of different nodes start at different members (all at the first one,
+        // that member's loss would move every node at once).
+        client.prefer(conf.node.bytes().map(usize::from).sum());
         let allocator = Arc::new(Batcher::new(Allocator::new(conf, client)));
         allocators.insert(key, allocator.clone());
         Ok(allocator)
