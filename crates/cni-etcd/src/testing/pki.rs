@@ -27,79 +27,44 @@ fn openssl(dir: &Path, args: &[&str]) {
     assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
-/// A P-256 key and a certificate for `cn` signed by `ca` with the extensions in `ext`.
+/// A new P-256 key in `key` and, in `out`, a request (`-new`) or a self-signed
+/// certificate (`-x509`) for `subject`.
+fn key_and_request(dir: &Path, kind: &str, key: &str, out: &str, subject: &str, extra: &[&str]) {
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    let mut args = vec!["req", kind];
+    args.extend(ec);
+    args.extend(["-keyout", key, "-out", out, "-subj", subject]);
+    args.extend(extra);
+    openssl(dir, &args);
+}
+
+/// A P-256 key and a certificate for `cn` signed by the CA in `dir`, with the extensions
+/// in `ext`.
 fn signed(dir: &Path, name: &str, cn: &str, ext: &str) {
     let (key, csr, cert, ext_file) =
         (format!("{name}.key"), format!("{name}.csr"), format!("{name}.pem"), format!("{name}.ext"));
     fs::write(dir.join(&ext_file), ext).expect("writing an openssl extension file");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-new",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &csr,
-            "-subj",
-            &format!("/CN={cn}"),
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-out",
-            &cert,
-            "-extfile",
-            &ext_file,
-        ],
-    );
+    key_and_request(dir, "-new", &key, &csr, &format!("/CN={cn}"), &[]);
+    let ca = ["-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2"];
+    let mut args = vec!["x509", "-req", "-in", &csr];
+    args.extend(ca);
+    args.extend(["-out", &cert, "-extfile", &ext_file]);
+    openssl(dir, &args);
 }
 
 impl Pki {
     /// Makes a CA named `name` and its certificates in `dir` (created if missing).
     pub fn create(dir: &Path, name: &str) -> Pki {
         fs::create_dir_all(dir).expect("creating the certificate directory");
-        openssl(
-            dir,
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                "ca.key",
-                "-out",
-                "ca.pem",
-                "-days",
-                "2",
-                "-subj",
-                &format!("/CN={name} test CA"),
-                "-addext",
-                "basicConstraints=critical,CA:TRUE",
-                "-addext",
-                "keyUsage=critical,keyCertSign,cRLSign",
-            ],
-        );
+        let ca_usage = [
+            "-days",
+            "2",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ];
+        key_and_request(dir, "-x509", "ca.key", "ca.pem", &format!("/CN={name} test CA"), &ca_usage);
         let leaf = "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n";
         // clientAuth too: etcd's own JSON gateway dials the member's gRPC side with the
         // server certificate as its client certificate.

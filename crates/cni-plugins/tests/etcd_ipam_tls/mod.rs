@@ -1,48 +1,27 @@
 //! etcd-ipam over TLS against a real etcd that requires client certificates
 //! (`--client-cert-auth`), with certificates made by the test: ADD/DEL from the plugin
 //! binary and through the node agent, and the refusals (no client certificate, another CA,
-//! a missing file) as clear errors that allocate nothing.
-
-mod common;
+//! a missing file) as clear errors that allocate nothing. A module of the etcd_ipam tests,
+//! whose helpers it uses.
 
 use std::path::Path;
 
 use cni_etcd::testing::{EtcdCluster, Pki};
-use cni_testkit::runner::{PluginCall, PluginOutput};
-use serde_json::{json, Value};
+use serde_json::Value;
 
+use super::{address, conf as plain_conf, etcd_keys as keys, run};
+
+/// The network configuration with the cluster's TLS files (or another CA's).
 fn conf(cluster: &EtcdCluster, network: &str, tls: &Pki) -> Value {
-    json!({
-        "cniVersion": "1.1.0",
-        "name": network,
-        "type": "etcd-ipam",
-        "ipam": {
-            "type": "etcd-ipam",
-            "endpoints": cluster.endpoints(),
-            "pools": ["10.91.0.0/16"],
-            "nodeName": "node-a",
-            "caFile": tls.ca,
-            "certFile": tls.client_cert,
-            "keyFile": tls.client_key,
-        }
-    })
+    let mut conf = plain_conf(&cluster.endpoints(), network, "node-a", &["10.91.0.0/16"], 26);
+    conf["ipam"]["caFile"] = tls.ca.display().to_string().into();
+    conf["ipam"]["certFile"] = tls.client_cert.display().to_string().into();
+    conf["ipam"]["keyFile"] = tls.client_key.display().to_string().into();
+    conf
 }
 
-fn run(conf: &Value, command: &str, container_id: &str) -> PluginOutput {
-    PluginCall::new(common::plugin("etcd-ipam"), command)
-        .container_id(container_id)
-        .netns("/var/run/netns/et-unused")
-        .config(conf)
-        .run()
-}
-
-fn keys(cluster: &EtcdCluster, prefix: &str) -> Vec<String> {
-    let (kvs, _) = cluster.client().get_prefix(prefix.as_bytes(), true).unwrap();
-    kvs.iter().map(|kv| kv.key_str()).collect()
-}
-
-fn address(output: &PluginOutput) -> String {
-    output.json()["ips"][0]["address"].as_str().unwrap().to_string()
+fn run_json(conf: &Value, command: &str, container_id: &str) -> Value {
+    run(conf, command, container_id).json()
 }
 
 #[test]
@@ -51,7 +30,7 @@ fn add_and_del_over_tls_from_the_plugin_and_the_agent() {
     let cluster = EtcdCluster::start_tls("etpl", 3);
     assert!(cluster.endpoints().iter().all(|e| e.starts_with("https://")));
     let conf = conf(&cluster, "etnet", cluster.pki().unwrap());
-    let first = address(&run(&conf, "ADD", "c1"));
+    let first = address(&run_json(&conf, "ADD", "c1"));
     assert!(first.starts_with("10.91."), "{first}");
     assert_eq!(keys(&cluster, "/cni-rs/ipam/etnet/handle/"), ["/cni-rs/ipam/etnet/handle/c1/eth0"]);
     assert!(run(&conf, "CHECK", "c1").success());
@@ -63,8 +42,8 @@ fn add_and_del_over_tls_from_the_plugin_and_the_agent() {
     std::thread::spawn(move || std::sync::Arc::new(Agent::default()).serve(listener));
     let mut via_agent = conf.clone();
     via_agent["ipam"]["agentSocket"] = socket.display().to_string().into();
-    let second = address(&run(&via_agent, "ADD", "c2"));
-    let third = address(&run(&via_agent, "ADD", "c3"));
+    let second = address(&run_json(&via_agent, "ADD", "c2"));
+    let third = address(&run_json(&via_agent, "ADD", "c3"));
     assert!(first != second && second != third && first != third, "{first} {second} {third}");
     assert_eq!(keys(&cluster, "/cni-rs/ipam/etnet/handle/").len(), 3);
 
@@ -104,5 +83,5 @@ fn refused_certificates_are_code_11_naming_tls_and_allocate_nothing() {
 
     assert!(keys(&cluster, "/cni-rs/ipam/etrf/").is_empty(), "a refused client allocated something");
     // The right certificate still works afterwards.
-    assert!(address(&run(&conf(&cluster, "etrf", pki), "ADD", "c1")).starts_with("10.91."));
+    assert!(address(&run_json(&conf(&cluster, "etrf", pki), "ADD", "c1")).starts_with("10.91."));
 }
