@@ -5,8 +5,12 @@
 //!
 //! ```text
 //! etcd-ipam-bench [--nodes 8] [--per-node 200] [--members 3] [--mode plugin|agent|library]
-//!                 [--data-base /dev/shm] [--plugins-bin PATH]
+//!                 [--parallel 1] [--tls] [--data-base /dev/shm] [--plugins-bin PATH]
 //! ```
+//! `--tls` starts the members with client-certificate TLS and configures `https://`
+//! endpoints with `caFile`, `certFile` and `keyFile` (the cost of the handshakes).
+//! `--parallel N` runs N ADDs of each node at once (a runtime starting several pods): the
+//! agent, and the library mode's shared allocator, then combine them into transactions.
 //! `plugin` (the default) runs the real plugin binary once per ADD, as a runtime does: a
 //! process start, a new TCP connection and the etcd transactions each time. `agent` runs
 //! one `etcd-ipam-agent` per node and the plugin binary per ADD talks to it over its unix
@@ -20,8 +24,9 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use cni_etcd::testing::EtcdCluster;
+use cni_etcd::testing::{EtcdCluster, Pki};
 use cni_plugins::ipam::etcd::allocator::Allocator;
+use cni_plugins::ipam::etcd::batch::Batcher;
 use cni_plugins::ipam::etcd::block::Block;
 use cni_plugins::ipam::etcd::config::EtcdIpamConfig;
 use serde_json::json;
@@ -30,6 +35,10 @@ use serde_json::json;
 struct Options {
     nodes: usize,
     per_node: usize,
+    parallel: usize,
+    tls: bool,
+    /// A TLS cluster's certificates, once it runs.
+    pki: Option<Pki>,
     members: usize,
     mode: Mode,
     data_base: PathBuf,
@@ -47,13 +56,16 @@ enum Mode {
 }
 
 const USAGE: &str = "usage: etcd-ipam-bench [--nodes N] [--per-node N] [--members N] \
-[--mode plugin|agent|library] [--data-base DIR] [--plugins-bin PATH]";
+[--mode plugin|agent|library] [--parallel N] [--tls] [--data-base DIR] [--plugins-bin PATH]";
 
 fn parse_options() -> Result<Options, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut options = Options {
         nodes: 8,
         per_node: 200,
+        parallel: 1,
+        tls: false,
+        pki: None,
         members: 3,
         mode: Mode::Plugin,
         data_base: PathBuf::from("/dev/shm"),
@@ -67,6 +79,8 @@ fn parse_options() -> Result<Options, String> {
             "--nodes" => options.nodes = number(value()?)?,
             "--per-node" => options.per_node = number(value()?)?,
             "--members" => options.members = number(value()?)?,
+            "--parallel" => options.parallel = number(value()?)?.max(1),
+            "--tls" => options.tls = true,
             "--mode" => match value()?.as_str() {
                 "plugin" => options.mode = Mode::Plugin,
                 "agent" => options.mode = Mode::Agent,
@@ -85,7 +99,12 @@ fn parse_options() -> Result<Options, String> {
     Ok(options)
 }
 
-fn network_conf(endpoints: &[String], node: &str, agent_socket: Option<&PathBuf>) -> serde_json::Value {
+fn network_conf(
+    endpoints: &[String],
+    node: &str,
+    agent_socket: Option<&PathBuf>,
+    pki: Option<&Pki>,
+) -> serde_json::Value {
     let mut conf = json!({
         "cniVersion": "1.1.0",
         "name": "edbench",
@@ -94,6 +113,11 @@ fn network_conf(endpoints: &[String], node: &str, agent_socket: Option<&PathBuf>
     });
     if let Some(socket) = agent_socket {
         conf["ipam"]["agentSocket"] = socket.display().to_string().into();
+    }
+    if let Some(pki) = pki {
+        conf["ipam"]["caFile"] = pki.ca.display().to_string().into();
+        conf["ipam"]["certFile"] = pki.client_cert.display().to_string().into();
+        conf["ipam"]["keyFile"] = pki.client_key.display().to_string().into();
     }
     conf
 }
@@ -169,7 +193,8 @@ fn add_by_plugin(bin: &PathBuf, conf: &[u8], container_id: &str) -> Result<IpAdd
     }
 }
 
-/// One node's run: `per_node` ADDs in a row; the addresses and each ADD's latency.
+/// One node's run: `per_node` ADDs, `parallel` at a time; the addresses and each ADD's
+/// latency.
 fn run_node(
     options: &Options,
     endpoints: &[String],
@@ -178,27 +203,41 @@ fn run_node(
 ) -> Result<Vec<(IpAddr, Duration)>, String> {
     let name = format!("node-{node}");
     let socket = (options.mode == Mode::Agent).then(|| agent_socket(node));
-    let conf = network_conf(endpoints, &name, socket.as_ref());
+    let conf = network_conf(endpoints, &name, socket.as_ref(), options.pki.as_ref());
     let bytes = conf.to_string().into_bytes();
-    let mut out = Vec::with_capacity(options.per_node);
-    if options.mode == Mode::Library {
+    let batcher = if options.mode == Mode::Library {
         let parsed = EtcdIpamConfig::parse(&bytes).map_err(|e| e.to_string())?;
-        let mut client =
-            cni_etcd::Client::new(endpoints, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+        let mut client = parsed.client().map_err(|e| e.to_string())?;
         client.prefer(node);
-        let mut allocator = Allocator::new(parsed, client);
-        for i in 0..options.per_node {
-            let start = Instant::now();
-            let allocation =
-                allocator.allocate(&format!("{phase}-{node}-{i}/eth0")).map_err(|e| e.to_string())?;
-            out.push((allocation.address.addr(), start.elapsed()));
-        }
+        Some(Batcher::new(Allocator::new(parsed, client)))
     } else {
-        for i in 0..options.per_node {
-            let start = Instant::now();
-            let ip = add_by_plugin(&options.plugins_bin, &bytes, &format!("{phase}-{node}-{i}"))?;
-            out.push((ip, start.elapsed()));
-        }
+        None
+    };
+    let one_add = |i: usize| -> Result<(IpAddr, Duration), String> {
+        let start = Instant::now();
+        let ip = match &batcher {
+            Some(batcher) => batcher
+                .allocate(&format!("{phase}-{node}-{i}/eth0"))
+                .map_err(|e| e.to_string())?
+                .address
+                .addr(),
+            None => add_by_plugin(&options.plugins_bin, &bytes, &format!("{phase}-{node}-{i}"))?,
+        };
+        Ok((ip, start.elapsed()))
+    };
+    let parallel = options.parallel;
+    let workers: Vec<Result<Vec<(IpAddr, Duration)>, String>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..parallel)
+            .map(|w| {
+                let one_add = &one_add;
+                scope.spawn(move || (w..options.per_node).step_by(parallel).map(one_add).collect())
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().expect("worker thread")).collect()
+    });
+    let mut out = Vec::with_capacity(options.per_node);
+    for worker in workers {
+        out.extend(worker?);
     }
     Ok(out)
 }
@@ -253,14 +292,21 @@ fn run(options: &Options) -> Result<(), String> {
             options.plugins_bin.display()
         ));
     }
-    let mut cluster = EtcdCluster::start_in(&options.data_base, "edbench", options.members);
+    let mut cluster = if options.tls {
+        EtcdCluster::start_tls_in(&options.data_base, "edbench", options.members)
+    } else {
+        EtcdCluster::start_in(&options.data_base, "edbench", options.members)
+    };
+    let options = &Options { pki: cluster.pki().cloned(), ..options.clone() };
     let endpoints = cluster.endpoints();
     let _agents = if options.mode == Mode::Agent { Some(Agents::start(options)?) } else { None };
     println!(
-        "etcd-ipam-bench: {} nodes x {} ADDs, {} etcd members (data under {}), mode {}",
+        "etcd-ipam-bench: {} nodes x {} ADDs ({} at a time), {} etcd members{} (data under {}), mode {}",
         options.nodes,
         options.per_node,
+        options.parallel,
         options.members,
+        if options.tls { " over TLS" } else { "" },
         options.data_base.display(),
         match options.mode {
             Mode::Plugin => "plugin (one process per ADD, straight to etcd)",

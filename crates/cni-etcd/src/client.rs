@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use crate::error::{Error, Result};
 use crate::http::Conn;
 use crate::kv::{encode, int_field, kvs, prefix_end, KeyValue, Txn, TxnResponse};
+use crate::tls::Tls;
 use crate::watch::Watch;
 
 /// gRPC's UNAVAILABLE, which the gateway passes on for "no leader", "request timed out"
@@ -20,18 +21,30 @@ pub struct Client {
     current: usize,
     conn: Option<Conn>,
     timeout: Duration,
+    tls: Option<Tls>,
 }
 
-/// `http://host:port` (or `host:port`) → `host:port`.
-fn endpoint_host(url: &str) -> Result<String> {
-    if url.starts_with("https://") {
-        return Err(Error::Config(format!(
-            "endpoint {url}: TLS endpoints are not supported by this build; use http:// endpoints"
-        )));
-    }
-    let host = url.strip_prefix("http://").unwrap_or(url).trim_end_matches('/');
+/// `http://host:port` (or `host:port`) → `host:port` without TLS; `https://host:port` →
+/// `host:port` with it. Every endpoint of one client must agree with `tls`: a CA given for
+/// plain endpoints, or an `https://` endpoint without one, is a configuration mistake.
+fn endpoint_host(url: &str, tls: bool) -> Result<String> {
+    let host = match (url.strip_prefix("https://"), tls) {
+        (Some(host), true) => host,
+        (Some(_), false) => {
+            return Err(Error::Config(format!(
+                "endpoint {url}: an https:// endpoint needs the cluster's CA (caFile)"
+            )))
+        }
+        (None, true) => {
+            return Err(Error::Config(format!(
+                "endpoint {url}: TLS files are configured, so endpoints must be https://"
+            )))
+        }
+        (None, false) => url.strip_prefix("http://").unwrap_or(url),
+    };
+    let host = host.trim_end_matches('/');
     if host.is_empty() || !host.contains(':') || host.contains('/') {
-        return Err(Error::Config(format!("endpoint {url:?} is not http://host:port")));
+        return Err(Error::Config(format!("endpoint {url:?} is not http(s)://host:port")));
     }
     Ok(host.to_string())
 }
@@ -40,11 +53,17 @@ impl Client {
     /// A client for the members at `endpoints` (`http://host:port`). Nothing is connected
     /// before the first call.
     pub fn new(endpoints: &[impl AsRef<str>], timeout: Duration) -> Result<Client> {
+        Client::with_tls(endpoints, timeout, None)
+    }
+
+    /// [`Client::new`] for `https://host:port` endpoints when `tls` is given.
+    pub fn with_tls(endpoints: &[impl AsRef<str>], timeout: Duration, tls: Option<Tls>) -> Result<Client> {
         if endpoints.is_empty() {
             return Err(Error::Config("no endpoints".into()));
         }
-        let endpoints = endpoints.iter().map(|e| endpoint_host(e.as_ref())).collect::<Result<Vec<_>>>()?;
-        Ok(Client { endpoints, current: 0, conn: None, timeout })
+        let endpoints =
+            endpoints.iter().map(|e| endpoint_host(e.as_ref(), tls.is_some())).collect::<Result<Vec<_>>>()?;
+        Ok(Client { endpoints, current: 0, conn: None, timeout, tls })
     }
 
     /// Starts at another member: clients of one host spread over the cluster.
@@ -67,7 +86,7 @@ impl Client {
         let mut reasons = Vec::new();
         for _ in 0..self.endpoints.len() {
             let host = &self.endpoints[self.current];
-            match Conn::connect(host, self.timeout) {
+            match Conn::connect(host, self.timeout, self.tls.as_ref()) {
                 Ok(conn) => return Ok(conn),
                 Err(e) => reasons.push(format!("{host}: {e}")),
             }
@@ -92,7 +111,7 @@ impl Client {
             let host = self.endpoints[self.current].clone();
             let reused = self.conn.is_some();
             if self.conn.is_none() {
-                match Conn::connect(&host, self.timeout) {
+                match Conn::connect(&host, self.timeout, self.tls.as_ref()) {
                     Ok(conn) => self.conn = Some(conn),
                     Err(e) => {
                         reasons.push(format!("{host}: {e}"));
@@ -258,10 +277,13 @@ mod tests {
 
     #[test]
     fn endpoints_are_host_and_port() {
-        assert_eq!(endpoint_host("http://127.0.0.1:2379/").unwrap(), "127.0.0.1:2379");
-        assert_eq!(endpoint_host("10.0.0.1:2379").unwrap(), "10.0.0.1:2379");
-        assert!(endpoint_host("http://host").is_err());
-        let err = endpoint_host("https://10.0.0.1:2379").unwrap_err().to_string();
-        assert!(err.contains("TLS"), "{err}");
+        assert_eq!(endpoint_host("http://127.0.0.1:2379/", false).unwrap(), "127.0.0.1:2379");
+        assert_eq!(endpoint_host("10.0.0.1:2379", false).unwrap(), "10.0.0.1:2379");
+        assert_eq!(endpoint_host("https://10.0.0.1:2379", true).unwrap(), "10.0.0.1:2379");
+        assert!(endpoint_host("http://host", false).is_err());
+        let err = endpoint_host("https://10.0.0.1:2379", false).unwrap_err().to_string();
+        assert!(err.contains("caFile"), "{err}");
+        let err = endpoint_host("http://10.0.0.1:2379", true).unwrap_err().to_string();
+        assert!(err.contains("https://"), "{err}");
     }
 }

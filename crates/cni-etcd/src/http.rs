@@ -6,10 +6,102 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
+use rustls::pki_types::ServerName;
+use rustls::{AlertDescription, ClientConnection, StreamOwned};
+
+use crate::tls::Tls;
+
+/// The bytes under HTTP: a plain socket or TLS over one.
+enum Transport {
+    Plain(TcpStream),
+    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
+}
+
+/// TLS failures say so, and say whose certificate is at fault: "TLS: received fatal alert:
+/// BadCertificate (the member refused this client's certificate: certFile/keyFile)" rather
+/// than a bare alert name.
+fn tls_context(err: io::Error) -> io::Error {
+    let Some(tls_err) = err.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) else {
+        return err;
+    };
+    let hint = match tls_err {
+        rustls::Error::AlertReceived(
+            AlertDescription::BadCertificate
+            | AlertDescription::CertificateRequired
+            | AlertDescription::UnknownCA
+            | AlertDescription::CertificateUnknown
+            | AlertDescription::UnsupportedCertificate,
+        ) => " (the member refused this client's certificate: certFile/keyFile)",
+        rustls::Error::InvalidCertificate(_) => {
+            " (the member's certificate is not signed by caFile's CA or does not name the endpoint's host)"
+        }
+        _ => "",
+    };
+    io::Error::new(err.kind(), format!("TLS: {err}{hint}"))
+}
+
+impl Transport {
+    fn socket(&self) -> &TcpStream {
+        match self {
+            Transport::Plain(socket) => socket,
+            Transport::Tls(stream) => stream.get_ref(),
+        }
+    }
+}
+
+impl Read for Transport {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Transport::Plain(socket) => socket.read(buf),
+            Transport::Tls(stream) => stream.read(buf).map_err(tls_context),
+        }
+    }
+}
+
+impl Write for Transport {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Transport::Plain(socket) => socket.write(buf),
+            Transport::Tls(stream) => stream.write(buf).map_err(tls_context),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Transport::Plain(socket) => socket.flush(),
+            Transport::Tls(stream) => stream.flush().map_err(tls_context),
+        }
+    }
+}
+
 /// One kept-alive connection to one etcd member.
 pub struct Conn {
     host: String,
-    reader: BufReader<TcpStream>,
+    reader: BufReader<Transport>,
+}
+
+/// The name the member's certificate must carry: the endpoint's host without the port
+/// (an IP address is matched against the certificate's IP SANs).
+fn server_name(host: &str) -> io::Result<ServerName<'static>> {
+    let name = match host.rsplit_once(':') {
+        Some((name, _port)) => name,
+        None => host,
+    };
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    ServerName::try_from(name.to_string())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("TLS server name {name:?}: {e}")))
+}
+
+/// Runs the TLS handshake now, so that an untrusted server certificate fails the connect
+/// (and names TLS) rather than the first request.
+fn handshake(socket: TcpStream, host: &str, tls: &Tls) -> io::Result<Transport> {
+    let connection = ClientConnection::new(tls.config.clone(), server_name(host)?)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("TLS: {e}")))?;
+    let mut stream = StreamOwned::new(connection, socket);
+    while stream.conn.is_handshaking() {
+        stream.conn.complete_io(&mut stream.sock).map_err(tls_context)?;
+    }
+    Ok(Transport::Tls(Box::new(stream)))
 }
 
 /// The head of a response: its status and how its body is framed.
@@ -25,7 +117,8 @@ fn bad(msg: impl Into<String>) -> io::Error {
 
 impl Conn {
     /// Connects to `host:port` (an etcd client URL without the scheme).
-    pub fn connect(host: &str, timeout: Duration) -> io::Result<Conn> {
+    /// With `tls`, the connection is TLS (an `https://` endpoint).
+    pub fn connect(host: &str, timeout: Duration, tls: Option<&Tls>) -> io::Result<Conn> {
         let addrs: Vec<SocketAddr> = host.to_socket_addrs()?.collect();
         let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{host}: no address"));
         for addr in addrs {
@@ -34,7 +127,11 @@ impl Conn {
                     stream.set_nodelay(true)?;
                     stream.set_read_timeout(Some(timeout))?;
                     stream.set_write_timeout(Some(timeout))?;
-                    return Ok(Conn { host: host.to_string(), reader: BufReader::new(stream) });
+                    let transport = match tls {
+                        Some(tls) => handshake(stream, host, tls)?,
+                        None => Transport::Plain(stream),
+                    };
+                    return Ok(Conn { host: host.to_string(), reader: BufReader::new(transport) });
                 }
                 Err(e) => last = e,
             }
@@ -44,7 +141,7 @@ impl Conn {
 
     /// Changes how long a read may block (streams wait longer than unary calls).
     pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        self.reader.get_ref().set_read_timeout(timeout)
+        self.reader.get_ref().socket().set_read_timeout(timeout)
     }
 
     fn send(&mut self, path: &str, body: &[u8]) -> io::Result<()> {

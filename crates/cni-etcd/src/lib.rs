@@ -15,9 +15,11 @@ mod error;
 mod http;
 mod kv;
 pub mod testing;
+mod tls;
 mod watch;
 
 pub use client::Client;
 pub use error::{Error, Result};
 pub use kv::{prefix_end, Compare, KeyValue, Op, Txn, TxnResponse};
+pub use tls::{Tls, TlsFiles};
 pub use watch::{Event, Watch};

@@ -15,10 +15,10 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cni_etcd::Client;
 use serde_json::{json, Value};
 
 use super::allocator::{Allocation, Allocator};
+use super::batch::Batcher;
 use super::config::EtcdIpamConfig;
 use super::error::EtcdIpamError;
 
@@ -72,24 +72,28 @@ pub fn release(socket: &Path, config: &[u8], handle: &str, timeout: Duration) ->
 }
 
 /// The agent: one allocator (one etcd connection, one cached block) per network
-/// configuration it has been asked about; each connection served on its own thread.
+/// configuration it has been asked about; each connection served on its own thread, the
+/// concurrent ADDs of one network combined into shared transactions (see `batch`).
 #[derive(Default)]
 pub struct Agent {
-    allocators: Mutex<HashMap<String, Arc<Mutex<Allocator>>>>,
+    allocators: Mutex<HashMap<String, Arc<Batcher>>>,
 }
 
 impl Agent {
-    fn allocator(&self, conf: EtcdIpamConfig) -> Result<Arc<Mutex<Allocator>>, EtcdIpamError> {
+    fn allocator(&self, conf: EtcdIpamConfig) -> Result<Arc<Batcher>, EtcdIpamError> {
         let key = format!(
-            "{}|{}|{:?}|{:?}|{}|{}",
-            conf.network, conf.node, conf.endpoints, conf.pools, conf.block_len, conf.prefix
+            "{}|{}|{:?}|{:?}|{}|{}|{:?}",
+            conf.network, conf.node, conf.endpoints, conf.pools, conf.block_len, conf.prefix, conf.tls
         );
         let mut allocators = self.allocators.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(existing) = allocators.get(&key) {
             return Ok(existing.clone());
         }
-        let client = Client::new(&conf.endpoints, conf.timeout)?;
-        let allocator = Arc::new(Mutex::new(Allocator::new(conf, client)));
+        let mut client = conf.client()?;
+        // The agents of different nodes start at different members (all at the first one,
+        // that member's loss would move every node at once).
+        client.prefer(conf.node.bytes().map(usize::from).sum());
+        let allocator = Arc::new(Batcher::new(Allocator::new(conf, client)));
         allocators.insert(key, allocator.clone());
         Ok(allocator)
     }
@@ -100,7 +104,6 @@ impl Agent {
             .as_str()
             .ok_or_else(|| EtcdIpamError::Decode("request without handle".into()))?;
         let allocator = self.allocator(conf)?;
-        let mut allocator = allocator.lock().unwrap_or_else(|p| p.into_inner());
         match request["op"].as_str() {
             Some("add") => {
                 let a = allocator.allocate(handle)?;

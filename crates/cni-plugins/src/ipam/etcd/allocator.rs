@@ -255,6 +255,59 @@ impl Allocator {
         Err(EtcdIpamError::Contended(MAX_ATTEMPTS))
     }
 
+    /// ADD for several attachments at once (a node agent's concurrent requests): as many as
+    /// the cached block has room for are claimed in one transaction (one block write, one
+    /// handle created per attachment, all guarded by the block's revision and the handles'
+    /// absence); the others, and all of them when that transaction loses (a repeated ADD,
+    /// the block changed), go through [`Allocator::allocate`] one by one.
+    pub fn allocate_batch(&mut self, handle_ids: &[String]) -> Vec<Result<Allocation, EtcdIpamError>> {
+        let mut done = Vec::new();
+        let distinct = handle_ids.iter().collect::<std::collections::HashSet<_>>().len() == handle_ids.len();
+        if handle_ids.len() > 1 && distinct {
+            match self.commit_batch(handle_ids) {
+                Ok(allocations) => done = allocations.into_iter().map(Ok).collect(),
+                // Lost or failed: the one-by-one path re-reads (and reports its own errors).
+                Err(_) => self.cached = None,
+            }
+        }
+        let rest = handle_ids[done.len()..].iter().map(|id| self.allocate(id)).collect::<Vec<_>>();
+        done.extend(rest);
+        done
+    }
+
+    /// One transaction for the first attachments of `handle_ids` the cached block has room
+    /// for; the allocations made (none when there is no cached block or the swap lost).
+    fn commit_batch(&mut self, handle_ids: &[String]) -> Result<Vec<Allocation>, EtcdIpamError> {
+        let Some((mut block, revision)) = self.cached.clone().filter(|(b, _)| self.in_pools(&b.cidr)) else {
+            return Ok(Vec::new());
+        };
+        let offsets: Vec<Offset> = block.free_offsets().take(handle_ids.len()).collect();
+        if offsets.is_empty() {
+            return Ok(Vec::new());
+        }
+        let block_id = Block::id(&block.cidr);
+        let block_key = self.keys.block(&block_id);
+        let mut compare = vec![Compare::ModRevision(block_key.clone(), revision)];
+        let mut success = Vec::new();
+        let mut handles = Vec::new();
+        for (offset, handle_id) in offsets.iter().zip(handle_ids) {
+            block.allocations.insert(*offset, handle_id.clone());
+            let handle =
+                Handle { ip: block.address(*offset), block: block_id.clone(), node: self.conf.node.clone() };
+            let handle_key = self.keys.handle(handle_id);
+            compare.push(Compare::CreateRevision(handle_key.clone(), 0));
+            success.push(Op::put(handle_key, serde_json::to_vec(&handle).expect("serializes")));
+            handles.push(handle);
+        }
+        success.push(Op::put(block_key, block.to_json()));
+        let answer = self.client.txn(&Txn { compare, success, failure: vec![] })?;
+        if !answer.succeeded {
+            return Err(EtcdIpamError::Contended(1));
+        }
+        self.cached = Some((block, answer.revision));
+        handles.iter().map(allocation_of).collect()
+    }
+
     /// The attachment's handle, if it has one.
     pub fn handle(&mut self, handle_id: &str) -> Result<Option<Handle>, EtcdIpamError> {
         self.client.get(&self.keys.handle(handle_id))?.map(|kv| parse_handle(&kv)).transpose()

@@ -74,7 +74,12 @@ impl Block {
 
     /// The lowest free offset.
     pub fn first_free(&self) -> Option<Offset> {
-        (0..self.size()).find(|o| !self.reserved(*o) && !self.allocations.contains_key(o))
+        self.free_offsets().next()
+    }
+
+    /// The free offsets, lowest first.
+    pub fn free_offsets(&self) -> impl Iterator<Item = Offset> + '_ {
+        (0..self.size()).filter(|o| !self.reserved(*o) && !self.allocations.contains_key(o))
     }
 
     pub fn free_count(&self) -> u32 {

@@ -14,10 +14,14 @@
 //! (the root of the keys) to `/cni-rs/ipam`; `timeoutMs` (per etcd call) to 2000.
 //! `nodeGracePeriodSeconds` turns on the reclaiming of gone nodes' blocks (see `liveness`).
 //! `agentSocket` (a path) sends ADD and DEL through the node agent (`etcd-ipam-agent`).
+//! `https://` endpoints need `caFile` (the cluster's CA, PEM) and, for members that require
+//! client certificates, `certFile` and `keyFile` (PEM); the members' certificates must name
+//! the endpoints' hosts (IP SANs for addresses).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cni_etcd::{Client, Tls, TlsFiles};
 use cni_types::Route;
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -48,6 +52,9 @@ struct RawIpam {
     routes: Vec<Route>,
     agent_socket: Option<PathBuf>,
     node_grace_period_seconds: Option<i64>,
+    ca_file: Option<PathBuf>,
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
 }
 
 /// The validated configuration.
@@ -66,6 +73,8 @@ pub struct EtcdIpamConfig {
     /// With it, STATUS and GC record this node's heartbeat, and GC reclaims the blocks of
     /// nodes whose heartbeat is older than this many seconds.
     pub node_grace_seconds: Option<i64>,
+    /// The TLS files of `https://` endpoints.
+    pub tls: Option<TlsFiles>,
 }
 
 fn invalid(msg: impl Into<String>) -> EtcdIpamError {
@@ -93,11 +102,29 @@ impl EtcdIpamConfig {
         if ipam.endpoints.is_empty() {
             return Err(invalid("ipam.endpoints: at least one etcd endpoint (http://host:port) is required"));
         }
+        let tls = match (ipam.ca_file, ipam.cert_file, ipam.key_file) {
+            (None, None, None) => None,
+            (None, _, _) => return Err(invalid("ipam.caFile: certFile and keyFile need the cluster's CA")),
+            (Some(ca_file), cert_file, key_file) => {
+                if cert_file.is_some() != key_file.is_some() {
+                    return Err(invalid("ipam.certFile and ipam.keyFile go together: give both or neither"));
+                }
+                Some(TlsFiles { ca_file, cert_file, key_file })
+            }
+        };
         for endpoint in &ipam.endpoints {
-            if endpoint.starts_with("https://") {
-                return Err(invalid(format!(
-                    "ipam.endpoints: {endpoint}: TLS is not supported by this build (use http:// on a trusted network)"
-                )));
+            match (endpoint.starts_with("https://"), tls.is_some()) {
+                (true, false) => {
+                    return Err(invalid(format!(
+                        "ipam.endpoints: {endpoint} is https:// but ipam.caFile is not set"
+                    )))
+                }
+                (false, true) => {
+                    return Err(invalid(format!(
+                        "ipam.endpoints: {endpoint}: with ipam.caFile every endpoint must be https://"
+                    )))
+                }
+                _ => {}
             }
         }
         if ipam.pools.is_empty() {
@@ -151,7 +178,15 @@ impl EtcdIpamConfig {
             routes: ipam.routes,
             agent_socket: ipam.agent_socket,
             node_grace_seconds: ipam.node_grace_period_seconds,
+            tls,
         })
+    }
+
+    /// An etcd client for this configuration (TLS files read here: a bad one is a
+    /// configuration error naming it).
+    pub fn client(&self) -> Result<Client, EtcdIpamError> {
+        let tls = self.tls.as_ref().map(Tls::load).transpose()?;
+        Ok(Client::with_tls(&self.endpoints, self.timeout, tls)?)
     }
 }
 
@@ -176,7 +211,13 @@ mod tests {
     fn bad_input_names_the_field() {
         let cases = [
             (r#"{"pools":["10.1.0.0/16"]}"#, "ipam.endpoints"),
-            (r#"{"endpoints":["https://e:1"],"pools":["10.1.0.0/16"]}"#, "TLS"),
+            (r#"{"endpoints":["https://e:1"],"pools":["10.1.0.0/16"]}"#, "caFile"),
+            (r#"{"endpoints":["http://e:1"],"pools":["10.1.0.0/16"],"caFile":"/ca"}"#, "https://"),
+            (r#"{"endpoints":["https://e:1"],"pools":["10.1.0.0/16"],"certFile":"/c"}"#, "caFile"),
+            (
+                r#"{"endpoints":["https://e:1"],"pools":["10.1.0.0/16"],"caFile":"/ca","certFile":"/c"}"#,
+                "keyFile",
+            ),
             (r#"{"endpoints":["http://e:1"]}"#, "ipam.pools"),
             (r#"{"endpoints":["http://e:1"],"pools":["10.1.0.0/16","10.1.128.0/17"]}"#, "overlaps"),
             (r#"{"endpoints":["http://e:1"],"pools":["10.1.0.0/24"],"blockSize":20}"#, "blockSize"),

@@ -15,6 +15,7 @@
 
 pub mod agent;
 pub mod allocator;
+pub mod batch;
 pub mod block;
 pub mod config;
 pub mod error;

@@ -3,7 +3,6 @@
 //! attachment's handle; GC releases this node's handles of attachments the runtime no
 //! longer has; STATUS fails with code 50 when etcd is unreachable or the pools are full.
 
-use cni_etcd::Client;
 use cni_sdk::{CniError, CniResult, GcErrors, Plugin, Request};
 use cni_types::{Dns, IpConfig};
 
@@ -21,7 +20,7 @@ const NOT_AVAILABLE: u32 = 50;
 
 fn load(req: &Request) -> Result<Allocator, CniError> {
     let conf = parse(req)?;
-    let mut client = Client::new(&conf.endpoints, conf.timeout).map_err(EtcdIpamError::from)?;
+    let mut client = conf.client()?;
     // Plugins of one node spread their connections over the members.
     client.prefer(std::process::id() as usize);
     Ok(Allocator::new(conf, client))

@@ -1,6 +1,9 @@
 //! A throwaway etcd cluster on 127.0.0.1 for tests and benchmarks: `n` members of Debian's
 //! `etcd` (package `etcd-server`) on free ports, data in a private directory that goes with
-//! the cluster. Members can be killed (SIGKILL) to test failover.
+//! the cluster. Members can be killed (SIGKILL) to test failover. [`EtcdCluster::start_tls`]
+//! serves clients over TLS only and requires their certificates (`--client-cert-auth`).
+
+pub mod pki;
 
 use std::fs;
 use std::net::TcpListener;
@@ -9,7 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::Client;
+use crate::{Client, Tls};
+pub use pki::Pki;
 
 const ETCD: &str = "/usr/bin/etcd";
 static CLUSTERS: AtomicUsize = AtomicUsize::new(0);
@@ -17,6 +21,16 @@ static CLUSTERS: AtomicUsize = AtomicUsize::new(0);
 /// A port nobody listens on right now (the kernel's pick).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free port")
+}
+
+/// tmpfs when there is one (etcd's fsyncs are then free), the temp directory otherwise.
+fn default_base() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
 }
 
 struct Member {
@@ -29,6 +43,8 @@ struct Member {
 pub struct EtcdCluster {
     dir: PathBuf,
     members: Vec<Member>,
+    /// The certificates and a client's TLS configuration of a TLS cluster.
+    tls: Option<(Pki, Tls)>,
 }
 
 impl EtcdCluster {
@@ -36,6 +52,10 @@ impl EtcdCluster {
     /// makes etcd's fsyncs free; a disk measures them) named after `prefix`, and waits until
     /// the cluster answers. Panics with etcd's log when it does not come up.
     pub fn start_in(base: &Path, prefix: &str, n: usize) -> EtcdCluster {
+        EtcdCluster::launch(base, prefix, n, false)
+    }
+
+    fn launch(base: &Path, prefix: &str, n: usize, with_tls: bool) -> EtcdCluster {
         assert!(
             Path::new(ETCD).exists(),
             "{ETCD} is missing: install Debian's etcd-server (tools/test --setup-only does)"
@@ -44,11 +64,13 @@ impl EtcdCluster {
         let dir = base.join(format!("{prefix}-etcd-{}-{serial}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).expect("creating the etcd data directory");
+        let pki = with_tls.then(|| Pki::create(&dir.join("pki"), prefix));
+        let scheme = if with_tls { "https" } else { "http" };
         let peers: Vec<(String, String, String)> = (0..n)
             .map(|i| {
                 let name = format!("{prefix}{i}");
                 let peer = format!("http://127.0.0.1:{}", free_port());
-                let client = format!("http://127.0.0.1:{}", free_port());
+                let client = format!("{scheme}://127.0.0.1:{}", free_port());
                 (name, peer, client)
             })
             .collect();
@@ -57,7 +79,18 @@ impl EtcdCluster {
         let mut members = Vec::new();
         for (name, peer, client) in &peers {
             let log = fs::File::create(dir.join(format!("{name}.log"))).expect("etcd log file");
-            let child = Command::new(ETCD)
+            let mut command = Command::new(ETCD);
+            if let Some(pki) = &pki {
+                command
+                    .arg("--client-cert-auth")
+                    .arg("--trusted-ca-file")
+                    .arg(&pki.ca)
+                    .arg("--cert-file")
+                    .arg(&pki.server_cert)
+                    .arg("--key-file")
+                    .arg(&pki.server_key);
+            }
+            let child = command
                 .args(["--name", name, "--data-dir"])
                 .arg(dir.join(name))
                 .args(["--listen-client-urls", client, "--advertise-client-urls", client])
@@ -73,21 +106,44 @@ impl EtcdCluster {
                 .expect("starting etcd");
             members.push(Member { name: name.clone(), client_url: client.clone(), child: Some(child) });
         }
-        let cluster = EtcdCluster { dir, members };
+        let tls = pki.map(|pki| {
+            let tls = Tls::load(&pki.client_files()).expect("loading the test certificates");
+            (pki, tls)
+        });
+        let cluster = EtcdCluster { dir, members, tls };
         cluster.wait_ready(Duration::from_secs(30));
         cluster
     }
 
     /// [`EtcdCluster::start_in`] with the data on tmpfs when there is one.
     pub fn start(prefix: &str, n: usize) -> EtcdCluster {
-        let shm = Path::new("/dev/shm");
-        let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
-        EtcdCluster::start_in(&base, prefix, n)
+        EtcdCluster::start_in(&default_base(), prefix, n)
+    }
+
+    /// [`EtcdCluster::start`] with clients served over TLS only, each needing a certificate
+    /// of the cluster's CA ([`EtcdCluster::pki`]). Peers talk plain HTTP among themselves.
+    pub fn start_tls(prefix: &str, n: usize) -> EtcdCluster {
+        EtcdCluster::start_tls_in(&default_base(), prefix, n)
+    }
+
+    /// [`EtcdCluster::start_tls`] with the data under `base`, as [`EtcdCluster::start_in`].
+    pub fn start_tls_in(base: &Path, prefix: &str, n: usize) -> EtcdCluster {
+        EtcdCluster::launch(base, prefix, n, true)
+    }
+
+    /// The certificates of a TLS cluster.
+    pub fn pki(&self) -> Option<&Pki> {
+        self.tls.as_ref().map(|(pki, _)| pki)
+    }
+
+    /// The cluster's data directory (a TLS cluster's certificates are under `pki/`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     fn wait_ready(&self, limit: Duration) {
         let start = Instant::now();
-        let mut client = Client::new(&self.endpoints(), Duration::from_secs(1)).expect("endpoints");
+        let mut client = self.client_with_timeout(Duration::from_secs(1));
         loop {
             match client.put(b"/ready-probe", b"", 0) {
                 Ok(_) => return,
@@ -106,7 +162,12 @@ impl EtcdCluster {
 
     /// A client of the whole cluster.
     pub fn client(&self) -> Client {
-        Client::new(&self.endpoints(), Duration::from_secs(2)).expect("endpoints")
+        self.client_with_timeout(Duration::from_secs(2))
+    }
+
+    fn client_with_timeout(&self, timeout: Duration) -> Client {
+        let tls = self.tls.as_ref().map(|(_, tls)| tls.clone());
+        Client::with_tls(&self.endpoints(), timeout, tls).expect("endpoints")
     }
 
     /// Kills member `index` with SIGKILL.
