@@ -18,16 +18,9 @@ fn conf(bridge: &str, subnet: &str, data_dir: &Path) -> Value {
                  "dataDir": data_dir}})
 }
 
-/// Reservation files (one per address) in host-local's network directory.
+/// host-local's reservations of the test network.
 fn reservations(data_dir: &Path) -> Vec<String> {
-    match std::fs::read_dir(data_dir.join("hlnet")) {
-        Ok(dir) => dir
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
-            .collect(),
-        Err(_) => Vec::new(),
-    }
+    cni_testkit::host_local::reservations(data_dir, "hlnet")
 }
 
 fn veths(host: &TestNetns) -> usize {

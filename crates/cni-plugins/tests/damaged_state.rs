@@ -41,14 +41,9 @@ fn gc_conf(plugin: &str, data_dir: &Path) -> Value {
     gc
 }
 
-/// Address files (regular files named like an address) of the network.
+/// host-local's reservations of the test network.
 fn reservations(data_dir: &Path) -> Vec<String> {
-    let Ok(dir) = fs::read_dir(data_dir.join(NETWORK)) else { return Vec::new() };
-    dir.flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
-        .collect()
+    cni_testkit::host_local::reservations(data_dir, NETWORK)
 }
 
 fn veths(host: &TestNetns) -> usize {

@@ -311,15 +311,9 @@ fn host_local(data_dir: &Path, version: &str) -> Value {
                  "dataDir": data_dir}})
 }
 
+/// host-local's reservations of the test network.
 fn reservations(data_dir: &Path) -> Vec<String> {
-    match std::fs::read_dir(data_dir.join("mvhl")) {
-        Ok(dir) => dir
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
-            .collect(),
-        Err(_) => Vec::new(),
-    }
+    cni_testkit::host_local::reservations(data_dir, "mvhl")
 }
 
 #[test]

@@ -17,6 +17,7 @@
 pub mod binaries;
 pub mod children;
 pub mod damage;
+pub mod host_local;
 pub mod kernel_rig;
 pub mod kill;
 pub mod ns;

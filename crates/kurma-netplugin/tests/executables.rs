@@ -6,9 +6,10 @@
 mod common;
 
 use cni_net::netlink::LinkKind;
+use cni_testkit::host_local::reservations;
 use cni_testkit::ns::{require_root, HostAndContainers, TestNetns};
 use cni_testkit::traffic::{tcp_echo, tcp_echo_server};
-use common::{eventually, reservations, Images, PREFIX};
+use common::{eventually, Images, PREFIX};
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::net::SocketAddr;

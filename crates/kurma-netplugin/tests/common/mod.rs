@@ -151,18 +151,6 @@ impl Plugin {
     }
 }
 
-/// Address reservations of host-local network `network` under `data_dir`.
-pub fn reservations(data_dir: &Path, network: &str) -> Vec<String> {
-    match std::fs::read_dir(data_dir.join(network)) {
-        Ok(dir) => dir
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
-            .collect(),
-        Err(_) => Vec::new(),
-    }
-}
-
 /// Polls `check` for up to five seconds (link deletions after DEL finish in the background).
 pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     for _ in 0..250 {
