@@ -170,6 +170,18 @@ mod tests {
         assert_eq!(back, serde_json::from_str::<Value>(text).unwrap());
     }
 
+    /// Found by the `config` fuzz target: without serde_json's `float_roundtrip` a number
+    /// read back from its own printing could differ in the last digit, so a plugin's float
+    /// setting changed on its way through libcni.
+    #[test]
+    fn a_float_setting_survives_a_round_trip_exactly() {
+        let text = r#"{"cniVersion":"1.1.0","name":"n","type":"portmap","rt":{"ips":[{"interface":6.666666666666665e+49}]}}"#;
+        let c: NetConf = serde_json::from_str(text).unwrap();
+        let back: NetConf = serde_json::from_slice(&serde_json::to_vec(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+        assert_eq!(back.extra["rt"]["ips"][0]["interface"].as_f64(), Some(6.666666666666665e49));
+    }
+
     #[test]
     fn args_cni_and_runtime_config() {
         let c: NetConf = serde_json::from_str(
