@@ -49,31 +49,39 @@ pub fn veth_links() -> Result<usize> {
 /// also sees iptables-nft rules), read with `nft -j list ruleset` as an outside oracle.
 /// `None` when `nft` cannot be run here.
 pub fn ruleset_entries() -> Option<usize> {
+    ruleset_lines().map(|lines| lines.len())
+}
+
+/// The same entries one line each (rule handles left out), to name what was left behind.
+pub fn ruleset_lines() -> Option<Vec<String>> {
     let output = Command::new("nft").args(["-j", "list", "ruleset"]).output().ok()?;
     if !output.status.success() {
         return None;
     }
     let json: Value = serde_json::from_slice(&output.stdout).ok()?;
-    Some(count_entries(&json))
+    Some(entry_lines(&json))
 }
 
-/// Counts `rule` objects and the elements of every `set`/`map` in `nft -j` output.
-fn count_entries(json: &Value) -> usize {
+/// One line per `rule` object and per element of every `set`/`map` in `nft -j` output.
+fn entry_lines(json: &Value) -> Vec<String> {
     let Some(items) = json.get("nftables").and_then(Value::as_array) else {
-        return 0;
+        return Vec::new();
     };
-    items
-        .iter()
-        .map(|item| {
-            if item.get("rule").is_some() {
-                1
-            } else if let Some(set) = item.get("set").or_else(|| item.get("map")) {
-                set.get("elem").and_then(Value::as_array).map_or(0, Vec::len)
-            } else {
-                0
+    let mut lines = Vec::new();
+    for item in items {
+        if let Some(rule) = item.get("rule") {
+            let mut rule = rule.clone();
+            if let Some(fields) = rule.as_object_mut() {
+                fields.remove("handle");
             }
-        })
-        .sum()
+            lines.push(format!("rule {rule}"));
+        } else if let Some(set) = item.get("set").or_else(|| item.get("map")) {
+            for elem in set.get("elem").and_then(Value::as_array).into_iter().flatten() {
+                lines.push(format!("element {} {} {elem}", set["table"], set["name"]));
+            }
+        }
+    }
+    lines
 }
 
 #[cfg(test)]
@@ -93,8 +101,8 @@ mod tests {
             {"map": {"name": "m", "elem": [[80, "10.0.0.1"]]}},
             {"set": {"name": "empty"}},
         ]});
-        assert_eq!(count_entries(&listing), 5);
-        assert_eq!(count_entries(&json!({})), 0);
+        assert_eq!(entry_lines(&listing).len(), 5);
+        assert!(entry_lines(&json!({})).is_empty());
     }
 
     #[test]

@@ -64,7 +64,7 @@ impl Workload for Soak {
             warm.container_id = "cnksoakwarm".into();
             cni.add_network_list(&list, &warm).map_err(|e| BenchError::cni("warm-up ADD", e))?;
             cni.del_network_list(&list, &warm).map_err(|e| BenchError::cni("warm-up DEL", e))?;
-            let baseline = ruleset_lines();
+            let baseline = crate::leaks::ruleset_lines();
             let started = Instant::now();
             std::thread::scope(|scope| {
                 for worker in 0..WORKERS {
@@ -257,29 +257,9 @@ fn leftovers(host: &BenchHost, baseline_rules: Option<Vec<String>>) -> Result<Le
         veths,
         reservations: leaks::reservations(host.data_dir(), configs::NETWORK)?,
         cache_entries,
-        ruleset_entries: match (baseline_rules, ruleset_lines()) {
+        ruleset_entries: match (baseline_rules, crate::leaks::ruleset_lines()) {
             (Some(before), Some(after)) => Some(after.into_iter().filter(|l| !before.contains(l)).collect()),
             _ => None,
         },
     })
-}
-
-/// The nftables rules and set/map elements of the calling thread's namespace, one line
-/// each (rule handles left out), by `nft -j list ruleset`; `None` without `nft`.
-fn ruleset_lines() -> Option<Vec<String>> {
-    let output = std::process::Command::new("nft").args(["-j", "list", "ruleset"]).output().ok()?;
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
-    let mut lines = Vec::new();
-    for item in json.get("nftables")?.as_array()? {
-        if let Some(rule) = item.get("rule") {
-            let mut rule = rule.clone();
-            rule.as_object_mut()?.remove("handle");
-            lines.push(format!("rule {rule}"));
-        } else if let Some(set) = item.get("set").or_else(|| item.get("map")) {
-            for elem in set.get("elem").and_then(|e| e.as_array()).into_iter().flatten() {
-                lines.push(format!("element {} {} {elem}", set["table"], set["name"]));
-            }
-        }
-    }
-    Some(lines)
 }
