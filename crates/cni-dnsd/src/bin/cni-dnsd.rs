@@ -1,1 +1,137 @@
-fn main() {}
+//! `cni-dnsd`: the resolver of the `dnsname` plugin. Started on demand by the plugin (or by
+//! systemd through `cni-dnsd.socket`); see the crate documentation.
+
+use cni_dns::StateDir;
+use cni_dnsd::server::{log, Limits, Resolver, Settings};
+use std::os::fd::FromRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+const USAGE: &str = "usage: cni-dnsd [flags]
+Answers container name lookups for the dnsname plugin's networks, on each network's gateway
+address, and forwards other names upstream.
+
+  --state-dir DIR    the records the plugin writes [/run/cni/dnsname]; the control socket
+                     is DIR/dnsd.sock (with systemd socket activation, the passed socket)
+  --port N           DNS port on the gateway addresses [53]
+  --resolv-conf PATH upstream servers for networks without their own [/etc/resolv.conf]
+  --pidfile PATH     write the pid there
+  --max-forwards N   forwarded queries in flight at most [256]
+  --max-tcp N        TCP clients at most [64]
+  -h, --help         this text";
+
+/// Every so often the records are read again even without a request, so a notification
+/// lost to a crash between a plugin's write and its request is made up for.
+const RESCAN: Duration = Duration::from_secs(30);
+
+struct Args {
+    settings: Settings,
+    pid_file: Option<PathBuf>,
+}
+
+fn parse(args: &[String]) -> Result<Option<Args>, String> {
+    let mut state = PathBuf::from(cni_dns::DEFAULT_STATE_DIR);
+    let mut port = 53u16;
+    let mut resolv_conf = PathBuf::from("/etc/resolv.conf");
+    let mut pid_file = None;
+    let mut limits = Limits::default();
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) => (f, Some(v.to_string())),
+            None => (arg.as_str(), None),
+        };
+        let mut value =
+            || inline.clone().or_else(|| iter.next().cloned()).ok_or(format!("{flag} needs a value"));
+        let number = |v: String| v.parse::<usize>().map_err(|_| format!("{flag}: {v:?} is not a number"));
+        match flag {
+            "-h" | "--help" => return Ok(None),
+            "--state-dir" => state = value()?.into(),
+            "--port" => port = value()?.parse().map_err(|_| format!("{flag}: not a port"))?,
+            "--resolv-conf" => resolv_conf = value()?.into(),
+            "--pidfile" => pid_file = Some(value()?.into()),
+            "--max-forwards" => limits.forwards = number(value()?)?,
+            "--max-tcp" => limits.tcp_connections = number(value()?)?,
+            _ => return Err(format!("unknown argument {arg:?}")),
+        }
+    }
+    Ok(Some(Args { settings: Settings { state: StateDir::new(state), port, resolv_conf, limits }, pid_file }))
+}
+
+/// The socket systemd passed (LISTEN_FDS for this pid), if any: fd 3 is the first.
+fn activated_listener() -> Option<UnixListener> {
+    let pid: u32 = std::env::var("LISTEN_PID").ok()?.parse().ok()?;
+    let fds: u32 = std::env::var("LISTEN_FDS").ok()?.parse().ok()?;
+    if pid != std::process::id() || fds < 1 {
+        return None;
+    }
+    // SAFETY: systemd hands fd 3 to this process (LISTEN_PID matches) as a listening unix
+    // socket it no longer uses; nothing else in this process owns it.
+    Some(unsafe { UnixListener::from_raw_fd(3) })
+}
+
+fn own_listener(path: &Path) -> std::io::Result<UnixListener> {
+    if std::fs::symlink_metadata(path).is_ok() {
+        // A socket someone answers on belongs to a running resolver; a dead one is stale.
+        if UnixStream::connect(path).is_ok() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!("{} is served by a running resolver", path.display()),
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    let listener = UnixListener::bind(path)?;
+    // Whoever can connect can make the resolver reload: root only (the directory is 0700 too).
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    Ok(listener)
+}
+
+fn run(args: Args) -> std::io::Result<()> {
+    let state = &args.settings.state;
+    cni_dns::store::private_dir(state.root()).map_err(std::io::Error::other)?;
+    let listener = match activated_listener() {
+        Some(l) => l,
+        None => own_listener(&state.socket_path())?,
+    };
+    if let Some(pid_file) = &args.pid_file {
+        cni_dns::store::write_atomic(pid_file, format!("{}\n", std::process::id()).as_bytes())
+            .map_err(std::io::Error::other)?;
+    }
+    // Before any thread exists (capset is per thread).
+    if let Err(e) = cni_dnsd::caps::keep_only(&[cni_dnsd::caps::CAP_NET_BIND_SERVICE]) {
+        log(format_args!("could not drop capabilities: {e}"));
+    }
+    let resolver = Resolver::new(args.settings.clone());
+    log(format_args!("started: state {}, {}", state.root().display(), resolver.reload()));
+    let rescanner = resolver.clone();
+    std::thread::Builder::new().name("rescan".into()).spawn(move || loop {
+        std::thread::sleep(RESCAN);
+        rescanner.reload();
+    })?;
+    resolver.serve_control(listener)
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let args = match parse(&argv) {
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("cni-dnsd: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            log(format_args!("{e}"));
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! The resolver process: the records (swapped whole on reload), one UDP and one TCP
+//! listener per served address, the control socket.
+//!
+//! Bounds: at most [`Limits::forwards`] forwarded queries in flight (more are answered
+//! SERVFAIL at once), at most [`Limits::tcp_connections`] TCP clients (more are closed), an
+//! idle TCP client is dropped after [`TCP_IDLE`], and the records are bounded by the limits
+//! in `cni_dns`.
+
+use crate::answer::{handle, Outcome, Transport};
+use crate::forward::{forward, HostServers};
+use crate::zone::Zones;
+use cni_dns::control::TakeLine;
+use cni_dns::StateDir;
+use hickory_proto::op::{Message, ResponseCode};
+use std::collections::{HashMap, HashSet};
+use std::io::{BufReader, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+/// How often blocked listener threads look at their stop flag.
+const POLL: Duration = Duration::from_millis(250);
+pub const TCP_IDLE: Duration = Duration::from_secs(5);
+const TCP_QUERIES_PER_CONNECTION: usize = 256;
+
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub forwards: usize,
+    pub tcp_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { forwards: 256, tcp_connections: 64 }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub state: StateDir,
+    pub port: u16,
+    pub resolv_conf: std::path::PathBuf,
+    pub limits: Limits,
+}
+
+pub fn log(args: std::fmt::Arguments) {
+    eprintln!("cni-dnsd[{}]: {args}", std::process::id());
+}
+
+#[derive(Default)]
+struct Counters {
+    queries: AtomicU64,
+    forwarded: AtomicU64,
+    refused_busy: AtomicU64,
+}
+
+struct Listener {
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+pub struct Resolver {
+    settings: Settings,
+    zones: RwLock<Arc<Zones>>,
+    listeners: Mutex<HashMap<IpAddr, Listener>>,
+    /// Addresses a listener failed on at the last reload, with the reason.
+    listen_errors: Mutex<Vec<String>>,
+    host_servers: HostServers,
+    forwards: AtomicUsize,
+    tcp_connections: AtomicUsize,
+    counters: Counters,
+}
+
+impl Resolver {
+    pub fn new(settings: Settings) -> Arc<Resolver> {
+        Arc::new(Resolver {
+            host_servers: HostServers::new(&settings.resolv_conf),
+            settings,
+            zones: RwLock::new(Arc::new(Zones::default())),
+            listeners: Mutex::new(HashMap::new()),
+            listen_errors: Mutex::new(Vec::new()),
+            forwards: AtomicUsize::new(0),
+            tcp_connections: AtomicUsize::new(0),
+            counters: Counters::default(),
+        })
+    }
+
+    fn zones(&self) -> Arc<Zones> {
+        self.zones.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Reads the state directory again and starts or stops listeners to match. Returns a
+    /// one-line summary; problems are logged.
+    pub fn reload(self: &Arc<Resolver>) -> String {
+        let zones = Arc::new(Zones::load(&self.settings.state));
+        for problem in &zones.problems {
+            log(format_args!("skipped: {problem}"));
+        }
+        *self.zones.write().unwrap_or_else(|p| p.into_inner()) = zones.clone();
+        let mut listeners = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
+        listeners.retain(|address, _| {
+            let keep = zones.by_address.contains_key(address);
+            if !keep {
+                log(format_args!("stopped answering on {address}"));
+            }
+            keep
+        });
+        let mut errors = Vec::new();
+        for (address, zone) in &zones.by_address {
+            if listeners.contains_key(address) {
+                continue;
+            }
+            match self.listen(SocketAddr::new(*address, self.settings.port)) {
+                Ok(listener) => {
+                    log(format_args!(
+                        "answering on {address} port {} for network {}",
+                        self.settings.port, zone.network
+                    ));
+                    listeners.insert(*address, listener);
+                }
+                Err(e) => {
+                    log(format_args!("cannot answer on {address} for network {}: {e}", zone.network));
+                    errors.push(format!("{address}: {e}"));
+                }
+            }
+        }
+        let summary = format!(
+            "networks={} attachments={} listening={} problems={}",
+            zones.networks.len(),
+            zones.attachment_count(),
+            listeners.len(),
+            zones.problems.len() + errors.len()
+        );
+        *self.listen_errors.lock().unwrap_or_else(|p| p.into_inner()) = errors;
+        summary
+    }
+
+    fn listen(self: &Arc<Resolver>, addr: SocketAddr) -> std::io::Result<Listener> {
+        let udp = crate::sockets::udp(addr)?;
+        let tcp = crate::sockets::tcp(addr, 64)?;
+        udp.set_read_timeout(Some(POLL))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (me, flag) = (self.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name(format!("udp {addr}"))
+            .spawn(move || me.serve_udp(udp, addr.ip(), &flag))?;
+        let (me, flag) = (self.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name(format!("tcp {addr}"))
+            .spawn(move || me.serve_tcp(tcp, addr.ip(), &flag))?;
+        Ok(Listener { stop })
+    }
+
+    /// The upstream servers for a network: its own, or the host's.
+    fn upstreams(&self, own: &[SocketAddr]) -> Vec<SocketAddr> {
+        if own.is_empty() {
+            self.host_servers.get()
+        } else {
+            own.to_vec()
+        }
+    }
+
+    /// Answers one query that arrived on `local`; `None` means say nothing.
+    fn respond(&self, local: IpAddr, bytes: &[u8], transport: Transport) -> Option<Vec<u8>> {
+        self.counters.queries.fetch_add(1, Ordering::Relaxed);
+        let zones = self.zones();
+        let zone = zones.by_address.get(&local)?;
+        match handle(zone, bytes, transport) {
+            Outcome::Reply(reply) => Some(reply),
+            Outcome::Drop => None,
+            Outcome::Forward(query) => Some(self.forward_bounded(&query, &zone.upstreams, &zones, transport)),
+        }
+    }
+
+    fn forward_bounded(
+        &self,
+        query: &Message,
+        own: &[SocketAddr],
+        zones: &Zones,
+        transport: Transport,
+    ) -> Vec<u8> {
+        if self.forwards.fetch_add(1, Ordering::SeqCst) >= self.settings.limits.forwards {
+            self.forwards.fetch_sub(1, Ordering::SeqCst);
+            self.counters.refused_busy.fetch_add(1, Ordering::Relaxed);
+            return crate::answer::encode_error(query, ResponseCode::ServFail);
+        }
+        self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
+        let ours: HashSet<IpAddr> = zones.by_address.keys().copied().collect();
+        let reply = forward(query, &self.upstreams(own), &ours, transport);
+        self.forwards.fetch_sub(1, Ordering::SeqCst);
+        reply
+    }
+
+    fn serve_udp(self: Arc<Resolver>, socket: UdpSocket, local: IpAddr, stop: &AtomicBool) {
+        let socket = Arc::new(socket);
+        let mut buf = vec![0u8; 65535];
+        while !stop.load(Ordering::SeqCst) {
+            let (n, peer) = match socket.recv_from(&mut buf) {
+                Ok(r) => r,
+                Err(e)
+                    if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+                {
+                    continue
+                }
+                Err(e) => {
+                    log(format_args!("udp {local}: {e}"));
+                    std::thread::sleep(POLL);
+                    continue;
+                }
+            };
+            let bytes = buf[..n].to_vec();
+            // Local answers are cheap and answered here; a forward waits on the network, so it
+            // gets its own thread (bounded by the forward limit) and the listener moves on.
+            let zones = self.zones();
+            let Some(zone) = zones.by_address.get(&local) else { continue };
+            match handle(zone, &bytes, Transport::Udp) {
+                Outcome::Reply(reply) => {
+                    self.counters.queries.fetch_add(1, Ordering::Relaxed);
+                    let _ = socket.send_to(&reply, peer);
+                }
+                Outcome::Drop => {}
+                Outcome::Forward(query) => {
+                    self.counters.queries.fetch_add(1, Ordering::Relaxed);
+                    let (me, socket, zones) = (self.clone(), socket.clone(), zones.clone());
+                    let own = zone.upstreams.clone();
+                    let spawned = std::thread::Builder::new().name("forward".into()).spawn(move || {
+                        let reply = me.forward_bounded(&query, &own, &zones, Transport::Udp);
+                        let _ = socket.send_to(&reply, peer);
+                    });
+                    if let Err(e) = spawned {
+                        log(format_args!("cannot start a forwarding thread: {e}"));
+                    }
+                }
+            }
+        }
+    }
+
+    fn serve_tcp(self: Arc<Resolver>, listener: TcpListener, local: IpAddr, stop: &AtomicBool) {
+        while !stop.load(Ordering::SeqCst) {
+            if !readable(listener.as_raw_fd(), POLL) {
+                continue;
+            }
+            let Ok((stream, _)) = listener.accept() else { continue };
+            if self.tcp_connections.fetch_add(1, Ordering::SeqCst) >= self.settings.limits.tcp_connections {
+                self.tcp_connections.fetch_sub(1, Ordering::SeqCst);
+                self.counters.refused_busy.fetch_add(1, Ordering::Relaxed);
+                continue; // dropped: closed at once
+            }
+            let me = self.clone();
+            let spawned = std::thread::Builder::new().name("tcp client".into()).spawn(move || {
+                let _ = me.serve_tcp_client(stream, local);
+                me.tcp_connections.fetch_sub(1, Ordering::SeqCst);
+            });
+            if spawned.is_err() {
+                self.tcp_connections.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn serve_tcp_client(&self, mut stream: TcpStream, local: IpAddr) -> std::io::Result<()> {
+        stream.set_read_timeout(Some(TCP_IDLE))?;
+        stream.set_write_timeout(Some(TCP_IDLE))?;
+        for _ in 0..TCP_QUERIES_PER_CONNECTION {
+            let mut len = [0u8; 2];
+            stream.read_exact(&mut len)?;
+            let mut query = vec![0u8; usize::from(u16::from_be_bytes(len))];
+            stream.read_exact(&mut query)?;
+            let Some(reply) = self.respond(local, &query, Transport::Tcp) else { return Ok(()) };
+            let mut framed = (reply.len() as u16).to_be_bytes().to_vec();
+            framed.extend_from_slice(&reply);
+            stream.write_all(&framed)?;
+        }
+        Ok(())
+    }
+
+    /// `status` for the control socket and the plugin's STATUS.
+    pub fn status(&self) -> String {
+        let zones = self.zones();
+        let listening = self.listeners.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let errors = self.listen_errors.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut line = format!(
+            "pid={} networks={} attachments={} listening={} queries={} forwarded={} busy={} problems={}",
+            std::process::id(),
+            zones.networks.len(),
+            zones.attachment_count(),
+            listening,
+            self.counters.queries.load(Ordering::Relaxed),
+            self.counters.forwarded.load(Ordering::Relaxed),
+            self.counters.refused_busy.load(Ordering::Relaxed),
+            zones.problems.len() + errors.len(),
+        );
+        if let Some(first) = errors.first() {
+            line.push_str(&format!(" listen_error={first:?}"));
+        }
+        line
+    }
+
+    /// `lookup <network> <name>`: the addresses served for the name, space separated.
+    fn lookup(&self, network: &str, name: &str) -> String {
+        let zones = self.zones();
+        let Some(zone) = zones.networks.get(network) else { return String::new() };
+        match zone.lookup(name) {
+            crate::zone::Lookup::Found(addresses) => {
+                addresses.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(" ")
+            }
+            _ => String::new(),
+        }
+    }
+
+    fn control_request(self: &Arc<Resolver>, line: &str) -> String {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["reload"] => format!("ok {}", self.reload()),
+            ["status"] => format!("ok {}", self.status()),
+            ["lookup", network, name] => format!("ok {}", self.lookup(network, name)),
+            _ => "error unknown request".to_string(),
+        }
+    }
+
+    /// Serves the control socket (one connection at a time; each is one short exchange).
+    pub fn serve_control(self: &Arc<Resolver>, listener: UnixListener) -> std::io::Result<()> {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let _ = self.control_client(stream);
+        }
+        Ok(())
+    }
+
+    fn control_client(self: &Arc<Resolver>, stream: UnixStream) -> std::io::Result<()> {
+        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+        stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+        let mut line = String::new();
+        BufReader::new(&stream).take_line(&mut line)?;
+        let reply = self.control_request(line.trim());
+        (&stream).write_all(format!("{reply}\n").as_bytes())
+    }
+}
+
+/// Waits up to `timeout` for `fd` to become readable.
+fn readable(fd: std::os::fd::RawFd, timeout: Duration) -> bool {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd for the duration of the call.
+    let rc = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as libc::c_int) };
+    rc > 0 && pfd.revents & libc::POLLIN != 0
+}
