@@ -21,8 +21,11 @@ const MAX_MESSAGE: usize = 65535;
 /// The host's servers from resolv.conf, cached by the file's modification time.
 pub struct HostServers {
     path: PathBuf,
-    cached: Mutex<(Option<(SystemTime, u64)>, Vec<SocketAddr>)>,
+    cached: Mutex<(Option<FileStamp>, Vec<SocketAddr>)>,
 }
+
+/// A file's modification time and size: when either changes, it is read again.
+type FileStamp = (SystemTime, u64);
 
 impl HostServers {
     pub fn new(path: impl Into<PathBuf>) -> HostServers {
