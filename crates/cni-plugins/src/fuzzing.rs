@@ -11,11 +11,12 @@ use cni_sdk::{CniError, Request};
 pub fn config_stage(name: &str, req: &Request) -> Option<Result<(), CniError>> {
     use crate::interface::{bridge, dummy, host_device, ipvlan, macvlan, ptp, tap, vlan};
     use crate::ipam::{dhcp, etcd, host_local, static_ipam};
-    use crate::meta::{bandwidth, firewall, portmap, sbr, tuning, vrf};
+    use crate::meta::{bandwidth, dnsname, firewall, portmap, sbr, tuning, vrf};
     Some(match name {
         "bandwidth" => bandwidth::config::load(req).map(drop),
         "bridge" => bridge::BridgeConf::load(req).map(drop),
         "dhcp" => dhcp::plugin::load(req).and_then(|(conf, _)| dhcp::plugin::params(req, &conf)).map(drop),
+        "dnsname" => dnsname::config_stage(req),
         "dummy" => dummy::require_ipam(req),
         "etcd-ipam" => etcd::plugin::parse(req).map(drop),
         "firewall" => firewall::config::load(req).map(drop),

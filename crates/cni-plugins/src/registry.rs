@@ -14,6 +14,7 @@ pub fn plugins() -> &'static [Entry] {
         Entry { name: "bandwidth", make: || Box::new(crate::meta::bandwidth::Bandwidth) },
         Entry { name: "bridge", make: || Box::new(crate::interface::bridge::Bridge) },
         Entry { name: "dhcp", make: || Box::new(crate::ipam::dhcp::plugin::Dhcp) },
+        Entry { name: "dnsname", make: || Box::new(crate::meta::dnsname::Dnsname) },
         Entry { name: "dummy", make: || Box::new(crate::interface::dummy::Dummy) },
         Entry { name: "etcd-ipam", make: || Box::new(crate::ipam::etcd::plugin::EtcdIpam) },
         Entry { name: "firewall", make: || Box::new(crate::meta::firewall::Firewall) },

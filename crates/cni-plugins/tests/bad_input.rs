@@ -450,4 +450,5 @@ corpus! {
     tuning => "tuning",
     bandwidth => "bandwidth",
     sbr => "sbr",
+    dnsname => "dnsname",
 }

@@ -1,5 +1,6 @@
 //! Meta plugins: chained after an interface plugin, they act on its result.
 pub mod bandwidth;
+pub mod dnsname;
 pub mod firewall;
 pub mod portmap;
 pub mod sbr;

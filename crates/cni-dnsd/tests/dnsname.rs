@@ -1,0 +1,149 @@
+//! The dnsname plugin and cni-dnsd together, on the real kernel: containers attached by
+//! bridge + host-local + dnsname in a throwaway host namespace ask the resolver on the
+//! bridge's gateway from inside their own namespaces. Needs root.
+
+mod support;
+
+use hickory_proto::op::ResponseCode;
+use hickory_proto::rr::RecordType;
+use std::net::SocketAddr;
+use support::{query, Container, Host, Network};
+
+#[test]
+fn names_aliases_case_and_ptr_are_served_and_del_removes_at_once() {
+    let host = Host::new();
+    let net = Network::new("dnsnet", 1);
+    let mut web = Container::new("web");
+    let mut db = Container::new("db");
+    let result = net.add(&host, &mut web, &["www", "Frontend"]).unwrap();
+    net.add(&host, &mut db, &[]).unwrap();
+    // The result points the container at the gateway, with the domain to search.
+    assert_eq!(result["dns"]["nameservers"], serde_json::json!(["10.89.1.1"]));
+    assert_eq!(result["dns"]["search"], serde_json::json!(["dns.podman"]));
+
+    let gw = net.gateway();
+    let web_ip = web.address("dnsnet").to_string();
+    for name in ["web.dns.podman.", "WWW.dns.podman.", "frontend.DNS.PODMAN.", "web."] {
+        assert_eq!(db.lookup(gw, name), Ok(vec![web_ip.clone()]), "{name}");
+    }
+    assert_eq!(web.lookup(gw, "db.dns.podman."), Ok(vec![db.address("dnsnet").to_string()]));
+    let reverse = format!("{}.in-addr.arpa.", web_ip.split('.').rev().collect::<Vec<_>>().join("."));
+    let ptr = db.ask_udp(SocketAddr::new(gw, 53), &query(&reverse, RecordType::PTR)).unwrap();
+    assert_eq!(ptr.answers()[0].data().to_string(), "web.dns.podman.");
+    // Over TCP too.
+    let tcp = db.ask_tcp(SocketAddr::new(gw, 53), &query("web.dns.podman.", RecordType::A)).unwrap();
+    assert_eq!(tcp.answers()[0].data().to_string(), web_ip);
+
+    assert!(net.dnsname_verb(&host, &web, "CHECK").success());
+    assert!(net.status(&host).success(), "{:?}", net.status(&host));
+
+    net.del(&host, &mut web);
+    assert_eq!(db.lookup(gw, "web.dns.podman."), Err(ResponseCode::NXDomain.to_string()));
+    assert_eq!(db.lookup(gw, "www.dns.podman."), Err(ResponseCode::NXDomain.to_string()));
+    assert!(db.lookup(gw, "db.dns.podman.").is_ok());
+    // DEL again is fine.
+    web.results.insert("dnsnet".into(), (result, vec![]));
+    let again = net.dnsname_verb(&host, &web, "DEL");
+    assert!(again.success(), "{again:?}");
+    net.del(&host, &mut db);
+    // The last attachment took the network's records with it.
+    assert!(!host.state_dir().join("networks/dnsnet").exists());
+}
+
+#[test]
+fn two_networks_keep_their_names_apart() {
+    let host = Host::new();
+    let (red, blue) = (Network::new("red", 2), Network::new("blue", 3));
+    let mut a = Container::new("alpha");
+    let mut b = Container::new("beta");
+    red.add(&host, &mut a, &[]).unwrap();
+    blue.add(&host, &mut b, &[]).unwrap();
+    assert!(a.lookup(red.gateway(), "alpha.dns.podman.").is_ok());
+    assert_eq!(a.lookup(red.gateway(), "beta.dns.podman."), Err(ResponseCode::NXDomain.to_string()));
+    assert!(b.lookup(blue.gateway(), "beta.dns.podman.").is_ok());
+    assert_eq!(b.lookup(blue.gateway(), "alpha.dns.podman."), Err(ResponseCode::NXDomain.to_string()));
+    // One resolver serves both.
+    let status = std::fs::read_to_string(host.state_dir().join("dnsd.pid")).unwrap();
+    assert!(!status.trim().is_empty());
+    red.del(&host, &mut a);
+    blue.del(&host, &mut b);
+}
+
+#[test]
+fn a_killed_resolver_is_restarted_by_the_next_plugin_call_with_the_same_names() {
+    let host = Host::new();
+    let net = Network::new("dnsk9", 4);
+    let mut web = Container::new("web");
+    let mut other = Container::new("other");
+    net.add(&host, &mut web, &["www"]).unwrap();
+    let first = host.resolver_pid().unwrap();
+    host.kill_resolver();
+    assert_eq!(web.lookup(net.gateway(), "www.dns.podman."), Err("no reply".to_string()));
+    // Any plugin call starts it again; it reads the records from disk.
+    net.add(&host, &mut other, &[]).unwrap();
+    let second = host.resolver_pid().unwrap();
+    assert_ne!(first, second);
+    let want = Ok(vec![web.address("dnsk9").to_string()]);
+    assert_eq!(other.lookup(net.gateway(), "www.dns.podman."), want);
+    // STATUS alone restarts it too.
+    host.kill_resolver();
+    assert!(net.status(&host).success());
+    assert_eq!(other.lookup(net.gateway(), "web.dns.podman."), want);
+    net.del(&host, &mut web);
+    net.del(&host, &mut other);
+}
+
+#[test]
+fn the_resolver_keeps_only_the_capability_to_bind_port_53() {
+    let host = Host::new();
+    let net = Network::new("dnscap", 5);
+    let mut web = Container::new("web");
+    net.add(&host, &mut web, &[]).unwrap();
+    let pid = host.resolver_pid().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status.lines().find(|l| l.starts_with(name)).unwrap().split_whitespace().nth(1).unwrap().to_string()
+    };
+    assert_eq!(field("CapEff:"), "0000000000000400");
+    assert_eq!(field("CapPrm:"), "0000000000000400");
+    assert_eq!(field("NoNewPrivs:"), "1");
+    // It listens on the gateway only: nothing on the wildcard or loopback port 53.
+    let listening = host.ns.command("ss").args(["-Hlnu", "sport", "= :53"]).output().unwrap();
+    let text = String::from_utf8_lossy(&listening.stdout);
+    assert!(text.contains("10.89.5.1:53"), "{text}");
+    assert!(!text.contains("0.0.0.0:53") && !text.contains("127.0.0.1:53"), "{text}");
+    net.del(&host, &mut web);
+}
+
+#[test]
+fn gc_drops_the_records_of_attachments_not_in_the_valid_list() {
+    let host = Host::new();
+    let net = Network::new("dnsgc", 6);
+    let mut keep = Container::new("keep");
+    let mut gone = Container::new("gone");
+    net.add(&host, &mut keep, &[]).unwrap();
+    net.add(&host, &mut gone, &["ghost"]).unwrap();
+    let out = net.gc(&host, &[&keep]);
+    assert!(out.success(), "{out:?}");
+    assert_eq!(keep.lookup(net.gateway(), "ghost.dns.podman."), Err(ResponseCode::NXDomain.to_string()));
+    assert_eq!(keep.lookup(net.gateway(), "gone.dns.podman."), Err(ResponseCode::NXDomain.to_string()));
+    assert!(keep.lookup(net.gateway(), "keep.dns.podman.").is_ok());
+    net.del(&host, &mut keep);
+}
+
+#[test]
+fn names_that_are_not_dns_labels_are_refused_and_nothing_is_written() {
+    let host = Host::new();
+    let net = Network::new("dnsbad", 7);
+    let mut bad = Container::new("bad name");
+    let err = net.add(&host, &mut bad, &[]).unwrap_err();
+    assert_eq!(err.error().code, 4, "{err:?}");
+    assert!(err.error().msg.contains("K8S_POD_NAME"), "{err:?}");
+    let mut ok = Container::new("fine");
+    let err = net.add(&host, &mut ok, &["evil\n10.0.0.1"]).unwrap_err();
+    assert_eq!(err.error().code, 7, "{err:?}");
+    assert!(err.error().msg.contains("runtimeConfig.aliases.dnsbad"), "{err:?}");
+    let hosts = host.state_dir().join("networks/dnsbad/hosts");
+    let files = std::fs::read_dir(&hosts).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(files, 0);
+}
