@@ -121,9 +121,33 @@ impl Network {
         plugin: &str,
         verb: &str,
         ctr: &Container,
-        mut conf: Value,
+        conf: Value,
         prev: Option<&Value>,
     ) -> PluginOutput {
+        self.plugin_call(host, plugin, verb, ctr, conf, prev).run()
+    }
+
+    /// The dnsname call for `ctr` with `prev` (alias `alias`), not run yet.
+    pub fn dnsname_call(&self, host: &Host, verb: &str, ctr: &Container, prev: &Value) -> PluginCall {
+        self.plugin_call(host, "dnsname", verb, ctr, self.dnsname_conf(host, &["alias"]), Some(prev))
+    }
+
+    /// The bridge ADD alone (the step before dnsname).
+    pub fn bridge_add(&self, host: &Host, ctr: &Container) -> Value {
+        let out = self.call(host, "bridge", "ADD", ctr, self.bridge_conf(host), None);
+        assert!(out.success(), "bridge ADD: {out:?}");
+        out.json()
+    }
+
+    pub fn plugin_call(
+        &self,
+        host: &Host,
+        plugin: &str,
+        verb: &str,
+        ctr: &Container,
+        mut conf: Value,
+        prev: Option<&Value>,
+    ) -> PluginCall {
         conf["cniVersion"] = json!("1.0.0");
         conf["name"] = json!(self.name);
         if let Some(prev) = prev {
@@ -137,7 +161,6 @@ impl Network {
             .args(&format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={0};K8S_POD_NAME={0}", ctr.name))
             .config(&conf)
             .in_namespace(host.ns.path())
-            .run()
     }
 
     /// ADD through the chain; returns the final result or the failing step's output.
