@@ -115,7 +115,11 @@ fn podman_workload_runs_both_stacks_and_reports_the_network_share() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "cni-bench failed\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "cni-bench failed\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let document: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
     let set = &document["workloads"][0]["sets"][0];
     check_outcome("podman", set);
