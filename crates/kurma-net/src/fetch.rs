@@ -13,7 +13,11 @@
 //! - what is plain HTTP at all is decided by one rule, [`is_loopback`].
 
 use std::io::{Read, Write};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
+
+use rustls::pki_types::{pem::PemObject, CertificateDer};
 
 use url::{Host, Url};
 
@@ -93,10 +97,15 @@ pub struct Fetcher {
 }
 
 impl Fetcher {
-    pub fn new(limits: FetchLimits) -> Fetcher {
+    /// A client with `limits` that trusts the usual web roots and, when given, the PEM
+    /// certificates in `ca_file` too (a registry or image server with a private CA).
+    pub fn new(limits: FetchLimits, ca_file: Option<&Path>) -> Result<Fetcher, String> {
         // Redirects are ours to follow (see the module's documentation).
-        let agent = ureq::AgentBuilder::new().timeout(HTTP_TIMEOUT).redirects(0).build();
-        Fetcher { agent, limits }
+        let mut agent = ureq::AgentBuilder::new().timeout(HTTP_TIMEOUT).redirects(0);
+        if let Some(ca_file) = ca_file {
+            agent = agent.tls_config(tls_with_ca(ca_file)?);
+        }
+        Ok(Fetcher { agent: agent.build(), limits })
     }
 
     /// GETs `url` with `headers`, following redirects under this module's policy. Every
@@ -134,6 +143,29 @@ impl Fetcher {
         let response = self.get(url, headers)?;
         check_status(url, response)
     }
+}
+
+/// ureq's own TLS configuration (ring, TLS 1.2 and 1.3, the web's roots) with the
+/// certificates of `ca_file` added to the roots.
+fn tls_with_ca(ca_file: &Path) -> Result<Arc<rustls::ClientConfig>, String> {
+    let shown = ca_file.display();
+    let pem = std::fs::read(ca_file).map_err(|err| format!("CA file {shown}: {err}"))?;
+    let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    let mut added = 0;
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|err| format!("CA file {shown}: {err}"))?;
+        roots.add(cert).map_err(|err| format!("CA file {shown}: {err}"))?;
+        added += 1;
+    }
+    if added == 0 {
+        return Err(format!("CA file {shown}: no PEM certificate in it"));
+    }
+    let config = rustls::ClientConfig::builder_with_provider(rustls::crypto::ring::default_provider().into())
+        .with_protocol_versions(&[&rustls::version::TLS12, &rustls::version::TLS13])
+        .map_err(|err| format!("TLS configuration: {err}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
 }
 
 /// A response, or an error naming its status when it is not a success.

@@ -31,6 +31,9 @@ pub struct HostOptions {
     pub container_prefix: String,
     /// How much a fetch may download ([`FetchLimits::default`]: the production caps).
     pub fetch_limits: FetchLimits,
+    /// PEM certificates to trust for https besides the web's usual roots (a registry
+    /// with a private CA).
+    pub ca_file: Option<PathBuf>,
 }
 
 impl HostOptions {
@@ -43,6 +46,7 @@ impl HostOptions {
             host_netns: None,
             container_prefix: "kurma-net".into(),
             fetch_limits: FetchLimits::default(),
+            ca_file: None,
         }
     }
 }

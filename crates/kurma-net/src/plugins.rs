@@ -140,12 +140,12 @@ impl Host {
             ImageSource::File(path) => unpack_file(path, &download_dir, &rootfs).map_err(fail)?,
             ImageSource::Http(image) => {
                 let file = download_dir.join("image");
-                image.download(&self.fetcher(), &file).map_err(fail)?;
+                image.download(&self.fetcher().map_err(fail)?, &file).map_err(fail)?;
                 unpack_file(&file, &download_dir, &rootfs).map_err(fail)?;
             }
             ImageSource::Docker(reference) => {
                 let layout = download_dir.join("layout");
-                registry::pull(&self.fetcher(), reference, &layout).map_err(fail)?;
+                registry::pull(&self.fetcher().map_err(fail)?, reference, &layout).map_err(fail)?;
                 let image = oci::read_layout(&layout, None).map_err(|e| fail(e.to_string()))?;
                 oci::unpack_rootfs(&image, &rootfs).map_err(|e| fail(e.to_string()))?;
             }
@@ -160,9 +160,9 @@ impl Host {
         Ok(())
     }
 
-    /// The HTTP client for one image fetch, with this host's limits.
-    fn fetcher(&self) -> Fetcher {
-        Fetcher::new(self.options.fetch_limits)
+    /// The HTTP client for one image fetch, with this host's limits and CA file.
+    fn fetcher(&self) -> Result<Fetcher, String> {
+        Fetcher::new(self.options.fetch_limits, self.options.ca_file.as_deref())
     }
 
     /// Creates `network`'s container on its bundle (with a config.json for the current

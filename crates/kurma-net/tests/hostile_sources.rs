@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::hostile::{HostileServer, Reply};
+use common::hostile::{HostileServer, Reply, TlsServer};
 use common::{images, Bed};
 use kurma_net::{FetchLimits, Host, HostOptions, NetworkConfig};
 use kurma_netplugin::image::oci::{Descriptor, MEDIA_CONFIG, MEDIA_LAYER_TAR, MEDIA_MANIFEST};
@@ -147,6 +147,26 @@ fn a_redirect_to_another_scheme_is_not_followed() {
     assert!(err.contains("refusing the redirect to a file: URL"), "{err}");
     let err = start_error(&host_for(&tmp, &server.url("/loop.aci"), FetchLimits::default()));
     assert!(err.contains("more than 5 redirects"), "{err}");
+}
+
+#[test]
+fn a_redirect_from_https_to_plain_http_is_refused() {
+    let tmp = tempfile::Builder::new().prefix("kmt-").tempdir().unwrap();
+    let plain = HostileServer::start(|_| Reply::ok(b"an image nobody authenticated".to_vec()));
+    let redirect = format!(
+        "HTTP/1.1 302 Found\r\nLocation: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        plain.url("/image.aci")
+    );
+    let tls = TlsServer::start(tmp.path(), &redirect);
+    let mut options = HostOptions::new(tmp.path().join("state"));
+    options.container_prefix = format!("{PREFIX}-tls");
+    options.ca_file = Some(tls.ca.clone());
+    let aci = format!("https://127.0.0.1:{}/image.aci", tls.port);
+    let config = json!({ "container_networks": [{ "name": "hostile", "aci": aci }] });
+    let host = Host::new(NetworkConfig::from_value(&config).unwrap(), options).unwrap();
+    let err = start_error(&host);
+    assert!(err.contains("refusing the redirect from https to plain http"), "{err}");
+    assert!(plain.requests().is_empty(), "the plain http server was asked: {:?}", plain.requests());
 }
 
 /// The shell netplugin as an ACI, its bytes and its sha256.

@@ -193,3 +193,101 @@ fn serve(stream: TcpStream, state: &State, handler: &Handler) {
         state.sent.fetch_add(chunk as u64, Ordering::SeqCst);
     }
 }
+
+/// An https server on 127.0.0.1 (`openssl s_server` with a throwaway CA) that answers its
+/// first connection with `response`, written verbatim; killed when dropped.
+pub struct TlsServer {
+    pub port: u16,
+    /// The CA that signed its certificate (for `HostOptions::ca_file`).
+    pub ca: std::path::PathBuf,
+    child: std::process::Child,
+}
+
+impl TlsServer {
+    pub fn start(dir: &std::path::Path, response: &str) -> TlsServer {
+        use std::process::{Command, Stdio};
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl").args(args).current_dir(dir).output().expect("openssl runs");
+            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+        openssl(
+            &[
+                &["req", "-x509"][..],
+                &ec,
+                &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=kmt-ca"],
+            ]
+            .concat(),
+        );
+        openssl(
+            &[&["req"][..], &ec, &["-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=127.0.0.1"]]
+                .concat(),
+        );
+        std::fs::write(
+            dir.join("leaf.ext"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "leaf.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "leaf.ext",
+            "-out",
+            "leaf.pem",
+        ]);
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut child = Command::new("openssl")
+            .args([
+                "s_server",
+                "-quiet",
+                "-accept",
+                &format!("127.0.0.1:{port}"),
+                "-cert",
+                "leaf.pem",
+                "-key",
+                "leaf.key",
+            ])
+            .current_dir(dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // s_server relays its stdin to the first client once the handshake is done.
+        child.stdin.as_mut().unwrap().write_all(response.as_bytes()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !listening(port) {
+            assert!(Instant::now() < deadline, "openssl s_server did not listen on {port}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        TlsServer { port, ca: dir.join("ca.pem"), child }
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether a socket listens on 127.0.0.1:`port` (read from /proc, without connecting:
+/// a probe connection would be the server's first client).
+fn listening(port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let local = format!("0100007F:{port:04X}");
+    table.lines().any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.get(1) == Some(&local.as_str()) && fields.get(3) == Some(&"0A")
+    })
+}
