@@ -210,6 +210,10 @@ def main() -> int:
         for d in [real, wrappers, work / "profiles", work / "conf", work / "cache", work / "ipam"]:
             d.mkdir()
         shutil.copy2(BINARY, real / "cni-plugins")
+        # The build above has the shipping build's name but neither its ordering nor its
+        # strip, and cargo would take it for up to date: removing it makes the next
+        # `cargo build-plugins` link the real one.
+        BINARY.unlink()
         run(str(real / "cni-plugins"), "install", str(real), stdout=subprocess.DEVNULL)
         write_wrappers(real, wrappers, work / "profiles")
         networks(work / "conf", work / "ipam")
