@@ -36,7 +36,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "crates/cni-plugins/link-order.txt"
-BINARY = ROOT / "target/release/cni-plugins"
+# A target directory of its own: cargo does not count `cargo rustc`'s extra flags as a
+# change, so this build in target/release would pass for the shipping one (unordered and
+# unstripped) and `cargo build-plugins` would keep it.
+BUILD_DIR = ROOT / "target/link-order"
+BINARY = BUILD_DIR / "release/cni-plugins"
 PLUGINS = ["bridge", "host-local", "portmap", "firewall", "tuning"]
 TAG = f"cnilo{os.getpid()}"
 
@@ -48,7 +52,8 @@ def run(*args, **kwargs):
 def build() -> None:
     """The shipping build without `--symbol-ordering-file` and `-C strip=symbols`."""
     run("cargo", "rustc", "--release", "-p", "cni-plugins", "--bin", "cni-plugins", "--",
-        "-C", "target-feature=+crt-static", "-C", "relocation-model=static", cwd=ROOT)
+        "-C", "target-feature=+crt-static", "-C", "relocation-model=static", cwd=ROOT,
+        env=dict(os.environ, CARGO_TARGET_DIR=str(BUILD_DIR)))
 
 
 def code_symbols(binary: Path) -> dict[str, str]:
@@ -210,10 +215,6 @@ def main() -> int:
         for d in [real, wrappers, work / "profiles", work / "conf", work / "cache", work / "ipam"]:
             d.mkdir()
         shutil.copy2(BINARY, real / "cni-plugins")
-        # The build above has the shipping build's name but neither its ordering nor its
-        # strip, and cargo would take it for up to date: removing it makes the next
-        # `cargo build-plugins` link the real one.
-        BINARY.unlink()
         run(str(real / "cni-plugins"), "install", str(real), stdout=subprocess.DEVNULL)
         write_wrappers(real, wrappers, work / "profiles")
         networks(work / "conf", work / "ipam")
