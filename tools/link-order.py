@@ -19,6 +19,10 @@ Run as root from the repository root after changes that move hot code between fu
 (new crates, renamed modules, a new Rust toolchain): `sudo tools/link-order.py`. Needs
 valgrind, iproute2 and nftables. A stale list costs memory, never correctness: functions
 it does not name are laid out after the listed ones.
+
+`tools/link-order.py --check` (CI runs it) does the same runs but writes nothing: it fails
+when the functions those runs execute and the committed list does not name add up to more
+than CHECK_SLACK_BYTES of code, listing the biggest, so the list cannot silently age.
 """
 
 import json
@@ -32,7 +36,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "crates/cni-plugins/link-order.txt"
-BINARY = ROOT / "target/release/cni-plugins"
+# A target directory of its own: cargo does not count `cargo rustc`'s extra flags as a
+# change, so this build in target/release would pass for the shipping one (unordered and
+# unstripped) and `cargo build-plugins` would keep it.
+BUILD_DIR = ROOT / "target/link-order"
+BINARY = BUILD_DIR / "release/cni-plugins"
 PLUGINS = ["bridge", "host-local", "portmap", "firewall", "tuning"]
 TAG = f"cnilo{os.getpid()}"
 
@@ -44,7 +52,8 @@ def run(*args, **kwargs):
 def build() -> None:
     """The shipping build without `--symbol-ordering-file` and `-C strip=symbols`."""
     run("cargo", "rustc", "--release", "-p", "cni-plugins", "--bin", "cni-plugins", "--",
-        "-C", "target-feature=+crt-static", "-C", "relocation-model=static", cwd=ROOT)
+        "-C", "target-feature=+crt-static", "-C", "relocation-model=static", cwd=ROOT,
+        env=dict(os.environ, CARGO_TARGET_DIR=str(BUILD_DIR)))
 
 
 def code_symbols(binary: Path) -> dict[str, str]:
@@ -52,6 +61,36 @@ def code_symbols(binary: Path) -> dict[str, str]:
     out = run("nm", "--defined-only", str(binary), capture_output=True, text=True).stdout
     return {parts[2]: parts[1] for parts in (line.split() for line in out.splitlines())
             if len(parts) == 3 and parts[1] in "tTwWi"}
+
+
+def code_sizes(binary: Path) -> dict[str, int]:
+    """Name -> size in bytes of every function nm knows the size of."""
+    out = run("nm", "--defined-only", "-S", str(binary), capture_output=True, text=True).stdout
+    return {parts[3]: int(parts[1], 16) for parts in (line.split() for line in out.splitlines())
+            if len(parts) == 4 and parts[2] in "tTwWi"}
+
+
+# How much executed code the committed list may miss before --check fails: a page. Runs
+# differ a little from one to the next (a retried dump, a table that already exists), a
+# new hot module differs by far more.
+CHECK_SLACK_BYTES = 4096
+
+
+def check(functions: list[str], sizes: dict[str, int]) -> int:
+    """Compares the functions the runs executed with the committed list (see --check)."""
+    committed = set(OUTPUT.read_text().split())
+    missing = sorted((f for f in functions if f not in committed), key=lambda f: -sizes.get(f, 0))
+    missing_bytes = sum(sizes.get(f, 0) for f in missing)
+    hot_bytes = sum(sizes.get(f, 0) for f in functions)
+    print(f"link-order.py --check: the runs executed {len(functions)} functions ({hot_bytes} bytes); "
+          f"{len(missing)} of them ({missing_bytes} bytes) are not in {OUTPUT.relative_to(ROOT)}")
+    if missing_bytes <= CHECK_SLACK_BYTES:
+        return 0
+    for f in missing[:20]:
+        print(f"  {sizes.get(f, 0):7d}  {f}")
+    print("link-order.py --check: the list no longer covers the hot path: "
+          "run `sudo tools/link-order.py` and commit crates/cni-plugins/link-order.txt", file=sys.stderr)
+    return 1
 
 
 # valgrind cannot run the memory-sharing helper processes cni_net::detach starts; with this
@@ -156,6 +195,10 @@ def startup_code(symbols: dict[str, str]) -> list[str]:
 
 
 def main() -> int:
+    checking = sys.argv[1:] == ["--check"]
+    if sys.argv[1:] and not checking:
+        print("usage: tools/link-order.py [--check]", file=sys.stderr)
+        return 2
     if os.geteuid() != 0:
         print("link-order.py: needs root (network namespaces, nftables)", file=sys.stderr)
         return 1
@@ -187,6 +230,8 @@ def main() -> int:
         executed = [f for f in executed_functions(work / "profiles") if f in symbols]
         startup = startup_code(symbols)
         functions = startup + [f for f in executed if f not in set(startup)]
+        if checking:
+            return check(executed, code_sizes(real / "cni-plugins"))
     OUTPUT.write_text("".join(f + "\n" for f in functions))
     print(f"wrote {len(functions)} functions to {OUTPUT.relative_to(ROOT)}; "
           "now run `cargo build-plugins`")

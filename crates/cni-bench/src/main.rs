@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use workloads::chain::Chain;
 use workloads::{
     BenchContext, ChainWorkload, DhcpWorkload, ExecCost, IpamAlone, NftScale, Parallel, PluginScale,
-    SetOutcome, Shaping, Soak, Workload, WorkloadReport, WorkloadRun,
+    PodmanWorkload, SetOutcome, Shaping, Soak, Workload, WorkloadReport, WorkloadRun,
 };
 
 fn main() -> ExitCode {
@@ -165,6 +165,7 @@ fn workload_runs(options: &Options, sets: &[PluginSet]) -> Result<(Vec<WorkloadR
             WorkloadId::Dhcp => Box::new(DhcpWorkload),
             WorkloadId::Macvlan => Box::new(ChainWorkload { chain: Chain::Macvlan }),
             WorkloadId::Soak => Box::new(Soak),
+            WorkloadId::Podman => Box::new(PodmanWorkload),
             WorkloadId::Floor => {
                 floor = Some(SetOutcome::new("floor", None));
                 continue;

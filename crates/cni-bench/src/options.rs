@@ -9,8 +9,9 @@ pub const USAGE: &str = "usage: cni-bench [options]
   --budget SECONDS     start no further round that would end after this (default 540), so a
                        full run ends within 10 minutes; the first round always runs
   --workloads LIST     comma-separated subset of W1,W1nm,W2,W3,W4,W5,W6,W7,nft,macvlan,floor,dhcp,
-                       soak (default: all but dhcp, which needs dnsmasq, and soak, 8 workers x
-                       N ADD/DEL cycles: -n 1250 is the 10,000-cycle soak)
+                       soak,podman (default: all but dhcp, which needs dnsmasq, soak, 8 workers
+                       x N ADD/DEL cycles: -n 1250 is the 10,000-cycle soak, and podman,
+                       podman run --rm on the CNI backend and on netavark)
   --a DIR              plugin directory A (default: the release `cni-plugins` next to this
                        binary, installed into a temp dir)
   --plugins-bin FILE   the multi-call binary to install as A (instead of the one next to cni-bench)
@@ -39,10 +40,11 @@ pub enum WorkloadId {
     Dhcp,
     Macvlan,
     Soak,
+    Podman,
 }
 
 impl WorkloadId {
-    pub const ALL: [WorkloadId; 13] = [
+    pub const ALL: [WorkloadId; 14] = [
         WorkloadId::W1,
         WorkloadId::W1nm,
         WorkloadId::W2,
@@ -56,13 +58,16 @@ impl WorkloadId {
         WorkloadId::Floor,
         WorkloadId::Dhcp,
         WorkloadId::Soak,
+        WorkloadId::Podman,
     ];
 
     /// What runs when `--workloads` is not given: all but dhcp, which needs dnsmasq and
     /// whose Go side takes seconds per ADD (it would not fit a full run's budget or CI's
-    /// smoke run), and soak, long by design.
+    /// smoke run), soak, long by design, and podman, which starts whole containers.
     pub fn defaults() -> Vec<WorkloadId> {
-        WorkloadId::ALL.into_iter().filter(|w| !matches!(w, WorkloadId::Dhcp | WorkloadId::Soak)).collect()
+        let named_only =
+            |w: &WorkloadId| matches!(w, WorkloadId::Dhcp | WorkloadId::Soak | WorkloadId::Podman);
+        WorkloadId::ALL.into_iter().filter(|w| !named_only(w)).collect()
     }
 
     pub fn name(self) -> &'static str {
@@ -80,6 +85,7 @@ impl WorkloadId {
             WorkloadId::Dhcp => "dhcp",
             WorkloadId::Macvlan => "macvlan",
             WorkloadId::Soak => "soak",
+            WorkloadId::Podman => "podman",
         }
     }
 
@@ -185,7 +191,7 @@ fn workloads(list: &str) -> Result<Vec<WorkloadId>, String> {
     for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let id = WorkloadId::parse(part).ok_or_else(|| {
             format!(
-                "unknown workload {part:?} (known: W1,W1nm,W2,W3,W4,W5,W6,W7,nft,macvlan,floor,dhcp,soak)"
+                "unknown workload {part:?} (known: W1,W1nm,W2,W3,W4,W5,W6,W7,nft,macvlan,floor,dhcp,soak,podman)"
             )
         })?;
         if !chosen.contains(&id) {

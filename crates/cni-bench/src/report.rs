@@ -229,8 +229,8 @@ pub fn goals(reports: &[WorkloadReport]) -> Vec<Goal> {
     goals
 }
 
-/// The cost of an operation must not grow with the containers already there (DESIGN
-/// decision 6): the median of the last 20 calls against that of the first 20. The nft
+/// The cost of an operation must not grow with the containers already there
+/// (decision 6 in docs/architecture.md): the median of the last 20 calls against that of the first 20. The nft
 /// chain pattern may grow with the kernel's validation of every chain a jump reaches.
 fn growth_goals(reports: &[WorkloadReport]) -> Vec<Goal> {
     let cases: [(WorkloadId, &str, &'static str, f64); 6] = [

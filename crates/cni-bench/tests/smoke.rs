@@ -97,3 +97,47 @@ fn check_outcome(workload: &str, set: &Value) {
         other => panic!("{workload} {label}: status {other:?}: {}", set["reason"]),
     }
 }
+
+/// The podman workload (only when named) starts real containers with podman's CNI backend
+/// on our plugins and with netavark, and derives each stack's share of a container start.
+#[test]
+fn podman_workload_runs_both_stacks_and_reports_the_network_share() {
+    cni_testkit::ns::require_root();
+    let plugins = cni_testkit::binaries::workspace_binary("cni-plugins", "cni-plugins");
+    let out_dir = tempfile::tempdir().unwrap();
+    let json_path = out_dir.path().join("bench.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_cni-bench"))
+        .args(["--workloads", "podman", "-n", "2", "--rounds", "1", "--only-a"])
+        .arg("--plugins-bin")
+        .arg(&plugins)
+        .arg("--json")
+        .arg(&json_path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "cni-bench failed\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let document: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    let set = &document["workloads"][0]["sets"][0];
+    check_outcome("podman", set);
+    assert_eq!(set["status"], "ran", "{set}");
+    let ops = set["operations"].as_object().unwrap();
+    for op in [
+        "run --rm, bridge",
+        "run --rm, bridge -p",
+        "run --rm, --network none",
+        "8 concurrent runs",
+        "netavark: run --rm, bridge",
+        "netavark: run --rm, bridge -p",
+        "netavark: 8 concurrent runs",
+    ] {
+        assert!(ops.contains_key(op), "no {op:?} in {:?}", ops.keys().collect::<Vec<_>>());
+    }
+    for share in ["network_share", "netavark_network_share"] {
+        let value = set["facts"][share].as_f64().unwrap_or(-1.0);
+        assert!((0.0..1.0).contains(&value), "{share} = {value} in {set}");
+    }
+}

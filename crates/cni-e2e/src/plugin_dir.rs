@@ -37,6 +37,12 @@ impl PluginDir {
         }
     }
 
+    /// An existing directory, labelled `label` in log lines (cni-bench's plugin sets).
+    pub fn at(path: &Path, label: &str) -> PluginDir {
+        assert!(path.is_dir(), "plugin directory {} is not a directory", path.display());
+        PluginDir { path: path.to_path_buf(), label: label.to_string(), _installed: None }
+    }
+
     fn install_ours() -> PluginDir {
         let binary = workspace_binary("cni-plugins", "cni-plugins");
         let dir = tempfile::Builder::new().prefix("cne-plugins-").tempdir().expect("temp plugin dir");

@@ -41,22 +41,47 @@ pub struct Podman {
     conf: PathBuf,
 }
 
+/// The network stack podman is configured with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkBackend {
+    /// CNI, with the plugins of the [`PluginDir`] under test.
+    Cni,
+    /// netavark + aardvark-dns (Debian's packages), podman's default stack since 4.0; the
+    /// plugin directory is then unused.
+    Netavark,
+}
+
+impl NetworkBackend {
+    /// The name podman gives it in `containers.conf` and `podman info`.
+    pub fn name(self) -> &'static str {
+        match self {
+            NetworkBackend::Cni => "cni",
+            NetworkBackend::Netavark => "netavark",
+        }
+    }
+}
+
 impl Podman {
     /// Sets up podman on the plugin directory from the environment and imports the image.
     pub fn set_up() -> Podman {
-        require_root();
         let plugins = PluginDir::from_env();
         plugins.require(PODMAN_CHAIN);
+        Podman::set_up_on(plugins, NetworkBackend::Cni)
+    }
+
+    /// Sets up podman with `backend` on `plugins` and imports the image.
+    pub fn set_up_on(plugins: PluginDir, backend: NetworkBackend) -> Podman {
+        require_root();
         let dir = tempfile::Builder::new().prefix("cne-podman-").tempdir().expect("podman temp dir");
         for sub in ["root", "runroot", "tmp", "networks", "cni-conf"] {
             fs::create_dir(dir.path().join(sub)).expect("create a podman state dir");
         }
         let conf = dir.path().join("containers.conf");
-        fs::write(&conf, containers_conf(dir.path())).expect("write containers.conf");
+        fs::write(&conf, containers_conf(dir.path(), backend)).expect("write containers.conf");
         let host = EngineHost::new(plugins.path(), &dir.path().join("cni-conf"));
         let podman = Podman { host, plugins, dir, conf };
-        let backend = podman.ok(&["info", "--format", "{{.Host.NetworkBackend}}"]);
-        assert_eq!(backend, "cni", "podman ignored the private containers.conf's network_backend");
+        let chosen = podman.ok(&["info", "--format", "{{.Host.NetworkBackend}}"]);
+        assert_eq!(chosen, backend.name(), "podman ignored the private containers.conf's network_backend");
         let tar = rootfs_tar(podman.dir.path());
         podman.ok(&["import", tar.to_str().expect("utf-8 temp path"), IMAGE_NAME]);
         podman
@@ -185,7 +210,7 @@ fn kill_leftover_conmons(runroot: &Path) {
 }
 
 /// The private `containers.conf`.
-fn containers_conf(dir: &Path) -> String {
+fn containers_conf(dir: &Path, backend: NetworkBackend) -> String {
     let mut conf = String::new();
     let nofile = hard_limit(libc::RLIMIT_NOFILE);
     // podman starts conmon (and so crun) with RLIMIT_NPROC lowered to kernel.pid_max, and
@@ -198,7 +223,7 @@ fn containers_conf(dir: &Path) -> String {
     writeln!(conf, "cgroups = \"disabled\"").unwrap();
     writeln!(conf, "log_driver = \"k8s-file\"").unwrap();
     writeln!(conf, "[network]").unwrap();
-    writeln!(conf, "network_backend = \"cni\"").unwrap();
+    writeln!(conf, "network_backend = {:?}", backend.name()).unwrap();
     // Where the engine host mounts the plugin directory under test: the host's own path may
     // be a default plugin directory the engine host hides (`/usr/lib/cni`).
     writeln!(conf, "cni_plugin_dirs = [\"/opt/cni/bin\"]").unwrap();

@@ -1,4 +1,5 @@
-//! The two per-container patterns of DESIGN.md decision 6, with 200 containers: what each
+//! The two per-container nftables patterns (a cost per container that must not grow with
+//! the number of containers on the host), with 200 containers: what each
 //! container adds is exactly its own, and deleting them leaves the shared part only.
 //! Pattern 1: each "container" gets its own chain of 5 rules plus one verdict-map element
 //! that sends its traffic there; DEL removes the element and the chain without listing

@@ -2,7 +2,7 @@
 //! one more still work, touch only that attachment, and leave the others as they were.
 //! The other attachments are written with `nft -f` in the test's host namespace, shaped
 //! exactly like the plugin's own. Whether the cost per operation stays flat in the size
-//! of the table (DESIGN decision 6) is measured by cni-bench (W6).
+//! of the table is measured by cni-bench (W6).
 
 mod common;
 mod firewall_support;

@@ -11,7 +11,9 @@ use cni_plugins::ipam::host_local::{self, HostLocalConfig, HostLocalError};
 use cni_sdk::Attachment;
 use support::{conf, ip, ip_files};
 
-const FIXTURE: &str = "/work/shared/fixtures/go-host-local-1.1.1/fixnet";
+/// The state the Go host-local (containernetworking-plugins 1.1.1) left after two ADDs
+/// (`ctr1`, `ctr2` on eth0) into 10.77.0.0/24 and fd77::/64; see `fixtures/README.md`.
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/go-host-local-1.1.1/fixnet");
 
 fn key(id: &str, ifname: &str) -> Attachment {
     Attachment::new(id, ifname)

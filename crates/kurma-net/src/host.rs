@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 use crate::config::{NetworkConfig, NetworkEntry};
 use crate::error::{Error, Result};
+use crate::fetch::FetchLimits;
 use crate::runtime::Runtime;
 use crate::state::StateDir;
 
@@ -28,6 +29,11 @@ pub struct HostOptions {
     pub host_netns: Option<PathBuf>,
     /// Plugin container ids are `<prefix>-<network>`.
     pub container_prefix: String,
+    /// How much a fetch may download ([`FetchLimits::default`]: the production caps).
+    pub fetch_limits: FetchLimits,
+    /// PEM certificates to trust for https besides the web's usual roots (a registry
+    /// with a private CA).
+    pub ca_file: Option<PathBuf>,
 }
 
 impl HostOptions {
@@ -39,6 +45,8 @@ impl HostOptions {
             limit: DEFAULT_LIMIT,
             host_netns: None,
             container_prefix: "kurma-net".into(),
+            fetch_limits: FetchLimits::default(),
+            ca_file: None,
         }
     }
 }

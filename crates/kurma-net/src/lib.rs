@@ -13,6 +13,7 @@
 pub mod attach;
 pub mod config;
 pub mod error;
+pub mod fetch;
 pub mod host;
 pub mod plugins;
 pub mod registry;
@@ -23,6 +24,7 @@ pub mod template;
 
 pub use config::{NetworkConfig, NetworkEntry};
 pub use error::{Error, ExecFailure, Result};
+pub use fetch::FetchLimits;
 pub use host::{Host, HostOptions, DEFAULT_LIMIT};
 pub use plugins::PluginStart;
 pub use state::{AttachRecord, AttachedNetwork};

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! kurma-net --state-dir DIR --config FILE [--runtime runc] [--limit-secs 60]
-//!           [--host-netns PATH] [--prefix kurma-net] COMMAND
+//!           [--host-netns PATH] [--prefix kurma-net] [--ca-file PEM] COMMAND
 //!   start-plugins                 fetch images, start/re-adopt plugin containers, run setup
 //!   stop-plugins                  remove the plugin containers
 //!   attach UUID NETNS [NETWORK…]  add the container to the networks (default: all); prints
@@ -19,7 +19,7 @@ use std::time::Duration;
 use kurma_net::{Host, HostOptions, NetworkConfig};
 
 const USAGE: &str = "usage: kurma-net --state-dir DIR --config FILE [--runtime PATH] [--limit-secs N] \
-[--host-netns PATH] [--prefix NAME] start-plugins | stop-plugins | attach UUID NETNS [NETWORK...] | detach UUID | status";
+[--host-netns PATH] [--prefix NAME] [--ca-file PEM] start-plugins | stop-plugins | attach UUID NETNS [NETWORK...] | detach UUID | status";
 
 fn main() -> ExitCode {
     match run(std::env::args().skip(1).collect()) {
@@ -51,6 +51,7 @@ fn run(args: Vec<String>) -> Result<String, String> {
             "--runtime" => options.runtime = PathBuf::from(value("--runtime")?),
             "--host-netns" => options.host_netns = Some(PathBuf::from(value("--host-netns")?)),
             "--prefix" => options.container_prefix = value("--prefix")?,
+            "--ca-file" => options.ca_file = Some(PathBuf::from(value("--ca-file")?)),
             "--limit-secs" => {
                 let secs: u64 =
                     value("--limit-secs")?.parse().map_err(|_| "--limit-secs takes whole seconds")?;

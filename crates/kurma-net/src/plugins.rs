@@ -5,11 +5,12 @@ use std::path::Path;
 
 use crate::config::NetworkEntry;
 use crate::error::{Error, Result};
+use crate::fetch::Fetcher;
 use crate::host::Host;
 use crate::registry;
 use crate::runtime::{bundle_config, NETNS_DIR};
-use crate::source::{download, http_agent, ImageSource};
-use crate::state::PluginRecord;
+use crate::source::ImageSource;
+use crate::state::{private_dir, write_record, PluginRecord};
 use kurma_netplugin::image::{self, oci};
 
 /// What [`Host::start_plugins`] did for one network.
@@ -126,7 +127,9 @@ impl Host {
         }
         let bundle = dir.join("bundle");
         let download_dir = dir.join("download");
-        std::fs::create_dir_all(&download_dir).map_err(Error::io(&download_dir))?;
+        for private in [&dir, &bundle, &download_dir] {
+            private_dir(private)?;
+        }
         let fail = |message: String| Error::Image {
             network: network.name.clone(),
             uri: network.image_uri().to_string(),
@@ -135,14 +138,14 @@ impl Host {
         let rootfs = bundle.join("rootfs");
         match &network.image {
             ImageSource::File(path) => unpack_file(path, &download_dir, &rootfs).map_err(fail)?,
-            ImageSource::Http(url) => {
+            ImageSource::Http(image) => {
                 let file = download_dir.join("image");
-                download(&http_agent(), url, &file).map_err(fail)?;
+                image.download(&self.fetcher().map_err(fail)?, &file).map_err(fail)?;
                 unpack_file(&file, &download_dir, &rootfs).map_err(fail)?;
             }
             ImageSource::Docker(reference) => {
                 let layout = download_dir.join("layout");
-                registry::pull(&http_agent(), reference, &layout).map_err(fail)?;
+                registry::pull(&self.fetcher().map_err(fail)?, reference, &layout).map_err(fail)?;
                 let image = oci::read_layout(&layout, None).map_err(|e| fail(e.to_string()))?;
                 oci::unpack_rootfs(&image, &rootfs).map_err(|e| fail(e.to_string()))?;
             }
@@ -157,6 +160,11 @@ impl Host {
         Ok(())
     }
 
+    /// The HTTP client for one image fetch, with this host's limits and CA file.
+    fn fetcher(&self) -> Result<Fetcher, String> {
+        Fetcher::new(self.options.fetch_limits, self.options.ca_file.as_deref())
+    }
+
     /// Creates `network`'s container on its bundle (with a config.json for the current
     /// options) and records it.
     fn create_container(&self, network: &NetworkEntry) -> Result<()> {
@@ -165,8 +173,7 @@ impl Host {
         let bundle = self.state.plugin_dir(&network.name).join("bundle");
         let config = bundle_config(self.options.host_netns.as_deref());
         let config_path = bundle.join("config.json");
-        std::fs::write(&config_path, serde_json::to_vec_pretty(&config).expect("JSON serializes"))
-            .map_err(Error::io(&config_path))?;
+        write_record(&config_path, &config)?;
         self.runtime.create(&id, &bundle).map_err(|message| Error::Network {
             network: network.name.clone(),
             message: format!("cannot create the plugin container: {message}"),

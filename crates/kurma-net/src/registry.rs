@@ -1,14 +1,20 @@
 //! A small Docker registry (v2 API) client: pulls an image's manifest and blobs by digest
 //! into an OCI image layout directory, which [`kurma_netplugin::image::oci`] then reads
 //! and unpacks like any other layout (the same digest checks). Anonymous bearer tokens
-//! (Docker Hub) are handled.
+//! (Docker Hub) are handled. The registry is not trusted: every body is bounded
+//! ([`crate::fetch`]): a manifest, an index or a token answer by the document cap, a blob
+//! by exactly its descriptor's size, and the image as a whole (config and layers, as the
+//! manifest declares them) by the image cap before any blob is fetched.
 
 use std::cell::RefCell;
 use std::path::Path;
 
+use url::Url;
+
 use kurma_netplugin::image::oci::{self, Descriptor, Digest};
 use serde_json::{json, Value};
 
+use crate::fetch::{self, Bound, Fetcher};
 use crate::source::DockerRef;
 
 /// The manifest types accepted, most specific first.
@@ -18,7 +24,7 @@ const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, \
     application/vnd.docker.distribution.manifest.list.v2+json";
 
 struct Registry<'a> {
-    agent: &'a ureq::Agent,
+    fetcher: &'a Fetcher,
     image: &'a DockerRef,
     layout: &'a Path,
     token: RefCell<Option<String>>,
@@ -27,10 +33,10 @@ struct Registry<'a> {
 /// Pulls `image` into the OCI layout directory `layout` (`oci-layout`, `index.json`
 /// naming the pulled manifest or index, `blobs/sha256/...`); every blob is checked
 /// against its digest as it arrives, and again when the layout is read.
-pub fn pull(agent: &ureq::Agent, image: &DockerRef, layout: &Path) -> Result<(), String> {
+pub fn pull(fetcher: &Fetcher, image: &DockerRef, layout: &Path) -> Result<(), String> {
     let blobs = layout.join("blobs/sha256");
     std::fs::create_dir_all(&blobs).map_err(|err| format!("{}: {err}", blobs.display()))?;
-    let registry = Registry { agent, image, layout, token: RefCell::new(None) };
+    let registry = Registry { fetcher, image, layout, token: RefCell::new(None) };
     let (top, mut doc) = registry.manifest(&image.reference)?;
     let index = json!({"schemaVersion": 2, "manifests": [top.to_json()]});
     write(&layout.join("index.json"), index.to_string().as_bytes())?;
@@ -45,8 +51,19 @@ pub fn pull(agent: &ureq::Agent, image: &DockerRef, layout: &Path) -> Result<(),
     }
     let config = doc.get("config").ok_or("the image manifest has no \"config\"")?;
     let layers = doc.get("layers").and_then(Value::as_array).ok_or("the image manifest has no \"layers\"")?;
-    for blob in std::iter::once(config).chain(layers) {
-        registry.blob(&Descriptor::from_json(blob).map_err(|e| e.to_string())?)?;
+    let blobs = std::iter::once(config)
+        .chain(layers)
+        .map(|blob| Descriptor::from_json(blob).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let declared = blobs.iter().fold(0u64, |sum, blob| sum.saturating_add(blob.size));
+    if declared > fetcher.limits.image {
+        return Err(format!(
+            "the image's config and layers declare {declared} bytes, more than the limit of {} bytes",
+            fetcher.limits.image
+        ));
+    }
+    for blob in &blobs {
+        registry.blob(blob)?;
     }
     Ok(())
 }
@@ -55,11 +72,8 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
     std::fs::write(path, bytes).map_err(|err| format!("{}: {err}", path.display()))
 }
 
-fn authorized(request: ureq::Request, token: Option<&str>) -> ureq::Request {
-    match token {
-        Some(token) => request.set("Authorization", &format!("Bearer {token}")),
-        None => request,
-    }
+fn bearer(token: Option<&str>) -> Option<String> {
+    token.map(|token| format!("Bearer {token}"))
 }
 
 impl Registry<'_> {
@@ -68,14 +82,11 @@ impl Registry<'_> {
     /// registry's `Docker-Content-Digest` when it sends one.
     fn manifest(&self, reference: &str) -> Result<(Descriptor, Value), String> {
         let url = format!("{}/v2/{}/manifests/{reference}", self.image.base_url(), self.image.repository);
-        let response = self.with_auth(|token| {
-            authorized(self.agent.get(&url).set("Accept", MANIFEST_ACCEPT), token).call().map_err(Box::new)
-        })?;
+        let response = self.with_auth(&url, &[("Accept", MANIFEST_ACCEPT)])?;
         let header_digest = response.header("Docker-Content-Digest").map(str::to_string);
         let content_type = response.content_type().to_string();
-        let mut body = Vec::new();
-        std::io::Read::read_to_end(&mut response.into_reader(), &mut body)
-            .map_err(|err| format!("GET {url}: {err}"))?;
+        let body =
+            fetch::read_body(response, Bound::AtMost(self.fetcher.limits.document), &format!("GET {url}"))?;
         let value: Value =
             serde_json::from_slice(&body).map_err(|err| format!("manifest {reference}: not JSON: {err}"))?;
         let media_type = value.get("mediaType").and_then(Value::as_str).unwrap_or(&content_type);
@@ -98,31 +109,34 @@ impl Registry<'_> {
         let path = self.layout.join(descriptor.digest.blob_path());
         let url =
             format!("{}/v2/{}/blobs/{}", self.image.base_url(), self.image.repository, descriptor.digest);
-        let response =
-            self.with_auth(|token| authorized(self.agent.get(&url), token).call().map_err(Box::new))?;
+        let response = self.with_auth(&url, &[])?;
         let mut file = std::fs::File::create(&path).map_err(|err| format!("{}: {err}", path.display()))?;
-        std::io::copy(&mut response.into_reader(), &mut file).map_err(|err| format!("GET {url}: {err}"))?;
+        fetch::copy_body(response, Bound::Exactly(descriptor.size), &mut file, &format!("GET {url}"))?;
         oci::verify_blob(&path, descriptor).map_err(|e| e.to_string())
     }
 
-    /// Runs `call`; on a 401 with a bearer challenge, fetches an anonymous token and
-    /// runs it again.
-    fn with_auth(
-        &self,
-        call: impl Fn(Option<&str>) -> Result<ureq::Response, Box<ureq::Error>>,
-    ) -> Result<ureq::Response, String> {
-        let first = call(self.token.borrow().as_deref());
-        let challenge = match first {
-            Ok(response) => return Ok(response),
-            Err(err) => match *err {
-                ureq::Error::Status(401, response) => response.header("WWW-Authenticate").map(str::to_string),
-                err => return Err(err.to_string()),
-            },
+    /// GETs `url` with `headers` (and the token, once there is one); on a 401 with a
+    /// bearer challenge, fetches an anonymous token and asks again. Fails unless the
+    /// answer is a 2xx.
+    fn with_auth(&self, url: &str, headers: &[(&str, &str)]) -> Result<ureq::Response, String> {
+        let call = |token: Option<String>| {
+            let mut all = headers.to_vec();
+            if let Some(value) = &token {
+                all.push(("Authorization", value));
+            }
+            self.fetcher.get(url, &all)
         };
-        let challenge = challenge.ok_or("the registry answered 401 without a WWW-Authenticate challenge")?;
+        let first = call(bearer(self.token.borrow().as_deref()))?;
+        if first.status() != 401 {
+            return fetch::check_status(url, first);
+        }
+        let challenge = first
+            .header("WWW-Authenticate")
+            .ok_or("the registry answered 401 without a WWW-Authenticate challenge")?
+            .to_string();
         let token = self.fetch_token(&challenge)?;
         *self.token.borrow_mut() = Some(token);
-        call(self.token.borrow().as_deref()).map_err(|err| err.to_string())
+        fetch::check_status(url, call(bearer(self.token.borrow().as_deref()))?)
     }
 
     fn fetch_token(&self, challenge: &str) -> Result<String, String> {
@@ -141,13 +155,22 @@ impl Registry<'_> {
             }
         }
         let realm = realm.ok_or("the auth challenge has no realm")?;
-        let mut request = self.agent.get(&realm);
-        for (key, value) in &query {
-            request = request.query(key, value);
+        let mut realm_url = Url::parse(&realm).map_err(|err| format!("auth realm {realm:?}: {err}"))?;
+        // A token goes over https, or stays on this machine.
+        if realm_url.scheme() != "https"
+            && !(realm_url.scheme() == "http" && fetch::plain_http_allowed(&realm_url))
+        {
+            return Err(format!("auth realm {realm:?}: a token is fetched over https only"));
         }
-        let response = request.call().map_err(|err| format!("token from {realm}: {err}"))?;
-        let body: Value = serde_json::from_reader(response.into_reader())
-            .map_err(|err| format!("token from {realm}: {err}"))?;
+        realm_url.query_pairs_mut().extend_pairs(&query);
+        let response = self.fetcher.get_ok(realm_url.as_str(), &[])?;
+        let body = fetch::read_body(
+            response,
+            Bound::AtMost(self.fetcher.limits.document),
+            &format!("token from {realm}"),
+        )?;
+        let body: Value =
+            serde_json::from_slice(&body).map_err(|err| format!("token from {realm}: {err}"))?;
         body.get("token")
             .or_else(|| body.get("access_token"))
             .and_then(Value::as_str)

@@ -1,26 +1,39 @@
 //! Where a netplugin image comes from (`aci` URIs) and fetching it to a local file.
 //!
 //! - `file:///path/to/image.aci` — an image on the host's filesystem.
-//! - `http://…` and `https://…` — an image downloaded with a GET.
+//! - `https://…` and `http://…` — an image downloaded with a GET. A `#sha256=<64 hex>`
+//!   fragment pins the image file's digest: the download is refused unless it matches.
+//!   Plain `http://` to anything but this machine's loopback needs that pin (nothing else
+//!   would tell the image from one an attacker on the path put in its place).
 //! - `docker:///user/name:tag` (Docker Hub) or `docker://host[:port]/user/name[:tag|@digest]`
 //!   — a registry speaking the v2 API; see [`crate::registry`].
 //!
 //! A file or download may be an ACI (a tar with `manifest` and `rootfs/`) or an OCI image
-//! archive (a tar of an image layout); [`crate::image`] tells them apart by their content.
+//! archive (a tar of an image layout); [`kurma_netplugin::image`] tells them apart by
+//! their content. Every request goes through [`crate::fetch`] (bounded bodies, no
+//! downgrading redirect, one loopback rule).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-/// How long one HTTP request may take before the fetch fails.
-pub const HTTP_TIMEOUT: Duration = Duration::from_secs(120);
+use kurma_netplugin::image::oci::{self, Digest};
+use url::Url;
+
+use crate::fetch::{self, Bound, Fetcher};
 
 /// A parsed `aci` URI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ImageSource {
     File(PathBuf),
-    Http(String),
+    Http(HttpImage),
     Docker(DockerRef),
+}
+
+/// An `http(s)://` image: where to GET it and, when pinned, the digest it must have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpImage {
+    /// The URL without the pin (a fragment is never sent anyway).
+    pub url: Url,
+    pub pin: Option<Digest>,
 }
 
 /// A `docker://` reference.
@@ -48,8 +61,9 @@ impl ImageSource {
                 }
                 Ok(ImageSource::File(path.to_path_buf()))
             }
-            "http" | "https" if rest.is_empty() => Err(format!("{uri:?}: no host")),
-            "http" | "https" => Ok(ImageSource::Http(uri.to_string())),
+            "http" | "https" => {
+                HttpImage::parse(uri).map(ImageSource::Http).map_err(|why| format!("{uri:?}: {why}"))
+            }
             "docker" => {
                 DockerRef::parse(rest).map(ImageSource::Docker).map_err(|why| format!("{uri:?}: {why}"))
             }
@@ -60,12 +74,53 @@ impl ImageSource {
     }
 }
 
+impl HttpImage {
+    fn parse(uri: &str) -> Result<HttpImage, String> {
+        let mut url = Url::parse(uri).map_err(|err| format!("not a URL: {err}"))?;
+        if url.host().is_none() {
+            return Err("no host".into());
+        }
+        let pin = match url.fragment() {
+            None => None,
+            Some(fragment) => {
+                let hex = fragment
+                    .strip_prefix("sha256=")
+                    .ok_or("the only fragment an image URI may have is its pin, #sha256=<64 hex digits>")?;
+                Some(Digest::parse(&format!("sha256:{hex}")).map_err(|err| format!("the pin: {err}"))?)
+            }
+        };
+        url.set_fragment(None);
+        if url.scheme() == "http" && pin.is_none() && !fetch::plain_http_allowed(&url) {
+            return Err("a plain http:// image from another machine must be pinned: add \
+                        #sha256=<the image file's sha256> (or use https://)"
+                .into());
+        }
+        Ok(HttpImage { url, pin })
+    }
+
+    /// Downloads the image into the file `dest` (within the fetcher's image cap) and
+    /// checks the pin.
+    pub fn download(&self, fetcher: &Fetcher, dest: &Path) -> Result<(), String> {
+        let url = self.url.as_str();
+        let response = fetcher.get_ok(url, &[])?;
+        let mut file = std::fs::File::create(dest).map_err(|err| format!("{}: {err}", dest.display()))?;
+        fetch::copy_body(response, Bound::AtMost(fetcher.limits.image), &mut file, &format!("GET {url}"))?;
+        if let Some(pin) = &self.pin {
+            let (actual, _) = oci::digest_file(dest).map_err(|err| err.to_string())?;
+            if &actual != pin {
+                return Err(format!("GET {url}: the image's digest is {actual}, the URI pins {pin}"));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl DockerRef {
     fn parse(rest: &str) -> Result<DockerRef, String> {
         let (registry, path) = match rest.strip_prefix('/') {
             Some(path) => (None, path),
             None => match rest.split_once('/') {
-                Some((host, path)) if !host.is_empty() => (Some(host.to_string()), path),
+                Some((host, path)) if !host.is_empty() => (Some(registry_host(host)?), path),
                 _ => return Err("expected docker:///name:tag or docker://host/name:tag".into()),
             },
         };
@@ -88,36 +143,35 @@ impl DockerRef {
         Ok(DockerRef { registry, repository, reference })
     }
 
-    /// The registry's base URL. Loopback registries are spoken to over plain HTTP (as
-    /// Docker does for `localhost`), every other one over HTTPS.
+    /// The registry's base URL. Loopback registries ([`fetch::is_loopback`]) are spoken
+    /// to over plain HTTP (as Docker does for `localhost`), every other one over HTTPS.
     pub fn base_url(&self) -> String {
         match &self.registry {
             None => "https://registry-1.docker.io".into(),
-            Some(host) if is_loopback_host(host) => format!("http://{host}"),
-            Some(host) => format!("https://{host}"),
+            Some(host) => {
+                let https = Url::parse(&format!("https://{host}/")).expect("checked when parsed");
+                if fetch::plain_http_allowed(&https) {
+                    format!("http://{host}")
+                } else {
+                    format!("https://{host}")
+                }
+            }
         }
     }
 }
 
-fn is_loopback_host(host_port: &str) -> bool {
-    let host = match host_port.rsplit_once(':') {
-        Some((host, port)) if port.chars().all(|c| c.is_ascii_digit()) => host,
-        _ => host_port,
-    };
-    host == "localhost" || host.starts_with("127.") || host == "[::1]"
-}
-
-/// A shared HTTP agent with the fetch timeout.
-pub fn http_agent() -> ureq::Agent {
-    ureq::AgentBuilder::new().timeout(HTTP_TIMEOUT).build()
-}
-
-/// Downloads `url` into the file `dest`.
-pub fn download(agent: &ureq::Agent, url: &str, dest: &Path) -> Result<(), String> {
-    let response = agent.get(url).call().map_err(|err| format!("GET {url}: {err}"))?;
-    let mut file = std::fs::File::create(dest).map_err(|err| format!("{}: {err}", dest.display()))?;
-    std::io::copy(&mut response.into_reader(), &mut file).map_err(|err| format!("GET {url}: {err}"))?;
-    file.flush().map_err(|err| format!("{}: {err}", dest.display()))
+/// Checks a registry's `host[:port]`: nothing else (no user, no path) may hide in it.
+fn registry_host(host: &str) -> Result<String, String> {
+    let url = Url::parse(&format!("https://{host}/")).map_err(|err| format!("registry {host:?}: {err}"))?;
+    let plain = url.username().is_empty()
+        && url.password().is_none()
+        && url.path() == "/"
+        && url.query().is_none()
+        && url.fragment().is_none();
+    if !plain || url.host().is_none() {
+        return Err(format!("registry {host:?} is not a host[:port]"));
+    }
+    Ok(host.to_string())
 }
 
 #[cfg(test)]
@@ -137,7 +191,7 @@ mod tests {
         assert_eq!(ImageSource::parse("file:///a/b.aci").unwrap(), ImageSource::File("/a/b.aci".into()));
         assert_eq!(
             ImageSource::parse("https://x/y.aci").unwrap(),
-            ImageSource::Http("https://x/y.aci".into())
+            ImageSource::Http(HttpImage { url: Url::parse("https://x/y.aci").unwrap(), pin: None })
         );
         assert_eq!(ImageSource::parse("docker:///user/p:v1").unwrap(), docker(None, "user/p", "v1"));
         assert_eq!(
@@ -173,7 +227,39 @@ mod tests {
         };
         assert_eq!(base("docker://127.0.0.1:5000/a/b"), "http://127.0.0.1:5000");
         assert_eq!(base("docker://localhost/a/b"), "http://localhost");
+        assert_eq!(base("docker://[::1]:5000/a/b"), "http://[::1]:5000");
+        assert_eq!(base("docker://127.3.2.1/a/b"), "http://127.3.2.1");
         assert_eq!(base("docker://quay.io/a/b"), "https://quay.io");
+        // A DNS name that only starts like a loopback address is not one.
+        assert_eq!(base("docker://127.0.0.1.example.invalid/a/b"), "https://127.0.0.1.example.invalid");
+        assert_eq!(
+            base("docker://127.0.0.1.example.invalid:5000/a/b"),
+            "https://127.0.0.1.example.invalid:5000"
+        );
+        assert_eq!(base("docker://localhost.example/a/b"), "https://localhost.example");
+        assert!(ImageSource::parse("docker://user@127.0.0.1/a/b").unwrap_err().contains("not a host[:port]"));
         assert_eq!(base("docker:///a/b"), "https://registry-1.docker.io");
+    }
+
+    #[test]
+    fn http_images_are_pinned_by_a_sha256_fragment_and_plain_http_elsewhere_must_be() {
+        let hex = "a".repeat(64);
+        let pinned = |uri: &str| match ImageSource::parse(uri) {
+            Ok(ImageSource::Http(image)) => Ok(image),
+            Ok(other) => panic!("{other:?}"),
+            Err(err) => Err(err),
+        };
+        let image = pinned(&format!("http://images.example/lo.aci#sha256={hex}")).unwrap();
+        assert_eq!(image.url.as_str(), "http://images.example/lo.aci", "the pin is not part of the request");
+        assert_eq!(image.pin.unwrap().hex(), hex);
+        assert_eq!(pinned("https://images.example/lo.aci").unwrap().pin, None);
+        assert_eq!(pinned("http://127.0.0.1:8080/lo.aci").unwrap().pin, None);
+        assert_eq!(pinned("http://localhost/lo.aci").unwrap().pin, None);
+        let err = pinned("http://images.example/lo.aci").unwrap_err();
+        assert!(err.contains("must be pinned: add #sha256="), "{err}");
+        let err = pinned("http://127.0.0.1.example.invalid/lo.aci").unwrap_err();
+        assert!(err.contains("must be pinned"), "{err}");
+        assert!(pinned("https://x.example/a#sha256=abc").unwrap_err().contains("the pin"));
+        assert!(pinned("https://x.example/a#latest").unwrap_err().contains("#sha256=<64 hex digits>"));
     }
 }

@@ -8,8 +8,12 @@
 //! STATE_DIR/locks/UUID.lock               flock(2): one attach/detach per container
 //! STATE_DIR/runtime/                      the OCI runtime's own state (--root)
 //! ```
-//! Records are written to a temporary file and renamed, so a crash leaves the old or the
-//! new record, never half of one.
+//! Every directory of the tree is private to root (0700, [`cni_os::fs::private_dir`]): it
+//! holds the unpacked plugin images, whose executables run as root, and the records
+//! that say which network namespace gets which `del`. A state directory that exists but
+//! belongs to another user, or a link in its place, is refused. Records are written with
+//! [`cni_os::fs::write_atomic`] (0600, a temporary file renamed over the old record, never
+//! through a link) and read without following a link.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -54,10 +58,12 @@ pub struct StateDir {
 }
 
 impl StateDir {
-    /// Opens (creating) the state directory at `root`.
+    /// Opens (creating) the state directory at `root` and its subdirectories, each
+    /// private (0700, ours; a wider one of an older install is tightened).
     pub fn open(root: &Path) -> Result<StateDir> {
+        private_dir(root)?;
         for sub in ["plugins", "containers", "locks", "runtime", "scratch"] {
-            std::fs::create_dir_all(root.join(sub)).map_err(Error::io(root.join(sub)))?;
+            private_dir(&root.join(sub))?;
         }
         let root = root.canonicalize().map_err(Error::io(root))?;
         Ok(StateDir { root })
@@ -128,8 +134,7 @@ impl StateDir {
     /// for one container, from any thread or process, run one after another.
     pub fn lock_container(&self, uuid: &str) -> Result<ContainerLock> {
         let path = self.root.join("locks").join(format!("{uuid}.lock"));
-        let file =
-            File::options().create(true).truncate(false).write(true).open(&path).map_err(Error::io(&path))?;
+        let file = cni_os::fs::open_rw_nofollow(&path, 0o600).map_err(Error::io(&path))?;
         // SAFETY: flock on a file descriptor this function owns; no memory is involved.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
             return Err(Error::Io { path, source: std::io::Error::last_os_error() });
@@ -155,21 +160,24 @@ pub fn check_uuid(uuid: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// Creates (or checks and tightens) a private directory of the state tree.
+pub(crate) fn private_dir(dir: &Path) -> Result<()> {
+    cni_os::fs::private_dir(dir).map_err(Error::io(dir))
+}
+
 fn read_record<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>> {
-    match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
+    match cni_os::fs::read_nofollow(path).map_err(Error::io(path))? {
+        Some(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
             .map_err(|err| Error::State { path: path.to_path_buf(), message: err.to_string() }),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(err) => Err(Error::Io { path: path.to_path_buf(), source: err }),
+        None => Ok(None),
     }
 }
 
-fn write_record<T: Serialize>(path: &Path, record: &T) -> Result<()> {
+/// Writes a record whole (0600), creating its private directory if needed.
+pub(crate) fn write_record<T: Serialize>(path: &Path, record: &T) -> Result<()> {
     let dir = path.parent().expect("records live in a directory");
-    std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
-    let tmp = path.with_extension("json.tmp");
+    private_dir(dir)?;
     let bytes = serde_json::to_vec_pretty(record).expect("records serialize");
-    std::fs::write(&tmp, bytes).map_err(Error::io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(Error::io(path))
+    cni_os::fs::write_atomic(path, &bytes, 0o600, cni_os::fs::Durability::Synced).map_err(Error::io(path))
 }

@@ -148,7 +148,7 @@ fn a_legacy_bare_result_is_used_as_prev_result() {
 }
 
 fn go_fixture() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures/go-libcni-cache-v1.json");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/go-libcni-cache-v1.json");
     serde_json::from_slice(&std::fs::read(path).expect("the Go cache fixture")).unwrap()
 }
 

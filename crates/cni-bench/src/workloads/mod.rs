@@ -8,6 +8,7 @@ mod ipam;
 mod nft_scale;
 mod parallel;
 mod plugin_scale;
+mod podman;
 mod shaping;
 mod soak;
 
@@ -19,6 +20,7 @@ pub use ipam::IpamAlone;
 pub use nft_scale::NftScale;
 pub use parallel::Parallel;
 pub use plugin_scale::PluginScale;
+pub use podman::PodmanWorkload;
 pub use shaping::Shaping;
 pub use soak::Soak;
 

@@ -1,5 +1,5 @@
-//! `nft`: the per-container nftables cost of the two patterns of DESIGN decision 6, done
-//! by our library (cni-net's client) in one process, so that only the kernel's and the
+//! `nft`: the per-container nftables cost of the two patterns (which must stay flat in the
+//! number of containers), done by our library (cni-net's client) in one process, so that only the kernel's and the
 //! client's work is timed, for N containers added one commit each, then deleted:
 //!
 //! - "chain": each container gets its own chain of 5 rules plus one verdict-map element

@@ -1,7 +1,7 @@
 //! W6: portmap and firewall on their own, run directly with a made-up prevResult (they
 //! only need the container's address): ADD of N containers, then DEL of all, each plugin
 //! in its own host namespace. Whether the cost of an operation grows with the number of
-//! containers already attached (DESIGN decision 6) shows as the first 20 calls against the
+//! containers already attached (a cost that must not grow with the host's load) shows as the first 20 calls against the
 //! last 20; what the ruleset holds after the DELs is checked against before the ADDs.
 
 use super::chain::FLATNESS_WINDOW;

@@ -98,13 +98,11 @@ impl Plugin for Ipvlan {
     }
 
     fn gc(&self, req: &Request) -> Result<(), CniError> {
-        delegate::ipam_forward_if_configured(req)?;
-        Ok(())
+        delegate::ipam_forward_if_configured(req)
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
-        delegate::ipam_forward_if_configured(req)?;
-        Ok(())
+        delegate::ipam_forward_if_configured(req)
     }
 
     fn about(&self) -> String {

@@ -285,13 +285,11 @@ impl Plugin for Macvlan {
     }
 
     fn gc(&self, req: &Request) -> Result<(), CniError> {
-        delegate::ipam_forward_if_configured(req)?;
-        Ok(())
+        delegate::ipam_forward_if_configured(req)
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
-        delegate::ipam_forward_if_configured(req)?;
-        Ok(())
+        delegate::ipam_forward_if_configured(req)
     }
 
     fn about(&self) -> String {

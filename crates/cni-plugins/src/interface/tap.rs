@@ -200,13 +200,11 @@ impl Plugin for Tap {
     }
 
     fn gc(&self, req: &Request) -> Result<(), CniError> {
-        delegate::ipam_forward_if_configured(req)?;
-        Ok(())
+        delegate::ipam_forward_if_configured(req)
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
-        delegate::ipam_forward_if_configured(req)?;
-        Ok(())
+        delegate::ipam_forward_if_configured(req)
     }
 
     fn about(&self) -> String {

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod hostile;
 pub mod images;
 pub mod scripts;
 pub mod servers;
@@ -120,12 +121,18 @@ pub struct Bed {
 
 impl Bed {
     pub fn new() -> Bed {
-        let tmp = tempfile::Builder::new().prefix("kh-").tempdir().unwrap();
-        let host_ns = TestNetns::with_prefix(PREFIX).unwrap();
+        Bed::with_prefix(PREFIX)
+    }
+
+    /// A bed whose namespace, temporary directory and container names start with `prefix`.
+    pub fn with_prefix(prefix: &str) -> Bed {
+        let tmp = tempfile::Builder::new().prefix(&format!("{prefix}-")).tempdir().unwrap();
+        let host_ns = TestNetns::with_prefix(prefix).unwrap();
         let mut options = HostOptions::new(tmp.path().join("state"));
         options.host_netns = Some(host_ns.path().to_path_buf());
         // Unique per test: the runtime's root is per state dir, but names show up in `ps`.
-        options.container_prefix = format!("{PREFIX}-{}", host_ns.name().trim_start_matches("kh-"));
+        let unique = host_ns.name().trim_start_matches(&format!("{prefix}-")).to_string();
+        options.container_prefix = format!("{prefix}-{unique}");
         Bed { tmp, host_ns, options }
     }
 

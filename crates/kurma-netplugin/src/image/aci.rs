@@ -3,7 +3,7 @@
 //! files. The format carries no digests of its own; a fetcher checks what it is given.
 
 use super::tree::{self, Tree};
-use super::ImageError;
+use super::{ImageError, MAX_DOCUMENT_BYTES};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::path::Path;
@@ -49,6 +49,12 @@ pub fn unpack(input: impl Read, dest: &Path) -> Result<Value, ImageError> {
         let mut entry = entry.map_err(|e| ImageError::io("reading the ACI", e))?;
         let path = tree::entry_path(&entry)?;
         if path == "manifest" {
+            if entry.size() > MAX_DOCUMENT_BYTES {
+                return Err(ImageError::Format(format!(
+                    "the ACI manifest is {} bytes, more than the {MAX_DOCUMENT_BYTES} a manifest may have",
+                    entry.size()
+                )));
+            }
             let mut bytes = Vec::new();
             entry.read_to_end(&mut bytes).map_err(|e| ImageError::io("reading the ACI manifest", e))?;
             std::fs::write(dest.join("manifest"), &bytes)

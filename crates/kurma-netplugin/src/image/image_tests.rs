@@ -236,3 +236,91 @@ fn an_image_file_of_either_format_plain_or_gzip_is_told_apart_and_unpacked() {
     let err = kind_of(&path).unwrap_err().to_string();
     assert!(err.contains("neither an ACI") && err.contains("other.tar"), "{err}");
 }
+
+/// A tar of one layer whose entries have the given (path, mode, uid) and kind.
+fn owned_tar(entries: &[(&str, tar::EntryType, u32, u64)]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (path, kind, mode, uid) in entries {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(*kind);
+        header.set_mode(*mode);
+        header.set_uid(*uid);
+        header.set_gid(*uid);
+        let data: &[u8] = if *kind == tar::EntryType::Regular { b"#!/bin/sh\n" } else { b"" };
+        header.set_size(data.len() as u64);
+        builder.append_data(&mut header, path, data).unwrap();
+    }
+    builder.into_inner().unwrap()
+}
+
+#[test]
+fn whiteouts_of_dot_dotdot_or_nothing_are_refused_and_remove_nothing() {
+    // `.wh...` names `..`: applied as a whiteout it removed the rootfs's parent.
+    for name in [".wh...", ".wh..", ".wh.", "sub/.wh...", ".wh..wh.plnk"] {
+        let dir = tempfile::tempdir().unwrap();
+        let parent = dir.path().join("bundle");
+        let rootfs = parent.join("rootfs");
+        std::fs::create_dir_all(rootfs.join("sub")).unwrap();
+        std::fs::write(parent.join("config.json"), "precious").unwrap();
+        std::fs::write(rootfs.join("sub/file"), "kept").unwrap();
+        let layer = tar_of(&[(name, tar::EntryType::Regular, b"", None)]);
+        let err = apply_layer(layer.as_slice(), MEDIA_LAYER_TAR, &rootfs).unwrap_err();
+        assert!(err.to_string().contains(&format!("entry {name:?}")), "{name}: {err}");
+        assert_eq!(std::fs::read(parent.join("config.json")).unwrap(), b"precious", "{name}");
+        assert_eq!(std::fs::read(rootfs.join("sub/file")).unwrap(), b"kept", "{name}");
+    }
+    // An ACI has no whiteouts: the same names are refused there by the same check.
+    let dir = tempfile::tempdir().unwrap();
+    let aci = tar_of(&[
+        ("manifest", tar::EntryType::Regular, b"{}", None),
+        ("rootfs/.wh...", tar::EntryType::Regular, b"", None),
+    ]);
+    let err = aci::unpack(aci.as_slice(), &dir.path().join("dest")).unwrap_err();
+    assert!(err.to_string().contains("rootfs/.wh..."), "{err}");
+}
+
+#[test]
+fn unpacked_files_are_the_unpackers_and_lose_setuid_and_setgid() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let layer = owned_tar(&[
+        ("opt/network", tar::EntryType::Directory, 0o2777, 65534),
+        ("opt/network/add", tar::EntryType::Regular, 0o4755, 65534),
+        ("usr/bin/su", tar::EntryType::Regular, 0o6755, 0),
+        ("tmp", tar::EntryType::Directory, 0o1777, 0),
+    ]);
+    // The test's own temporary directory is owned by whoever runs it: the unpacker.
+    let ours = std::fs::metadata(dir.path()).unwrap();
+    let (me, my_group) = (ours.uid(), ours.gid());
+    let check = |root: &Path| {
+        for (path, mode) in
+            [("opt/network", 0o777), ("opt/network/add", 0o755), ("usr/bin/su", 0o755), ("tmp", 0o1777)]
+        {
+            let meta = std::fs::symlink_metadata(root.join(path)).unwrap();
+            assert_eq!(meta.mode() & 0o7777, mode, "{path}: setuid/setgid stripped, the rest kept");
+            assert_eq!((meta.uid(), meta.gid()), (me, my_group), "{path}: owned by the unpacker");
+        }
+    };
+    let rootfs = dir.path().join("oci");
+    std::fs::create_dir(&rootfs).unwrap();
+    apply_layer(layer.as_slice(), MEDIA_LAYER_TAR, &rootfs).unwrap();
+    check(&rootfs);
+    // The ACI path is the same unpacker.
+    let mut aci_tar = tar::Builder::new(Vec::new());
+    let manifest = serde_json::to_vec(&aci::manifest("t/x", &[], &[])).unwrap();
+    let mut header = tar::Header::new_gnu();
+    header.set_size(manifest.len() as u64);
+    header.set_mode(0o644);
+    aci_tar.append_data(&mut header, "manifest", manifest.as_slice()).unwrap();
+    let mut archive = tar::Archive::new(layer.as_slice());
+    for entry in archive.entries().unwrap() {
+        let entry = entry.unwrap();
+        let mut header = entry.header().clone();
+        let path = format!("rootfs/{}", entry.path().unwrap().display());
+        aci_tar.append_data(&mut header, path, entry).unwrap();
+    }
+    let bytes = aci_tar.into_inner().unwrap();
+    let dest = dir.path().join("aci");
+    aci::unpack(bytes.as_slice(), &dest).unwrap();
+    check(&dest.join("rootfs"));
+}

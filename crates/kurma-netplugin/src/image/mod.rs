@@ -26,6 +26,11 @@ pub use detect::{kind_of, unpack_file, ImageKind};
 #[path = "image_tests.rs"]
 mod tests;
 
+/// The most a JSON document of an image may weigh (an OCI manifest, index or config, an
+/// ACI manifest): 4 MiB, what registries themselves accept for a manifest. Real ones are
+/// a few KiB; the cap is what keeps a hostile one from filling memory.
+pub const MAX_DOCUMENT_BYTES: u64 = 4 << 20;
+
 /// Why an image cannot be written, read or unpacked.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {

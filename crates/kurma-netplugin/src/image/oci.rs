@@ -9,8 +9,8 @@ use std::fmt;
 use std::io::Write;
 
 pub use super::oci_read::{
-    apply_layer, choose_manifest, read_layout, unpack_archive, unpack_rootfs, verify_blob, verify_bytes,
-    OciImage,
+    apply_layer, choose_manifest, digest_file, read_layout, unpack_archive, unpack_rootfs, verify_blob,
+    verify_bytes, OciImage,
 };
 
 pub const MEDIA_INDEX: &str = "application/vnd.oci.image.index.v1+json";

@@ -2,8 +2,8 @@
 //! against its digest and size before it is used.
 
 use super::oci::{Descriptor, Digest, MEDIA_DOCKER_LIST, MEDIA_INDEX, REF_NAME};
-use super::tree;
-use super::{hex, ImageError};
+use super::tree::{self, EntryName};
+use super::{hex, ImageError, MAX_DOCUMENT_BYTES};
 use serde_json::Value;
 use sha2::Digest as _;
 use std::io::Read;
@@ -43,6 +43,12 @@ pub fn verify_bytes(bytes: &[u8], descriptor: &Descriptor) -> Result<(), ImageEr
 
 /// Checks the file at `path` against a descriptor's digest and size, reading it once.
 pub fn verify_blob(path: &Path, descriptor: &Descriptor) -> Result<(), ImageError> {
+    let (actual, size) = digest_file(path)?;
+    check(descriptor, size, &actual)
+}
+
+/// The sha256 digest and the size of the file at `path`, read once.
+pub fn digest_file(path: &Path) -> Result<(Digest, u64), ImageError> {
     let mut file = std::fs::File::open(path)
         .map_err(|e| ImageError::io(format!("opening blob {}", path.display()), e))?;
     let mut hasher = sha2::Sha256::new();
@@ -59,7 +65,7 @@ pub fn verify_blob(path: &Path, descriptor: &Descriptor) -> Result<(), ImageErro
         size += n as u64;
     }
     let actual = Digest::parse(&format!("sha256:{}", hex(&hasher.finalize()))).expect("a sha256 is a digest");
-    check(descriptor, size, &actual)
+    Ok((actual, size))
 }
 
 fn check(descriptor: &Descriptor, size: u64, actual: &Digest) -> Result<(), ImageError> {
@@ -75,6 +81,12 @@ fn check(descriptor: &Descriptor, size: u64, actual: &Digest) -> Result<(), Imag
 
 /// Reads a verified JSON blob of a layout.
 fn read_json_blob(layout: &Path, descriptor: &Descriptor) -> Result<Value, ImageError> {
+    if descriptor.size > MAX_DOCUMENT_BYTES {
+        return Err(ImageError::Digest {
+            digest: descriptor.digest.to_string(),
+            reason: format!("declared as {} bytes, more than a JSON document may have", descriptor.size),
+        });
+    }
     let path = layout.join(descriptor.digest.blob_path());
     let bytes =
         std::fs::read(&path).map_err(|e| ImageError::io(format!("reading blob {}", path.display()), e))?;
@@ -192,7 +204,9 @@ pub fn unpack_rootfs(image: &OciImage, rootfs: &Path) -> Result<(), ImageError> 
 
 /// Applies one layer (a tar; gzip-compressed when `media_type` ends in `gzip`, as OCI's
 /// and Docker's compressed layer types do) onto `rootfs`, honouring whiteouts: `.wh.NAME`
-/// removes NAME, `.wh..wh..opq` empties its directory. The caller verifies the blob.
+/// removes NAME, `.wh..wh..opq` empties its directory (names checked by
+/// [`tree::classify`]: a whiteout never names `.`, `..` or nothing). The caller verifies
+/// the blob.
 pub fn apply_layer(blob: impl Read, media_type: &str, rootfs: &Path) -> Result<(), ImageError> {
     if !(media_type.ends_with("tar") || media_type.ends_with("gzip")) {
         return Err(ImageError::Format(format!(
@@ -203,23 +217,17 @@ pub fn apply_layer(blob: impl Read, media_type: &str, rootfs: &Path) -> Result<(
     let mut archive = tree::archive(reader);
     for entry in archive.entries().map_err(|e| ImageError::io("reading a layer", e))? {
         let mut entry = entry.map_err(|e| ImageError::io("reading a layer", e))?;
-        let path = tree::entry_path(&entry)?;
-        tree::check_relative(&path)?;
-        let (parent, name) = match path.rsplit_once('/') {
-            Some((parent, name)) => (parent, name),
-            None => ("", path.as_str()),
-        };
-        match name.strip_prefix(".wh.") {
-            Some(".wh..opq") => whiteout(rootfs, parent, None)?,
-            Some(hidden) => whiteout(rootfs, parent, Some(hidden))?,
-            None => tree::unpack_entry(&mut entry, rootfs)?,
+        match tree::entry_name(&entry)? {
+            EntryName::Opaque { parent } => whiteout(rootfs, &parent, None)?,
+            EntryName::Whiteout { parent, name } => whiteout(rootfs, &parent, Some(&name))?,
+            EntryName::Path(_) => tree::unpack_entry(&mut entry, rootfs)?,
         }
     }
     Ok(())
 }
 
 /// Removes `parent/name` (or everything in `parent`) below `rootfs`, refusing a parent
-/// that resolves outside it.
+/// that resolves outside it. `name` is a plain file name ([`tree::classify`]).
 fn whiteout(rootfs: &Path, parent: &str, name: Option<&str>) -> Result<(), ImageError> {
     let dir = tree::below(rootfs, parent);
     let Ok(real_dir) = dir.canonicalize() else {

@@ -127,34 +127,91 @@ pub fn entry_path(entry: &tar::Entry<impl Read>) -> Result<String, ImageError> {
     Ok(text.trim_start_matches("./").trim_end_matches('/').to_string())
 }
 
-/// Refuses a path that is absolute or climbs with `..` (before anything is written).
-pub(crate) fn check_relative(path: &str) -> Result<(), ImageError> {
-    let bad = Path::new(path).components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
-    if bad {
-        return Err(ImageError::Format(format!("entry {path:?} is not a plain relative path")));
-    }
-    Ok(())
+/// What an image tar's entry is, by its name. Every entry of both formats (ACI, OCI
+/// archive, OCI layer) is classified here before anything is written, so the rules for
+/// names live in one place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum EntryName {
+    /// A file, directory or link at this relative path (`""`: the top directory itself).
+    Path(String),
+    /// An OCI whiteout `PARENT/.wh.NAME`: NAME, a plain file name, is to be removed.
+    Whiteout { parent: String, name: String },
+    /// An OCI opaque whiteout `PARENT/.wh..wh..opq`: PARENT is to be emptied.
+    Opaque { parent: String },
 }
 
-/// A tar reader that unpacks as an image needs: modes, times and (when running as root)
-/// owners kept, existing files replaced (later layers win), no extended attributes.
+/// The prefix of OCI whiteout names.
+const WHITEOUT: &str = ".wh.";
+/// The opaque whiteout's whole name.
+const OPAQUE: &str = ".wh..wh..opq";
+
+/// Classifies an entry by its name, refusing what no image may hold: an absolute path,
+/// a `..` component, and a whiteout whose target is not a plain name (`.wh.` alone,
+/// `.wh..`, `.wh...` would name the directory itself or its parent) or is one of the
+/// reserved `.wh..wh.` names other than the opaque marker.
+pub(crate) fn classify(path: &str) -> Result<EntryName, ImageError> {
+    let bad = |why: &str| ImageError::Format(format!("entry {path:?} {why}"));
+    if Path::new(path).components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
+        return Err(bad("is not a plain relative path"));
+    }
+    let (parent, name) = match path.rsplit_once('/') {
+        Some((parent, name)) => (parent.to_string(), name),
+        None => (String::new(), path),
+    };
+    let Some(hidden) = name.strip_prefix(WHITEOUT) else {
+        return Ok(EntryName::Path(path.to_string()));
+    };
+    if name == OPAQUE {
+        return Ok(EntryName::Opaque { parent });
+    }
+    if hidden.is_empty() || hidden == "." || hidden == ".." {
+        return Err(bad("is a whiteout of no file (the name after .wh. is empty, . or ..)"));
+    }
+    if hidden.starts_with(WHITEOUT) {
+        return Err(bad("uses a reserved .wh..wh. name"));
+    }
+    Ok(EntryName::Whiteout { parent, name: hidden.to_string() })
+}
+
+/// The classified name of an entry (see [`classify`]).
+pub(crate) fn entry_name(entry: &tar::Entry<impl Read>) -> Result<EntryName, ImageError> {
+    classify(&entry_path(entry)?)
+}
+
+/// Permission bits no image file keeps: set-user-ID and set-group-ID. An image decides
+/// what its files contain, not who may run them with root's rights on the host (the
+/// unpacked tree sits on the host's filesystem). The sticky bit (`/tmp`) stays.
+pub const STRIPPED_MODE_BITS: u32 = 0o6000;
+
+/// A tar reader that unpacks as an image needs: modes (less [`STRIPPED_MODE_BITS`]) and
+/// times kept, existing files replaced (later layers win), no extended attributes, and
+/// every file owned by the unpacking user (root when a host unpacks): an image's own
+/// owners are not kept, so no file of a netplugin is writable by some other local uid.
 pub(crate) fn archive<R: Read>(input: R) -> tar::Archive<R> {
     let mut archive = tar::Archive::new(input);
     archive.set_preserve_permissions(true);
     archive.set_preserve_mtime(true);
-    // SAFETY: geteuid has no preconditions.
-    archive.set_preserve_ownerships(unsafe { libc::geteuid() } == 0);
+    archive.set_preserve_ownerships(false);
+    archive.set_mask(STRIPPED_MODE_BITS);
     archive.set_overwrite(true);
     archive.set_unpack_xattrs(false);
     archive
 }
 
-/// Unpacks one entry of an [`archive`] below `dest`. The tar crate refuses entries (and
-/// hard-link targets) that would land outside `dest`, also through symbolic links
-/// unpacked earlier.
+/// Unpacks one entry of an [`archive`] below `dest`: the one way any image entry reaches
+/// the disk. The name is classified first (only a plain path is unpacked; whiteouts are
+/// the layer reader's to apply) and the mode masked here again, whatever the archive was
+/// set to (ownership is never kept: [`archive`] is the only reader). The tar crate refuses entries (and hard-link
+/// targets) that would land outside `dest`, also through symbolic links unpacked earlier.
 pub(crate) fn unpack_entry(entry: &mut tar::Entry<impl Read>, dest: &Path) -> Result<(), ImageError> {
-    let path = entry_path(entry)?;
-    check_relative(&path)?;
+    let path = match entry_name(entry)? {
+        EntryName::Path(path) => path,
+        EntryName::Whiteout { .. } | EntryName::Opaque { .. } => {
+            let path = entry_path(entry)?;
+            return Err(ImageError::Format(format!("entry {path:?} is a whiteout, not a file")));
+        }
+    };
+    entry.set_mask(STRIPPED_MODE_BITS);
     match entry.unpack_in(dest) {
         Ok(true) => Ok(()),
         Ok(false) => {

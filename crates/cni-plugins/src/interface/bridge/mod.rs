@@ -362,8 +362,7 @@ impl Plugin for Bridge {
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
-        delegate::ipam_forward_if_configured(req)?;
-        Ok(())
+        delegate::ipam_forward_if_configured(req)
     }
 
     fn about(&self) -> String {

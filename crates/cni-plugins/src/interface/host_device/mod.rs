@@ -297,8 +297,7 @@ impl Plugin for HostDevice {
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
-        delegate::ipam_forward_if_configured(req)?;
-        Ok(())
+        delegate::ipam_forward_if_configured(req)
     }
 
     fn about(&self) -> String {

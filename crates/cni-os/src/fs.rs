@@ -1,0 +1,290 @@
+//! State files and directories: atomic writes, no link following, private directories.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::OFlags;
+
+/// Whether a write must reach the disk before it counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// fsync the file before the rename: for state that must survive a power loss (leases
+    /// on disk, allocation records in a persistent directory).
+    Synced,
+    /// No fsync: for state describing things that do not survive a reboot either (records
+    /// of interfaces, normally on a tmpfs under /run). A crash still never leaves half a
+    /// file: the rename is atomic.
+    Unsynced,
+}
+
+/// The temporary file a write of `path` goes through: `.<file name>.tmp.<pid>` beside it.
+/// Hidden (a directory listing that looks for records by suffix never takes it for one),
+/// named after the whole file name (a container ID may contain dots, so cutting at an
+/// extension could make two records share one), and carrying the writer's pid so a
+/// cleaner can tell a live writer's file from one a killed writer left behind.
+pub fn temp_path(path: &Path) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+    path.with_file_name(format!(".{name}.tmp.{}", std::process::id()))
+}
+
+/// The pid of the writer, when `name` is a temporary file name made by [`temp_path`].
+pub fn temp_writer(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix('.')?;
+    let (_, pid) = rest.rsplit_once(".tmp.")?;
+    pid.parse().ok()
+}
+
+/// The temporary files in `dir` whose writer no longer runs (killed between its write and
+/// its rename). A file whose pid is in use again is left for a later sweep.
+pub fn stale_temp_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries
+        .flatten()
+        .filter(|entry| {
+            let name = entry.file_name();
+            let writer = temp_writer(&name.to_string_lossy());
+            writer.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        })
+        .map(|entry| entry.path())
+        .collect()
+}
+
+/// Writes `bytes` to `path` atomically with permission bits `mode` (applied at creation,
+/// so the content is never readable under a wider mode, whatever the umask).
+///
+/// The temporary file is created exclusively and without following a link: a link
+/// planted under its name by another user makes the write fail instead of writing through
+/// it. A leftover of an earlier writer with the same pid is removed first (unlinking
+/// never follows a link). The parent directory must exist.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, durability: Durability) -> io::Result<()> {
+    let temp = temp_path(path);
+    match std::fs::remove_file(&temp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let written = create_exclusive(&temp, mode).and_then(|mut file| {
+        file.write_all(bytes)?;
+        if durability == Durability::Synced {
+            file.sync_all()?;
+        }
+        // The mode given at creation is cut by the umask; set it exactly.
+        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        std::fs::rename(&temp, path)
+    });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written
+}
+
+/// Creates a new file for writing: fails if anything (a file, a link) has its name.
+pub fn create_exclusive(path: &Path, mode: u32) -> io::Result<File> {
+    OpenOptions::new().write(true).create_new(true).mode(mode).custom_flags(nofollow_flags()).open(path)
+}
+
+/// Opens an existing file for reading; a link in its place is an error (`ELOOP`), so a
+/// link another user planted never makes us read (or later write) what it points at.
+pub fn open_nofollow(path: &Path) -> io::Result<File> {
+    OpenOptions::new().read(true).custom_flags(nofollow_flags()).open(path)
+}
+
+/// Opens (creating if absent, mode `mode`) a file for reading and writing without
+/// following a link: for files updated in place under a lock, such as a lock file itself.
+pub fn open_rw_nofollow(path: &Path, mode: u32) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(mode)
+        .custom_flags(nofollow_flags())
+        .open(path)
+}
+
+/// Reads a whole file without following a link. `Ok(None)` when there is none.
+pub fn read_nofollow(path: &Path) -> io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let mut file = match open_nofollow(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(Some(bytes))
+}
+
+fn nofollow_flags() -> i32 {
+    (OFlags::NOFOLLOW | OFlags::CLOEXEC).bits() as i32
+}
+
+/// Makes sure `dir` is a private directory of this user: created 0700 when absent (its
+/// missing parents with the usual 0755), and when present a real directory (not a link)
+/// owned by this process's user, tightened to 0700 if it was wider (an older install's
+/// 0755 tree). One owned by another user is refused: whoever owns it could swap its
+/// contents under us.
+pub fn private_dir(dir: &Path) -> io::Result<()> {
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = require_own_dir(dir)?;
+    if meta.mode() & 0o7777 != 0o700 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// Checks that `dir` is a real directory (not a link to one) owned by this process's user,
+/// and returns its metadata; an error naming the path and the owner otherwise.
+pub fn require_own_dir(dir: &Path) -> io::Result<std::fs::Metadata> {
+    let meta = std::fs::symlink_metadata(dir)?;
+    if !meta.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a directory (a link or a file is in its place)", dir.display()),
+        ));
+    }
+    let me = crate::effective_uid();
+    if meta.uid() != me {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{} is owned by uid {}, not by uid {me}: refusing to use it", dir.display(), meta.uid()),
+        ));
+    }
+    Ok(meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn mode_of(path: &Path) -> u32 {
+        std::fs::symlink_metadata(path).unwrap().mode() & 0o7777
+    }
+
+    #[test]
+    fn a_write_replaces_the_file_whole_with_the_mode_asked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("record.json");
+        std::fs::write(&path, "old").unwrap();
+        write_atomic(&path, b"new", 0o600, Durability::Synced).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        assert_eq!(mode_of(&path), 0o600);
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("record.json")], "no temporary file stays");
+    }
+
+    #[test]
+    fn a_link_planted_at_the_temporary_name_is_not_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let path = dir.path().join("record");
+        // Exclusive creation would refuse a planted link; the write removes the link
+        // first (it cannot be our own file: our pid is alive) and never writes through it.
+        symlink(&victim, temp_path(&path)).unwrap();
+        write_atomic(&path, b"state", 0o600, Durability::Unsynced).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(std::fs::read(&path).unwrap(), b"state");
+        assert!(!std::fs::symlink_metadata(&path).unwrap().file_type().is_symlink());
+    }
+
+    #[test]
+    fn a_link_at_the_target_is_replaced_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let path = dir.path().join("record");
+        symlink(&victim, &path).unwrap();
+        write_atomic(&path, b"state", 0o644, Durability::Unsynced).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(std::fs::read(&path).unwrap(), b"state");
+    }
+
+    #[test]
+    fn exclusive_creation_refuses_a_planted_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let path = dir.path().join("new");
+        symlink(&victim, &path).unwrap();
+        let err = create_exclusive(&path, 0o600).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    }
+
+    #[test]
+    fn reading_through_a_link_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        std::fs::write(&target, "x").unwrap();
+        let link = dir.path().join("link");
+        symlink(&target, &link).unwrap();
+        assert_eq!(read_nofollow(&target).unwrap().unwrap(), b"x");
+        assert!(read_nofollow(&link).is_err(), "a link is never followed");
+        assert_eq!(read_nofollow(&dir.path().join("absent")).unwrap(), None);
+        assert!(open_rw_nofollow(&link, 0o600).is_err());
+    }
+
+    #[test]
+    fn temp_names_carry_the_writer_and_stale_ones_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.b.json");
+        let temp = temp_path(&path);
+        let name = temp.file_name().unwrap().to_string_lossy().into_owned();
+        assert_eq!(name, format!(".a.b.json.tmp.{}", std::process::id()));
+        assert_eq!(temp_writer(&name), Some(std::process::id()));
+        assert_eq!(temp_writer("a.b.json"), None);
+        std::fs::write(&temp, "live writer").unwrap();
+        // No process has pid 2^22 + 1 (above the kernel's pid_max limit).
+        let dead = dir.path().join(".a.b.json.tmp.4194305");
+        std::fs::write(&dead, "killed writer").unwrap();
+        assert_eq!(stale_temp_files(dir.path()), vec![dead]);
+    }
+
+    #[test]
+    fn a_private_dir_is_created_0700_and_a_wide_one_tightened() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("a/b/state");
+        private_dir(&dir).unwrap();
+        assert_eq!(mode_of(&dir), 0o700);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        private_dir(&dir).unwrap();
+        assert_eq!(mode_of(&dir), 0o700);
+    }
+
+    #[test]
+    fn a_link_in_a_private_dirs_place_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let elsewhere = root.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let dir = root.path().join("state");
+        symlink(&elsewhere, &dir).unwrap();
+        let err = private_dir(&dir).unwrap_err();
+        assert!(err.to_string().contains("not a directory"), "{err}");
+    }
+
+    #[test]
+    fn a_private_dir_owned_by_another_user_is_refused() {
+        if !crate::is_root() {
+            // Only root can give a directory away; as another user this case cannot arise
+            // in a test. Said plainly rather than passed silently:
+            panic!("this test needs root (it chowns a directory to nobody)");
+        }
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("state");
+        std::fs::create_dir(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+        let err = private_dir(&dir).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::PermissionDenied);
+        assert!(err.to_string().contains("owned by uid 65534"), "{err}");
+    }
+}

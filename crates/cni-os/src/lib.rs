@@ -1,0 +1,25 @@
+//! Operating-system primitives every cni-rs crate shares, each with one behaviour.
+//!
+//! State files and directories of plugins and daemons live in places another local user
+//! may be able to reach (a misconfigured `dataDir`, an old install's 0755 tree). The rules
+//! here are the one answer to that for the whole workspace (see docs/security.md):
+//!
+//! - a state file is written whole or not at all ([`fs::write_atomic`]): a temporary file
+//!   created exclusively, never through a symbolic link, with its mode set at creation,
+//!   then renamed over the target (a rename replaces a link, it never follows one);
+//! - a state file is read without following a link ([`fs::open_nofollow`]);
+//! - a private directory is 0700 and ours ([`fs::private_dir`]): one that another user
+//!   owns, or a link in its place, is refused rather than used.
+#![forbid(unsafe_code)]
+
+pub mod fs;
+
+/// Whether this process runs with root's effective user id.
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// The effective user id of this process.
+pub fn effective_uid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
