@@ -8,10 +8,9 @@
 //! by name and skipped by the resolver rather than taking the network down.
 
 use serde::{Deserialize, Serialize};
-use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::fs;
+use std::io::Read;
 use std::net::{IpAddr, SocketAddr};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::MAX_RECORD_FILE;
@@ -63,83 +62,27 @@ pub struct StateDir {
 }
 
 /// Makes `dir` (and missing parents) private: created 0700, and an existing one must be a
-/// real directory owned by us, which is then tightened to 0700.
+/// real directory owned by us, which is then tightened to 0700 (cni-os's rule).
 pub fn private_dir(dir: &Path) -> Result<(), StoreError> {
-    match fs::symlink_metadata(dir) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-                if !parent.exists() {
-                    fs::DirBuilder::new()
-                        .recursive(true)
-                        .mode(0o755)
-                        .create(parent)
-                        .map_err(io_at(parent))?;
-                }
-            }
-            match fs::DirBuilder::new().mode(0o700).create(dir) {
-                Ok(()) => {}
-                // Another plugin made it between our look and our mkdir: check it below.
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io_at(dir)(e)),
-            }
-            private_dir_checked(dir)
+    cni_os::fs::private_dir(dir).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidInput | std::io::ErrorKind::PermissionDenied => {
+            StoreError::Unsafe { path: dir.to_path_buf(), reason: e.to_string() }
         }
-        Err(e) => Err(io_at(dir)(e)),
-        Ok(_) => private_dir_checked(dir),
-    }
-}
-
-fn private_dir_checked(dir: &Path) -> Result<(), StoreError> {
-    let meta = fs::symlink_metadata(dir).map_err(io_at(dir))?;
-    let unsafe_dir = |reason: &str| StoreError::Unsafe { path: dir.to_path_buf(), reason: reason.into() };
-    if meta.file_type().is_symlink() {
-        return Err(unsafe_dir("is a symbolic link, refusing to follow it"));
-    }
-    if !meta.is_dir() {
-        return Err(unsafe_dir("is not a directory"));
-    }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
-    if meta.uid() != euid {
-        return Err(unsafe_dir(&format!("is owned by uid {}, not {euid}", meta.uid())));
-    }
-    if meta.mode() & 0o077 != 0 {
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(io_at(dir))?;
-    }
-    Ok(())
-}
-
-/// Replaces `path` with `bytes` atomically: a 0600 temporary file next to it (never
-/// following a link), synced, renamed over the target, and the directory synced.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("record");
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    // A temporary file of a crashed writer with our pid (pids are reused) is ours to replace.
-    let _ = fs::remove_file(&tmp);
-    let write = || -> std::io::Result<()> {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        fs::rename(&tmp, path)?;
-        File::open(dir)?.sync_all()
-    };
-    write().map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        io_at(path)(e)
+        _ => io_at(dir)(e),
     })
+}
+
+/// Replaces `path` with `bytes` atomically, 0600, never through a link. Not synced: the
+/// records describe attachments, which do not survive a reboot either (the tree is on
+/// /run); the rename alone means a crash never leaves half a record.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    cni_os::fs::write_atomic(path, bytes, 0o600, cni_os::fs::Durability::Unsynced).map_err(io_at(path))
 }
 
 /// Reads a record file: not through a link, a regular file, at most [`MAX_RECORD_FILE`].
 /// `Ok(None)` when it does not exist.
 pub fn read_bounded(path: &Path) -> Result<Option<Vec<u8>>, StoreError> {
-    let file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(path)
-    {
+    let file = match cni_os::fs::open_nofollow(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
@@ -250,6 +193,10 @@ impl StateDir {
     /// stops answering on its gateway. True when it was removed.
     pub fn remove_network_if_empty(&self, network: &str) -> Result<bool, StoreError> {
         let hosts = self.hosts_dir(network);
+        // Temporary files of plugins killed before their rename are nobody's record.
+        for stale in cni_os::fs::stale_temp_files(&hosts) {
+            let _ = fs::remove_file(stale);
+        }
         match fs::read_dir(&hosts) {
             Ok(mut entries) => {
                 if entries
@@ -321,6 +268,7 @@ fn list_names(dir: &Path, limit: usize, keep: impl Fn(&str) -> bool) -> Result<V
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     fn host(id: &str, name: &str) -> HostRecord {
         HostRecord {

@@ -41,13 +41,7 @@ impl StateLock {
 
     pub fn acquire(state: &StateDir, name: &str) -> Result<StateLock, CniError> {
         let path = state.root().join(name);
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
+        let file = cni_os::fs::open_rw_nofollow(&path, 0o600)
             .map_err(|e| CniError::io(format!("dnsname: opening {}: {e}", path.display())))?;
         loop {
             // SAFETY: flock on a descriptor this function owns; no memory is passed.
