@@ -1,0 +1,121 @@
+//! podman 4.3's CNI backend with DNS enabled on a network it creates: podman chains our
+//! `dnsname` after the bridge, our `cni-dnsd` (installed next to the plugins) answers on the
+//! network's gateway. Containers find each other by name and alias with busybox's
+//! `nslookup` (through the nameserver podman put in their resolv.conf from our result),
+//! `podman rm` takes the name away at once, a `kill -9`ed resolver is back with the same
+//! names after the next plugin call, and two networks keep their names apart.
+//! Needs root, podman, crun and busybox-static.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use cni_e2e::plugin_dir::PluginDir;
+use cni_e2e::podman::{NetworkBackend, Podman};
+use cni_testkit::binaries::workspace_binary;
+
+/// Our plugins plus the resolver in one directory (podman's `cni_plugin_dirs`).
+fn plugins_with_resolver() -> (tempfile::TempDir, PluginDir) {
+    let binary = workspace_binary("cni-plugins", "cni-plugins");
+    let resolver = workspace_binary("cni-dnsd", "cni-dnsd");
+    let dir = tempfile::Builder::new().prefix("cne-dns-plugins-").tempdir().unwrap();
+    let out = Command::new(&binary).arg("install").arg(dir.path()).output().unwrap();
+    assert!(out.status.success(), "cni-plugins install: {out:?}");
+    std::fs::copy(&resolver, dir.path().join("cni-dnsd")).unwrap();
+    let plugins = PluginDir::at(dir.path(), "ours");
+    (dir, plugins)
+}
+
+/// Kills the resolver the plugins started inside the engine host (it is detached, so
+/// nothing else would), reading its pid file when dropped.
+struct ResolverReaper {
+    pid_file: PathBuf,
+}
+
+impl ResolverReaper {
+    fn pid(&self) -> Option<i32> {
+        std::fs::read_to_string(&self.pid_file).ok()?.trim().parse().ok()
+    }
+
+    fn kill(&self) {
+        if let Some(pid) = self.pid() {
+            // SAFETY: kill(2) on the pid the resolver wrote into its own pid file.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            for _ in 0..100 {
+                if !std::path::Path::new(&format!("/proc/{pid}/status")).exists() {
+                    break;
+                }
+                let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+                if status.contains("State:\tZ") {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+impl Drop for ResolverReaper {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `nslookup <name>` in `container` through its resolv.conf; the addresses it printed for
+/// the name (busybox prints the server's address first, under "Server:").
+fn lookup(podman: &Podman, container: &str, name: &str) -> Result<Vec<String>, String> {
+    let out = podman.run(&["exec", container, "busybox", "nslookup", "-type=a", name]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let answers: Vec<String> = text
+        .split("Name:")
+        .skip(1)
+        .flat_map(|block| {
+            block.lines().filter_map(|l| l.trim().strip_prefix("Address:")).map(|a| a.trim().to_string())
+        })
+        .collect();
+    if answers.is_empty() {
+        Err(text)
+    } else {
+        Ok(answers)
+    }
+}
+
+#[test]
+fn podman_containers_resolve_each_other_by_name_and_alias_through_dnsname() {
+    let (_dir, plugins) = plugins_with_resolver();
+    let podman = Podman::set_up_on(plugins, NetworkBackend::Cni);
+    let reaper = ResolverReaper { pid_file: podman.host().private_path("/run/cni/dnsname/dnsd.pid") };
+
+    podman.ok(&["network", "create", "--subnet", "10.89.50.0/24", "cne-dns-a"]);
+    podman.ok(&["network", "create", "--subnet", "10.89.51.0/24", "cne-dns-b"]);
+    let conflist = podman.ok(&["network", "inspect", "cne-dns-a", "--format", "{{.DNSEnabled}}"]);
+    assert_eq!(conflist, "true", "podman did not enable DNS on the network");
+
+    podman.start("cne-web", &["--network", "cne-dns-a", "--network-alias", "www"], &["sleep", "600"]);
+    podman.start("cne-client", &["--network", "cne-dns-a"], &["sleep", "600"]);
+    podman.start("cne-other", &["--network", "cne-dns-b"], &["sleep", "600"]);
+    let resolv = podman.ok(&["exec", "cne-client", "cat", "/etc/resolv.conf"]);
+    assert!(resolv.contains("nameserver 10.89.50.1") && resolv.contains("dns.podman"), "{resolv}");
+
+    let web = podman.eth0_ipv4("cne-web").addr.to_string();
+    assert_eq!(lookup(&podman, "cne-client", "cne-web"), Ok(vec![web.clone()]));
+    assert_eq!(lookup(&podman, "cne-client", "www.dns.podman"), Ok(vec![web.clone()]));
+    assert_eq!(lookup(&podman, "cne-client", "CNE-WEB.dns.podman"), Ok(vec![web.clone()]));
+    // The other network's resolver address does not know network a's names, and back.
+    assert!(lookup(&podman, "cne-other", "cne-web.dns.podman").is_err());
+    assert!(lookup(&podman, "cne-client", "cne-other.dns.podman").is_err());
+    assert!(lookup(&podman, "cne-other", "cne-other.dns.podman").is_ok());
+
+    // kill -9: the next container start restarts it, with every name from disk.
+    let first = reaper.pid().expect("the resolver wrote its pid");
+    reaper.kill();
+    podman.start("cne-late", &["--network", "cne-dns-a"], &["sleep", "600"]);
+    assert_ne!(reaper.pid(), Some(first), "a new resolver was started");
+    assert_eq!(lookup(&podman, "cne-late", "www"), Ok(vec![web.clone()]));
+
+    // rm takes the names away at once.
+    podman.ok(&["rm", "--force", "--time", "0", "cne-web"]);
+    assert!(lookup(&podman, "cne-client", "cne-web.dns.podman").is_err());
+    assert!(lookup(&podman, "cne-client", "www.dns.podman").is_err());
+    assert!(lookup(&podman, "cne-client", "cne-late.dns.podman").is_ok());
+    drop(reaper);
+}
