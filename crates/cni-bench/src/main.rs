@@ -23,8 +23,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use workloads::chain::Chain;
 use workloads::{
-    BenchContext, ChainWorkload, DhcpWorkload, ExecCost, IpamAlone, NftScale, Parallel, PluginScale,
-    PodmanWorkload, SetOutcome, Shaping, Soak, Workload, WorkloadReport, WorkloadRun,
+    BenchContext, ChainWorkload, DhcpWorkload, DnsWorkload, ExecCost, IpamAlone, NftScale, Parallel,
+    PluginScale, PodmanWorkload, SetOutcome, Shaping, Soak, Workload, WorkloadReport, WorkloadRun,
 };
 
 fn main() -> ExitCode {
@@ -163,6 +163,7 @@ fn workload_runs(options: &Options, sets: &[PluginSet]) -> Result<(Vec<WorkloadR
             WorkloadId::W7 => Box::new(Shaping),
             WorkloadId::Nft => Box::new(NftScale),
             WorkloadId::Dhcp => Box::new(DhcpWorkload),
+            WorkloadId::Dns => Box::new(DnsWorkload),
             WorkloadId::Macvlan => Box::new(ChainWorkload { chain: Chain::Macvlan }),
             WorkloadId::Soak => Box::new(Soak),
             WorkloadId::Podman => Box::new(PodmanWorkload),

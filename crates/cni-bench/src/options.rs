@@ -9,7 +9,7 @@ pub const USAGE: &str = "usage: cni-bench [options]
   --budget SECONDS     start no further round that would end after this (default 540), so a
                        full run ends within 10 minutes; the first round always runs
   --workloads LIST     comma-separated subset of W1,W1nm,W2,W3,W4,W5,W6,W7,nft,macvlan,floor,dhcp,
-                       soak,podman (default: all but dhcp, which needs dnsmasq, soak, 8 workers
+                       dns,soak,podman (default: all but dhcp and dns, which need dnsmasq, soak, 8 workers
                        x N ADD/DEL cycles: -n 1250 is the 10,000-cycle soak, and podman,
                        podman run --rm on the CNI backend and on netavark)
   --a DIR              plugin directory A (default: the release `cni-plugins` next to this
@@ -38,13 +38,14 @@ pub enum WorkloadId {
     Nft,
     Floor,
     Dhcp,
+    Dns,
     Macvlan,
     Soak,
     Podman,
 }
 
 impl WorkloadId {
-    pub const ALL: [WorkloadId; 14] = [
+    pub const ALL: [WorkloadId; 15] = [
         WorkloadId::W1,
         WorkloadId::W1nm,
         WorkloadId::W2,
@@ -57,6 +58,7 @@ impl WorkloadId {
         WorkloadId::Macvlan,
         WorkloadId::Floor,
         WorkloadId::Dhcp,
+        WorkloadId::Dns,
         WorkloadId::Soak,
         WorkloadId::Podman,
     ];
@@ -65,8 +67,9 @@ impl WorkloadId {
     /// whose Go side takes seconds per ADD (it would not fit a full run's budget or CI's
     /// smoke run), soak, long by design, and podman, which starts whole containers.
     pub fn defaults() -> Vec<WorkloadId> {
-        let named_only =
-            |w: &WorkloadId| matches!(w, WorkloadId::Dhcp | WorkloadId::Soak | WorkloadId::Podman);
+        let named_only = |w: &WorkloadId| {
+            matches!(w, WorkloadId::Dhcp | WorkloadId::Dns | WorkloadId::Soak | WorkloadId::Podman)
+        };
         WorkloadId::ALL.into_iter().filter(|w| !named_only(w)).collect()
     }
 
@@ -83,6 +86,7 @@ impl WorkloadId {
             WorkloadId::Nft => "nft",
             WorkloadId::Floor => "floor",
             WorkloadId::Dhcp => "dhcp",
+            WorkloadId::Dns => "dns",
             WorkloadId::Macvlan => "macvlan",
             WorkloadId::Soak => "soak",
             WorkloadId::Podman => "podman",
@@ -191,7 +195,7 @@ fn workloads(list: &str) -> Result<Vec<WorkloadId>, String> {
     for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let id = WorkloadId::parse(part).ok_or_else(|| {
             format!(
-                "unknown workload {part:?} (known: W1,W1nm,W2,W3,W4,W5,W6,W7,nft,macvlan,floor,dhcp,soak,podman)"
+                "unknown workload {part:?} (known: W1,W1nm,W2,W3,W4,W5,W6,W7,nft,macvlan,floor,dhcp,dns,soak,podman)"
             )
         })?;
         if !chosen.contains(&id) {

@@ -2,6 +2,7 @@
 
 pub mod chain;
 mod dhcp;
+mod dns;
 pub mod exec_cost;
 mod floor;
 mod ipam;
@@ -14,6 +15,7 @@ mod soak;
 
 pub use chain::ChainWorkload;
 pub use dhcp::DhcpWorkload;
+pub use dns::DnsWorkload;
 pub use exec_cost::ExecCost;
 pub use floor::run_floor_round;
 pub use ipam::IpamAlone;

@@ -1,0 +1,178 @@
+//! dns: container name resolution, each set's `dnsname` after bridge + host-local. Ours
+//! registers names with `cni-dnsd` (found next to cni-bench, where `cargo build --release
+//! -p cni-dnsd` puts it); the reference starts one dnsmasq for the network and edits its
+//! hosts file. Timed: ADD and DEL of every container through libcni, and queries from one
+//! container to the gateway for the others' names (latency of each, queries/s of the run).
+//!
+//! The reference keeps its files under `$XDG_RUNTIME_DIR/containers/cni/dnsname`: the
+//! variable is pointed into the run's state root while the workload runs, so nothing is
+//! written under the host's /run. Whatever resolver is left is killed by its pid file.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::{BenchContext, RatioBy, SetOutcome, Workload};
+use crate::error::{BenchError, Result};
+use crate::options::WorkloadId;
+use crate::plugin_set::PluginSet;
+use crate::sandbox::BenchHost;
+use hickory_proto::op::{Message, Query};
+use hickory_proto::rr::{Name, RecordType};
+use serde_json::json;
+
+pub const MAX_CONTAINERS: usize = 50;
+const BRIDGE: &str = "cnkdns0";
+const NETWORK: &str = "cnkdns";
+const GATEWAY: &str = "10.78.0.1:53";
+
+pub struct DnsWorkload;
+
+fn pod_name(i: usize) -> String {
+    format!("cnk-dns-{i}")
+}
+
+/// Kills the process whose pid `file` holds, if any.
+fn kill_by_pid_file(file: &Path) {
+    let Some(pid) = std::fs::read_to_string(file).ok().and_then(|s| s.trim().parse::<i32>().ok()) else {
+        return;
+    };
+    // SAFETY: kill(2) with a pid the resolver wrote for itself in this run's state root.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+}
+
+/// One A query over UDP; Ok(true) when it was answered with an address.
+fn ask(socket: &UdpSocket, id: u16, name: &str) -> std::io::Result<bool> {
+    let mut query = Message::new();
+    query.set_id(id).set_recursion_desired(true);
+    let name = Name::from_ascii(name).map_err(std::io::Error::other)?;
+    query.add_query(Query::query(name, RecordType::A));
+    socket.send(&query.to_vec().map_err(std::io::Error::other)?)?;
+    let mut buf = [0u8; 1500];
+    loop {
+        let n = socket.recv(&mut buf)?;
+        let Ok(reply) = Message::from_vec(&buf[..n]) else { continue };
+        if reply.id() == id {
+            return Ok(!reply.answers().is_empty());
+        }
+    }
+}
+
+impl Workload for DnsWorkload {
+    fn id(&self) -> WorkloadId {
+        WorkloadId::Dns
+    }
+
+    fn title(&self) -> String {
+        format!("bridge + host-local + dnsname: ADD/DEL and name queries, up to {MAX_CONTAINERS} containers")
+    }
+
+    fn needs(&self) -> Vec<&'static str> {
+        vec!["bridge", "host-local", "dnsname"]
+    }
+
+    fn run(&self, ctx: &BenchContext, set: &PluginSet, out: &mut SetOutcome) -> Result<()> {
+        let host = BenchHost::create(ctx.state_root())?;
+        let dir = host.data_dir().to_path_buf();
+        let xdg = dir.join("xdg");
+        std::fs::create_dir_all(&xdg).map_err(|e| BenchError::io("create the XDG runtime dir", e))?;
+        let old_xdg = std::env::var_os("XDG_RUNTIME_DIR");
+        std::env::set_var("XDG_RUNTIME_DIR", &xdg);
+        let result = self.measure(ctx, set, &host, &dir, out);
+        kill_by_pid_file(&dir.join("dnsname/dnsd.pid"));
+        kill_by_pid_file(&xdg.join(format!("containers/cni/dnsname/{NETWORK}/pidfile")));
+        match old_xdg {
+            Some(v) => std::env::set_var("XDG_RUNTIME_DIR", v),
+            None => std::env::remove_var("XDG_RUNTIME_DIR"),
+        }
+        result
+    }
+}
+
+impl DnsWorkload {
+    fn measure(
+        &self,
+        ctx: &BenchContext,
+        set: &PluginSet,
+        host: &BenchHost,
+        dir: &Path,
+        out: &mut SetOutcome,
+    ) -> Result<()> {
+        let config = json!({
+            "cniVersion": "1.0.0",
+            "name": NETWORK,
+            "plugins": [
+                {"type": "bridge", "bridge": BRIDGE, "isGateway": true,
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.78.0.0/16"}]],
+                          "dataDir": dir.join("ipam")}},
+                {"type": "dnsname", "domainName": "dns.podman", "stateDir": dir.join("dnsname"),
+                 "capabilities": {"aliases": true}},
+            ],
+        });
+        let list = super::chain::load_list(&config)?;
+        // Ours finds cni-dnsd in CNI_PATH: the set's directory, then cni-bench's own.
+        let mut dirs: Vec<PathBuf> = vec![set.dir.clone()];
+        if let Some(own) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
+            dirs.push(own);
+        }
+        let cni = libcni::CniConfig::new(dirs).with_cache_dir(host.cache_dir.path());
+        let n = ctx.containers.clamp(2, MAX_CONTAINERS).min(ctx.pool.len());
+        let attachments: Vec<libcni::RuntimeConf> = (0..n)
+            .map(|i| {
+                super::chain::runtime_conf(i, &ctx.pool.get(i).path_str(), false)
+                    .with_arg("IgnoreUnknown", "1")
+                    .with_arg("K8S_POD_NAME", pod_name(i))
+            })
+            .collect();
+
+        let mut add = Vec::with_capacity(n);
+        let started = Instant::now();
+        for rt in &attachments {
+            crate::interrupt::check()?;
+            let call = Instant::now();
+            host.netns
+                .run(|| cni.add_network_list(&list, rt))?
+                .map_err(|e| BenchError::cni(format!("ADD {}", rt.container_id), e))?;
+            add.push(call.elapsed());
+        }
+        out.op("ADD").add_phase(add.iter().copied(), started.elapsed());
+
+        // Queries from the first container for every other one's name, round robin.
+        let queries = if ctx.smoke { 200 } else { 2000 };
+        let gateway: SocketAddr = GATEWAY.parse().expect("a valid address");
+        let timed = ctx.pool.get(0).run(|| -> std::io::Result<(Vec<Duration>, Duration, u64)> {
+            let socket = UdpSocket::bind("0.0.0.0:0")?;
+            socket.connect(gateway)?;
+            socket.set_read_timeout(Some(Duration::from_secs(2)))?;
+            let mut samples = Vec::with_capacity(queries);
+            let mut unanswered = 0;
+            let started = Instant::now();
+            for q in 0..queries {
+                let name = format!("{}.dns.podman.", pod_name(1 + q % (n - 1)));
+                let call = Instant::now();
+                match ask(&socket, q as u16, &name) {
+                    Ok(true) => samples.push(call.elapsed()),
+                    _ => unanswered += 1,
+                }
+            }
+            Ok((samples, started.elapsed(), unanswered))
+        })?;
+        let (samples, wall, unanswered) = timed.map_err(|e| BenchError::io("query the resolver", e))?;
+        out.op_by("query", RatioBy::Median).add_phase(samples.iter().copied(), wall);
+        out.fact("queries_per_s", (samples.len() as f64 / wall.as_secs_f64()).round());
+        out.count("queries_unanswered", unanswered);
+
+        let mut del = Vec::with_capacity(n);
+        let started = Instant::now();
+        for rt in &attachments {
+            let call = Instant::now();
+            host.netns
+                .run(|| cni.del_network_list(&list, rt))?
+                .map_err(|e| BenchError::cni(format!("DEL {}", rt.container_id), e))?;
+            del.push(call.elapsed());
+        }
+        out.op("DEL").add_phase(del.iter().copied(), started.elapsed());
+        out.fact("containers", n as u64);
+        Ok(())
+    }
+}
