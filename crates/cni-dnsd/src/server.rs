@@ -71,6 +71,9 @@ pub struct Resolver {
     settings: Settings,
     zones: RwLock<Arc<Zones>>,
     listeners: Mutex<HashMap<IpAddr, Listener>>,
+    /// One reload at a time: two overlapping ones (the rescan and a plugin's request) could
+    /// otherwise install the older snapshot last and serve a record a DEL just removed.
+    reloading: Mutex<()>,
     /// Addresses a listener failed on at the last reload, with the reason.
     listen_errors: Mutex<Vec<String>>,
     host_servers: HostServers,
@@ -86,6 +89,7 @@ impl Resolver {
             settings,
             zones: RwLock::new(Arc::new(Zones::default())),
             listeners: Mutex::new(HashMap::new()),
+            reloading: Mutex::new(()),
             listen_errors: Mutex::new(Vec::new()),
             forwards: AtomicUsize::new(0),
             tcp_connections: AtomicUsize::new(0),
@@ -100,6 +104,7 @@ impl Resolver {
     /// Reads the state directory again and starts or stops listeners to match. Returns a
     /// one-line summary; problems are logged.
     pub fn reload(self: &Arc<Resolver>) -> String {
+        let _one_at_a_time = self.reloading.lock().unwrap_or_else(|p| p.into_inner());
         let zones = Arc::new(Zones::load(&self.settings.state));
         for problem in &zones.problems {
             log(format_args!("skipped: {problem}"));
@@ -145,7 +150,18 @@ impl Resolver {
 
     fn listen(self: &Arc<Resolver>, addr: SocketAddr) -> std::io::Result<Listener> {
         let udp = crate::sockets::udp(addr)?;
-        let tcp = crate::sockets::tcp(addr, 64)?;
+        // A listener of this address stopped by an earlier reload (its network's last
+        // container went, and one came back at once) closes within one POLL: wait for it.
+        let mut attempts = 0;
+        let tcp = loop {
+            match crate::sockets::tcp(addr, 64) {
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && attempts < 20 => {
+                    attempts += 1;
+                    std::thread::sleep(POLL / 10);
+                }
+                other => break other?,
+            }
+        };
         udp.set_read_timeout(Some(POLL))?;
         let stop = Arc::new(AtomicBool::new(false));
         let (me, flag) = (self.clone(), stop.clone());
@@ -180,6 +196,31 @@ impl Resolver {
         }
     }
 
+    /// Takes one of the forwarding slots; false (and counted) when all are in use.
+    fn reserve_forward(&self) -> bool {
+        if self.forwards.fetch_add(1, Ordering::SeqCst) >= self.settings.limits.forwards {
+            self.forwards.fetch_sub(1, Ordering::SeqCst);
+            self.counters.refused_busy.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// Forwards with a slot already reserved, and gives the slot back.
+    fn forward_reserved(
+        &self,
+        query: &Message,
+        own: &[SocketAddr],
+        zones: &Zones,
+        transport: Transport,
+    ) -> Vec<u8> {
+        self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
+        let ours: HashSet<IpAddr> = zones.by_address.keys().copied().collect();
+        let reply = forward(query, &self.upstreams(own), &ours, transport);
+        self.forwards.fetch_sub(1, Ordering::SeqCst);
+        reply
+    }
+
     fn forward_bounded(
         &self,
         query: &Message,
@@ -187,16 +228,10 @@ impl Resolver {
         zones: &Zones,
         transport: Transport,
     ) -> Vec<u8> {
-        if self.forwards.fetch_add(1, Ordering::SeqCst) >= self.settings.limits.forwards {
-            self.forwards.fetch_sub(1, Ordering::SeqCst);
-            self.counters.refused_busy.fetch_add(1, Ordering::Relaxed);
+        if !self.reserve_forward() {
             return crate::answer::encode_error(query, ResponseCode::ServFail);
         }
-        self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
-        let ours: HashSet<IpAddr> = zones.by_address.keys().copied().collect();
-        let reply = forward(query, &self.upstreams(own), &ours, transport);
-        self.forwards.fetch_sub(1, Ordering::SeqCst);
-        reply
+        self.forward_reserved(query, own, zones, transport)
     }
 
     fn serve_udp(self: Arc<Resolver>, socket: UdpSocket, local: IpAddr, stop: &AtomicBool) {
@@ -229,13 +264,21 @@ impl Resolver {
                 Outcome::Drop => {}
                 Outcome::Forward(query) => {
                     self.counters.queries.fetch_add(1, Ordering::Relaxed);
+                    // The slot is taken before the thread exists, so a flood makes SERVFAILs,
+                    // not threads.
+                    if !self.reserve_forward() {
+                        let _ = socket
+                            .send_to(&crate::answer::encode_error(&query, ResponseCode::ServFail), peer);
+                        continue;
+                    }
                     let (me, socket, zones) = (self.clone(), socket.clone(), zones.clone());
                     let own = zone.upstreams.clone();
                     let spawned = std::thread::Builder::new().name("forward".into()).spawn(move || {
-                        let reply = me.forward_bounded(&query, &own, &zones, Transport::Udp);
+                        let reply = me.forward_reserved(&query, &own, &zones, Transport::Udp);
                         let _ = socket.send_to(&reply, peer);
                     });
                     if let Err(e) = spawned {
+                        self.forwards.fetch_sub(1, Ordering::SeqCst);
                         log(format_args!("cannot start a forwarding thread: {e}"));
                     }
                 }

@@ -147,3 +147,18 @@ fn names_that_are_not_dns_labels_are_refused_and_nothing_is_written() {
     let files = std::fs::read_dir(&hosts).map(|d| d.count()).unwrap_or(0);
     assert_eq!(files, 0);
 }
+
+#[test]
+fn a_network_emptied_and_refilled_at_once_is_served_again() {
+    // The last DEL stops the gateway's listener; an ADD right after (podman restart) must
+    // get a listener again although the old one may still be closing.
+    let host = Host::new();
+    let net = Network::new("dnsagain", 11);
+    let mut client = Container::new("client");
+    for round in 0..5 {
+        net.add(&host, &mut client, &[]).unwrap();
+        let want = Ok(vec![client.address("dnsagain").to_string()]);
+        assert_eq!(client.lookup(net.gateway(), "client.dns.podman."), want, "round {round}");
+        net.del(&host, &mut client);
+    }
+}
