@@ -162,3 +162,62 @@ fn a_network_emptied_and_refilled_at_once_is_served_again() {
         net.del(&host, &mut client);
     }
 }
+
+#[test]
+fn garbage_and_a_tcp_flood_do_not_take_the_resolver_down() {
+    use std::io::Read;
+    use std::net::{TcpStream, UdpSocket};
+    use std::time::Duration;
+    let host = Host::new();
+    let net = Network::new("dnsflood", 12);
+    let mut web = Container::new("web");
+    net.add(&host, &mut web, &[]).unwrap();
+    let server = SocketAddr::new(net.gateway(), 53);
+    // Junk datagrams: short, a header claiming 65535 questions, a response, random bytes.
+    web.ns
+        .run(|| {
+            let socket = UdpSocket::bind("0.0.0.0:0").unwrap();
+            let mut junk: Vec<Vec<u8>> =
+                vec![vec![1], vec![0x12, 0x34, 0x01, 0, 0xff, 0xff, 0, 0, 0, 0, 0, 0]];
+            junk.push(vec![0x12, 0x34, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0]);
+            junk.extend(
+                (0..50u8).map(|i| (0..200).map(|j| i.wrapping_mul(31).wrapping_add(j as u8)).collect()),
+            );
+            for packet in &junk {
+                socket.send_to(packet, server).unwrap();
+            }
+        })
+        .unwrap();
+    // More idle TCP clients than the resolver takes (64): the extra ones are closed at once.
+    let (held, refused) = web
+        .ns
+        .run(|| {
+            // All at once (the resolver also closes a client idle for 5 s, which would
+            // free slots if they came slowly), then see which ones it closed.
+            let streams: Vec<TcpStream> = (0..80)
+                .map(|_| TcpStream::connect_timeout(&server, Duration::from_secs(2)).unwrap())
+                .collect();
+            std::thread::sleep(Duration::from_millis(500));
+            let mut held = Vec::new();
+            let mut refused = 0;
+            for mut stream in streams {
+                stream.set_read_timeout(Some(Duration::from_millis(10))).unwrap();
+                let mut byte = [0u8; 1];
+                match stream.read(&mut byte) {
+                    Ok(0) => refused += 1,
+                    _ => held.push(stream),
+                }
+            }
+            (held, refused)
+        })
+        .unwrap();
+    assert_eq!((held.len(), refused), (64, 16), "64 clients held, the rest closed");
+    // UDP still answers while the TCP slots are taken.
+    assert_eq!(web.lookup(net.gateway(), "web.dns.podman."), Ok(vec![web.address("dnsflood").to_string()]));
+    drop(held);
+    // Once the clients are gone TCP serves again.
+    std::thread::sleep(Duration::from_millis(300));
+    let tcp = web.ask_tcp(server, &query("web.dns.podman.", RecordType::A)).unwrap();
+    assert_eq!(tcp.answers().len(), 1);
+    net.del(&host, &mut web);
+}
