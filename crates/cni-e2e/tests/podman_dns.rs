@@ -112,6 +112,15 @@ fn podman_containers_resolve_each_other_by_name_and_alias_through_dnsname() {
     assert_ne!(reaper.pid(), Some(first), "a new resolver was started");
     assert_eq!(lookup(&podman, "cne-late", "www"), Ok(vec![web.clone()]));
 
+    // A container publishing port 53 on a host address starts, and the network's names
+    // still resolve (the resolver holds port 53 on the gateway address only). Publishing on
+    // every address (`-p 53:53`) is refused by podman itself, which reserves the port by
+    // binding 0.0.0.0:53 (see docs/dns.md).
+    let published = ["--network", "cne-dns-a", "-p", "127.0.0.1:53:53/udp", "-p", "127.0.0.1:53:53/tcp"];
+    podman.start("cne-dns53", &published, &["sleep", "600"]);
+    assert_eq!(lookup(&podman, "cne-client", "cne-dns53.dns.podman").map(|a| a.len()), Ok(1));
+    assert_eq!(lookup(&podman, "cne-client", "www.dns.podman"), Ok(vec![web.clone()]));
+
     // rm takes the names away at once.
     podman.ok(&["rm", "--force", "--time", "0", "cne-web"]);
     assert!(lookup(&podman, "cne-client", "cne-web.dns.podman").is_err());
