@@ -221,3 +221,23 @@ fn garbage_and_a_tcp_flood_do_not_take_the_resolver_down() {
     assert_eq!(tcp.answers().len(), 1);
     net.del(&host, &mut web);
 }
+
+#[test]
+fn a_name_two_containers_share_answers_both_and_a_del_removes_only_its_own() {
+    let host = Host::new();
+    let net = Network::new("dnsdup", 13);
+    let mut a = Container::new("a");
+    let mut b = Container::new("b");
+    net.add(&host, &mut a, &["shared"]).unwrap();
+    net.add(&host, &mut b, &["shared"]).unwrap();
+    let (ip_a, ip_b) = (a.address("dnsdup").to_string(), b.address("dnsdup").to_string());
+    let mut both = a.lookup(net.gateway(), "shared.dns.podman.").unwrap();
+    both.sort();
+    let mut want = vec![ip_a.clone(), ip_b.clone()];
+    want.sort();
+    assert_eq!(both, want);
+    // The reference's DEL dropped every hosts line with the name; ours only a's record.
+    net.del(&host, &mut a);
+    assert_eq!(b.lookup(net.gateway(), "shared.dns.podman."), Ok(vec![ip_b]));
+    net.del(&host, &mut b);
+}
