@@ -241,3 +241,35 @@ fn a_name_two_containers_share_answers_both_and_a_del_removes_only_its_own() {
     assert_eq!(b.lookup(net.gateway(), "shared.dns.podman."), Ok(vec![ip_b]));
     net.del(&host, &mut b);
 }
+
+#[test]
+fn dual_stack_aaaa_and_ip6_ptr_over_the_ipv6_gateway() {
+    let host = Host::new();
+    let mut net = Network::new("dnsv6", 14);
+    net.dual_stack = true;
+    let mut web = Container::new("web");
+    let mut client = Container::new("client");
+    let result = net.add(&host, &mut web, &[]).unwrap();
+    net.add(&host, &mut client, &[]).unwrap();
+    let nameservers = result["dns"]["nameservers"].clone();
+    assert_eq!(nameservers, serde_json::json!(["10.89.14.1", "fd89:14::1"]));
+    let v6: std::net::Ipv6Addr =
+        result["ips"][1]["address"].as_str().unwrap().split('/').next().unwrap().parse().unwrap();
+    let gw6: std::net::IpAddr = "fd89:14::1".parse().unwrap();
+    // The container's address may still be in DAD for a moment: ask until it answers.
+    let mut reply = None;
+    for _ in 0..50 {
+        reply = client.ask_udp(SocketAddr::new(gw6, 53), &query("web.dns.podman.", RecordType::AAAA));
+        if reply.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let reply = reply.expect("the resolver answers on the IPv6 gateway");
+    assert_eq!(reply.answers()[0].data().to_string(), v6.to_string());
+    let reverse = hickory_proto::rr::Name::from(std::net::IpAddr::V6(v6)).to_ascii();
+    let ptr = client.ask_tcp(SocketAddr::new(gw6, 53), &query(&reverse, RecordType::PTR)).unwrap();
+    assert_eq!(ptr.answers()[0].data().to_string(), "web.dns.podman.");
+    net.del(&host, &mut web);
+    net.del(&host, &mut client);
+}

@@ -83,6 +83,8 @@ pub struct Network {
     pub bridge: String,
     pub subnet_prefix: String,
     pub dnsname: Value,
+    /// A second, IPv6 range (`fd89:<n>::/64`) besides the IPv4 one.
+    pub dual_stack: bool,
 }
 
 impl Network {
@@ -93,6 +95,7 @@ impl Network {
             bridge: format!("dnsbr{n}"),
             subnet_prefix: format!("10.89.{n}"),
             dnsname: json!({"type": "dnsname", "domainName": "dns.podman", "capabilities": {"aliases": true}}),
+            dual_stack: false,
         }
     }
 
@@ -101,9 +104,13 @@ impl Network {
     }
 
     fn bridge_conf(&self, host: &Host) -> Value {
+        let mut ranges = vec![json!([{"subnet": format!("{}.0/24", self.subnet_prefix)}])];
+        if self.dual_stack {
+            let n = self.subnet_prefix.rsplit('.').next().unwrap();
+            ranges.push(json!([{"subnet": format!("fd89:{n}::/64")}]));
+        }
         json!({"type": "bridge", "bridge": self.bridge, "isGateway": true,
-            "ipam": {"type": "host-local", "ranges": [[{"subnet": format!("{}.0/24", self.subnet_prefix)}]],
-                "dataDir": host.dirs.path().join("ipam")}})
+            "ipam": {"type": "host-local", "ranges": ranges, "dataDir": host.dirs.path().join("ipam")}})
     }
 
     fn dnsname_conf(&self, host: &Host, aliases: &[&str]) -> Value {
@@ -247,9 +254,10 @@ impl Container {
         let bytes = query.to_vec().unwrap();
         self.ns
             .run(move || {
-                let socket = UdpSocket::bind("0.0.0.0:0").unwrap();
+                let socket = UdpSocket::bind(if server.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).unwrap();
                 socket.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-                socket.send_to(&bytes, server).unwrap();
+                // Sending fails while the container's IPv6 address is still tentative (DAD).
+                socket.send_to(&bytes, server).ok()?;
                 let mut buf = vec![0u8; 65535];
                 let n = socket.recv(&mut buf).ok()?;
                 Some(Message::from_vec(&buf[..n]).expect("the resolver's reply parses"))
