@@ -40,6 +40,14 @@ pub struct NetworkRecord {
     /// Where other names are forwarded; empty means the host's resolv.conf.
     #[serde(default)]
     pub upstreams: Vec<SocketAddr>,
+    /// The port the resolver listens on at those addresses (53, or the one the plugin
+    /// redirects port 53 to).
+    #[serde(default = "dns_port")]
+    pub port: u16,
+}
+
+fn dns_port() -> u16 {
+    53
 }
 
 /// One attachment's names and addresses.

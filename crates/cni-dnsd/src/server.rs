@@ -41,7 +41,6 @@ impl Default for Limits {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub state: StateDir,
-    pub port: u16,
     pub resolv_conf: std::path::PathBuf,
     pub limits: Limits,
 }
@@ -70,7 +69,7 @@ impl Drop for Listener {
 pub struct Resolver {
     settings: Settings,
     zones: RwLock<Arc<Zones>>,
-    listeners: Mutex<HashMap<IpAddr, Listener>>,
+    listeners: Mutex<HashMap<SocketAddr, Listener>>,
     /// One reload at a time: two overlapping ones (the rescan and a plugin's request) could
     /// otherwise install the older snapshot last and serve a record a DEL just removed.
     reloading: Mutex<()>,
@@ -111,24 +110,26 @@ impl Resolver {
         }
         *self.zones.write().unwrap_or_else(|p| p.into_inner()) = zones.clone();
         let mut listeners = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
+        let wanted: HashMap<SocketAddr, &Arc<crate::zone::NetworkZone>> = zones
+            .by_address
+            .iter()
+            .map(|(address, zone)| (SocketAddr::new(*address, zone.port), zone))
+            .collect();
         listeners.retain(|address, _| {
-            let keep = zones.by_address.contains_key(address);
+            let keep = wanted.contains_key(address);
             if !keep {
                 log(format_args!("stopped answering on {address}"));
             }
             keep
         });
         let mut errors = Vec::new();
-        for (address, zone) in &zones.by_address {
+        for (address, zone) in &wanted {
             if listeners.contains_key(address) {
                 continue;
             }
-            match self.listen(SocketAddr::new(*address, self.settings.port)) {
+            match self.listen(*address) {
                 Ok(listener) => {
-                    log(format_args!(
-                        "answering on {address} port {} for network {}",
-                        self.settings.port, zone.network
-                    ));
+                    log(format_args!("answering on {address} for network {}", zone.network));
                     listeners.insert(*address, listener);
                 }
                 Err(e) => {

@@ -21,6 +21,8 @@ pub struct NetworkZone {
     /// Lower case, no trailing dot, e.g. `dns.podman`.
     pub domain: String,
     pub listen: Vec<IpAddr>,
+    /// The port answered on at the `listen` addresses.
+    pub port: u16,
     pub upstreams: Vec<SocketAddr>,
     /// `<name>.<domain>` → addresses, in the order attachments registered them (by file).
     names: HashMap<String, Vec<IpAddr>>,
@@ -142,6 +144,7 @@ impl Zones {
             let mut upstreams = record.upstreams.clone();
             upstreams.truncate(cni_dns::MAX_UPSTREAMS);
             let mut zone = NetworkZone::new(&network, &record.domain, record.listen.clone(), upstreams);
+            zone.port = record.port;
             match state.hosts(&network, cni_dns::MAX_HOSTS_PER_NETWORK) {
                 Ok(hosts) => {
                     for host in hosts {

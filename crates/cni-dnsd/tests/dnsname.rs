@@ -107,11 +107,43 @@ fn the_resolver_keeps_only_the_capability_to_bind_port_53() {
     assert_eq!(field("CapEff:"), "0000000000000400");
     assert_eq!(field("CapPrm:"), "0000000000000400");
     assert_eq!(field("NoNewPrivs:"), "1");
-    // It listens on the gateway only: nothing on the wildcard or loopback port 53.
-    let listening = host.ns.command("ss").args(["-Hlnu", "sport", "= :53"]).output().unwrap();
-    let text = String::from_utf8_lossy(&listening.stdout);
-    assert!(text.contains("10.89.5.1:53"), "{text}");
-    assert!(!text.contains("0.0.0.0:53") && !text.contains("127.0.0.1:53"), "{text}");
+    // It listens on the gateway only, at its own port; nothing listens on port 53 at all.
+    let ss = |proto: &str| {
+        let out = host.ns.command("ss").args([proto, "-Hln"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    for proto in ["-u", "-t"] {
+        let text = ss(proto);
+        assert!(text.contains("10.89.5.1:1053"), "{text}");
+        assert!(!text.contains(":53 "), "{text}");
+    }
+    // Port 53 of the gateway is redirected there by the network's own table, before dstnat.
+    let ruleset = |ns: &cni_testkit::ns::TestNetns| {
+        let out = ns.command("nft").args(["list", "ruleset"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let rules = ruleset(&host.ns);
+    assert!(rules.contains("table inet cni-dns-"), "{rules}");
+    assert!(rules.contains("priority dstnat - 10"), "{rules}");
+    assert!(rules.contains("ip daddr 10.89.5.1 udp dport 53 dnat ip to 10.89.5.1:1053"), "{rules}");
+    assert!(rules.contains("ip daddr 10.89.5.1 tcp dport 53 dnat ip to 10.89.5.1:1053"), "{rules}");
+    net.del(&host, &mut web);
+    // The network's last DEL takes the table with it.
+    assert!(!ruleset(&host.ns).contains("cni-dns-"), "{}", ruleset(&host.ns));
+}
+
+#[test]
+fn bind_port_53_listens_on_port_53_without_a_redirect() {
+    let host = Host::new();
+    let mut net = Network::new("dns53", 15);
+    net.dnsname["bindPort"] = serde_json::json!(53);
+    let mut web = Container::new("web");
+    net.add(&host, &mut web, &[]).unwrap();
+    assert!(web.lookup(net.gateway(), "web.dns.podman.").is_ok());
+    let out = host.ns.command("ss").args(["-Hlnu"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("10.89.15.1:53 "));
+    let out = host.ns.command("nft").args(["list", "ruleset"]).output().unwrap();
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("cni-dns-"));
     net.del(&host, &mut web);
 }
 

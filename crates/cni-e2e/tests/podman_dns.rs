@@ -112,11 +112,11 @@ fn podman_containers_resolve_each_other_by_name_and_alias_through_dnsname() {
     assert_ne!(reaper.pid(), Some(first), "a new resolver was started");
     assert_eq!(lookup(&podman, "cne-late", "www"), Ok(vec![web.clone()]));
 
-    // A container publishing port 53 on a host address starts, and the network's names
-    // still resolve (the resolver holds port 53 on the gateway address only). Publishing on
-    // every address (`-p 53:53`) is refused by podman itself, which reserves the port by
-    // binding 0.0.0.0:53 (see docs/dns.md).
-    let published = ["--network", "cne-dns-a", "-p", "127.0.0.1:53:53/udp", "-p", "127.0.0.1:53:53/tcp"];
+    // A container publishing port 53 on every host address starts (rootful podman reserves
+    // 0.0.0.0:53 by binding it; the resolver is on the gateway's port 1053, port 53 there is
+    // redirected to it by a rule that runs before portmap's), and the network's names still
+    // resolve through the gateway's port 53 rather than reaching the publishing container.
+    let published = ["--network", "cne-dns-a", "-p", "53:53/udp", "-p", "53:53/tcp"];
     podman.start("cne-dns53", &published, &["sleep", "600"]);
     assert_eq!(lookup(&podman, "cne-client", "cne-dns53.dns.podman").map(|a| a.len()), Ok(1));
     assert_eq!(lookup(&podman, "cne-client", "www.dns.podman"), Ok(vec![web.clone()]));

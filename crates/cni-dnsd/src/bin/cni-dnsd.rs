@@ -11,11 +11,11 @@ use std::time::Duration;
 
 const USAGE: &str = "usage: cni-dnsd [flags]
 Answers container name lookups for the dnsname plugin's networks, on each network's gateway
-address, and forwards other names upstream.
+address (at the port the network's record names: 1053 behind the plugin's redirect of port
+53, or 53 itself), and forwards other names upstream.
 
   --state-dir DIR    the records the plugin writes [/run/cni/dnsname]; the control socket
                      is DIR/dnsd.sock (with systemd socket activation, the passed socket)
-  --port N           DNS port on the gateway addresses [53]
   --resolv-conf PATH upstream servers for networks without their own [/etc/resolv.conf]
   --pidfile PATH     write the pid there
   --max-forwards N   forwarded queries in flight at most [256]
@@ -33,7 +33,6 @@ struct Args {
 
 fn parse(args: &[String]) -> Result<Option<Args>, String> {
     let mut state = PathBuf::from(cni_dns::DEFAULT_STATE_DIR);
-    let mut port = 53u16;
     let mut resolv_conf = PathBuf::from("/etc/resolv.conf");
     let mut pid_file = None;
     let mut limits = Limits::default();
@@ -49,7 +48,6 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
         match flag {
             "-h" | "--help" => return Ok(None),
             "--state-dir" => state = value()?.into(),
-            "--port" => port = value()?.parse().map_err(|_| format!("{flag}: not a port"))?,
             "--resolv-conf" => resolv_conf = value()?.into(),
             "--pidfile" => pid_file = Some(value()?.into()),
             "--max-forwards" => limits.forwards = number(value()?)?,
@@ -57,7 +55,7 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
             _ => return Err(format!("unknown argument {arg:?}")),
         }
     }
-    Ok(Some(Args { settings: Settings { state: StateDir::new(state), port, resolv_conf, limits }, pid_file }))
+    Ok(Some(Args { settings: Settings { state: StateDir::new(state), resolv_conf, limits }, pid_file }))
 }
 
 /// The socket systemd passed (LISTEN_FDS for this pid), if any: fd 3 is the first.

@@ -5,7 +5,8 @@
 //! name is `K8S_POD_NAME` from CNI_ARGS, which podman sets to the container's name. Ours
 //! besides: `stateDir` (where records live, default `/run/cni/dnsname`) and `upstreams`
 //! (servers, `ip` or `ip:port`, to forward other names to instead of the host's
-//! resolv.conf).
+//! resolv.conf), `bindPort` (the resolver's port on the gateways, default 1053, port 53
+//! redirected to it; 53 makes it listen there directly, see `redirect`).
 
 use cni_dns::{validate_domain, validate_host_name, HostRecord, MAX_ADDRESSES, MAX_ALIASES, MAX_UPSTREAMS};
 use cni_sdk::{CniError, CniResult, Request};
@@ -22,6 +23,8 @@ struct RawConf {
     state_dir: Option<PathBuf>,
     #[serde(default)]
     upstreams: Vec<String>,
+    #[serde(rename = "bindPort", default)]
+    bind_port: Option<u16>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +34,8 @@ pub struct DnsnameConf {
     pub domain: String,
     pub state_dir: PathBuf,
     pub upstreams: Vec<SocketAddr>,
+    /// Where the resolver listens on the gateways; not 53 means port 53 is redirected.
+    pub bind_port: u16,
 }
 
 fn parse_upstream(text: &str) -> Option<SocketAddr> {
@@ -60,7 +65,12 @@ pub fn load(req: &Request) -> Result<DnsnameConf, CniError> {
             })
         })
         .collect::<Result<_, _>>()?;
+    let bind_port = raw.bind_port.unwrap_or(super::redirect::DEFAULT_BIND_PORT);
+    if bind_port == 0 {
+        return Err(CniError::invalid_config("dnsname: bindPort: 0 is not a port"));
+    }
     Ok(DnsnameConf {
+        bind_port,
         network: req.conf.name.clone(),
         domain,
         state_dir: raw.state_dir.unwrap_or_else(|| cni_dns::DEFAULT_STATE_DIR.into()),

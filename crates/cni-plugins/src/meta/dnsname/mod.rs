@@ -14,6 +14,7 @@
 //! files and send one line to the resolver's control socket.
 
 mod config;
+mod redirect;
 mod resolver;
 
 use cni_dns::{NetworkRecord, StateDir};
@@ -53,11 +54,16 @@ impl Dnsname {
                 domain: conf.domain.clone(),
                 listen: gateways.clone(),
                 upstreams: conf.upstreams.clone(),
+                port: conf.bind_port,
             };
             state.write_network(&conf.network, &network).map_err(store_error)?;
             state.write_host(&conf.network, &host).map_err(store_error)?;
         }
-        if let Err(e) = reload(req, state) {
+        let redirected = match conf.bind_port {
+            53 => Ok(()),
+            port => redirect::install(&conf.network, &gateways, port),
+        };
+        if let Err(e) = redirected.and_then(|()| reload(req, state).map(drop)) {
             // Roll back: the record must not linger for a container that never started.
             let _ = self.unregister(conf, state, &req.container_id, &req.ifname);
             return Err(e);
@@ -82,12 +88,23 @@ impl Dnsname {
         ifname: &str,
     ) -> Result<(), CniError> {
         if !state.network_dir(&conf.network).exists() {
-            return Ok(());
+            // Nothing on disk; a DEL killed between removing the records and the redirect
+            // may have left the redirect.
+            return self.unredirect(conf);
         }
         let _lock = resolver::StateLock::acquire(state, "state.lock")?;
         state.remove_host(&conf.network, container_id, ifname).map_err(store_error)?;
-        state.remove_network_if_empty(&conf.network).map_err(store_error)?;
+        if state.remove_network_if_empty(&conf.network).map_err(store_error)? {
+            self.unredirect(conf)?;
+        }
         Ok(())
+    }
+
+    fn unredirect(&self, conf: &DnsnameConf) -> Result<(), CniError> {
+        match conf.bind_port {
+            53 => Ok(()),
+            _ => redirect::remove(&conf.network),
+        }
     }
 }
 
@@ -163,7 +180,9 @@ impl Plugin for Dnsname {
                     removed += 1;
                 }
             }
-            state.remove_network_if_empty(&conf.network).map_err(store_error)?;
+            if state.remove_network_if_empty(&conf.network).map_err(store_error)? {
+                self.unredirect(&conf)?;
+            }
         }
         if removed > 0 {
             resolver::ask_if_running(&state, "reload")?;
