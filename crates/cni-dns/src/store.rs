@@ -297,6 +297,7 @@ mod tests {
             domain: "dns.podman".into(),
             listen: vec!["10.0.0.1".parse().unwrap()],
             upstreams: vec![],
+            port: 1053,
         };
         state.write_network("net1", &net).unwrap();
         state.write_host("net1", &host("c1", "web")).unwrap();
