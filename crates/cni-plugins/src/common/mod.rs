@@ -1,6 +1,7 @@
-//! Pieces every interface plugin shares: turning cni-net errors into CNI errors, opening the
+//! Pieces more than one plugin uses: turning cni-net errors into CNI errors, opening the
 //! container's namespace, veth pairs with a rollback guard, putting an IPAM result on an
-//! interface, and checking that it is still there.
+//! interface and checking that it is still there (interface plugins), per-attachment
+//! nftables chains and masquerading (interface and meta plugins alike).
 
 pub mod addresses;
 pub mod container_link;
