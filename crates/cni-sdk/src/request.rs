@@ -1,7 +1,7 @@
 //! One invocation of a plugin: the verb, the environment and the configuration.
 
 use cni_types::args::CniArgs;
-use cni_types::{Attachment, CniError, CniResult, NetConf, Version};
+use cni_types::{Attachment, CniError, CniResult, NetConf, TraceContext, Version};
 use serde::de::DeserializeOwned;
 use std::fmt;
 use std::path::PathBuf;
@@ -72,6 +72,9 @@ pub struct Request {
     pub conf: NetConf,
     /// The configuration's `cniVersion` ("" is 0.1.0).
     pub version: Version,
+    /// The runtime's trace context (`TRACEPARENT`...), when it sent a valid one: what a
+    /// plugin passes on to a daemon it asks, and logs with what it reports.
+    pub trace: Option<TraceContext>,
 }
 
 impl Request {
@@ -167,6 +170,7 @@ mod tests {
             stdin: conf.as_bytes().to_vec(),
             conf: serde_json::from_str(conf).unwrap(),
             version: Version::V1_1_0,
+            trace: None,
         }
     }
 

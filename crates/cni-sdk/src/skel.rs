@@ -4,7 +4,7 @@ use crate::request::{Command, Request};
 use crate::Plugin;
 use cni_types::args::CniArgs;
 use cni_types::validate::{validate_container_id, validate_interface_name, validate_network_name};
-use cni_types::{CniError, ErrorCode, NetConf, Version};
+use cni_types::{CniError, ErrorCode, NetConf, TraceContext, Version};
 use std::io::{Read, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -107,7 +107,15 @@ fn run_reporting(
     };
     let error = if error.cni_version.is_empty() { error.with_version(version_for_errors) } else { error };
     if error_line == ErrorLine::Logged {
-        let _ = writeln!(stderr, "{}: {error}", plugin_name());
+        // With the runtime's trace id, the line can be found from the trace that failed.
+        match TraceContext::from_env(|key| env.var(key)) {
+            Some(trace) => {
+                let _ = writeln!(stderr, "{}: {error} (trace {})", plugin_name(), trace.trace_id());
+            }
+            None => {
+                let _ = writeln!(stderr, "{}: {error}", plugin_name());
+            }
+        }
     }
     let _ = writeln!(stdout, "{}", pretty(&error));
     let _ = stdout.flush();
@@ -221,6 +229,7 @@ fn dispatch(
         stdin: stdin_bytes,
         conf,
         version,
+        trace: TraceContext::from_env(|key| env.var(key)),
     };
     match command {
         Command::Add => {

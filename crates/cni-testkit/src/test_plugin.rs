@@ -79,7 +79,7 @@ impl Behaviour {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Invocation {
     pub command: String,
-    /// Every CNI_* variable the plugin saw.
+    /// Every CNI_* variable the plugin saw, and the trace context's (`TRACEPARENT`...).
     pub env: BTreeMap<String, String>,
     /// stdin, parsed as JSON when it is JSON (else a string).
     pub stdin: Value,

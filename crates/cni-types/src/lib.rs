@@ -13,6 +13,7 @@ pub mod config;
 pub mod error;
 pub mod io_result;
 pub mod result;
+pub mod trace;
 pub mod validate;
 pub mod version;
 
@@ -21,4 +22,5 @@ pub use config::{Dns, IpamConf, NetConf, NetConfList};
 pub use error::{CniError, ErrorCode};
 pub use io_result::IoResultExt;
 pub use result::{CniResult, Interface, IpConfig, Route};
+pub use trace::TraceContext;
 pub use version::{Version, VersionInfo};

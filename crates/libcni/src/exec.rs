@@ -7,6 +7,7 @@
 //! the plugin exited, can never hang the caller — and no thread is started per plugin.
 
 use crate::error::{Error, Result};
+use cni_types::trace::TRACE_VARS;
 use cni_types::validate::validate_plugin_type;
 use cni_types::CniError;
 use std::io::{ErrorKind, Read, Write};
@@ -51,16 +52,7 @@ pub(crate) struct PluginRun<'a> {
 impl PluginRun<'_> {
     /// Runs the plugin; its stdout on success, its error otherwise.
     pub fn run(&self) -> Result<Vec<u8>> {
-        let mut command = Command::new(self.binary);
-        for var in CNI_VARS {
-            command.env_remove(var);
-        }
-        command
-            .envs(self.env.iter().map(|(k, v)| (*k, v)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
+        let mut command = self.command();
         let mut child = self.spawn_retrying_busy(&mut command)?;
         let mut io = PluginIo::new(&mut child, self.stdin);
         let pidfd = pidfd_open(child.id());
@@ -98,6 +90,29 @@ impl PluginRun<'_> {
             return Ok(stdout);
         }
         Err(self.failure(status, &stdout, &stderr))
+    }
+
+    /// The process to start: this process's environment without the variables libcni
+    /// sets itself, then this run's; in its own process group, with piped stdio.
+    fn command(&self) -> Command {
+        let mut command = Command::new(self.binary);
+        for var in CNI_VARS {
+            command.env_remove(var);
+        }
+        // A context the runtime hands over replaces the one this process inherited as a
+        // whole: an inherited TRACESTATE or BAGGAGE belongs to another trace.
+        if self.env.iter().any(|(key, _)| *key == "TRACEPARENT") {
+            for var in TRACE_VARS {
+                command.env_remove(var);
+            }
+        }
+        command
+            .envs(self.env.iter().map(|(k, v)| (*k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        command
     }
 
     fn spawn_retrying_busy(&self, command: &mut Command) -> Result<Child> {
@@ -284,5 +299,49 @@ fn set_nonblocking(fd: RawFd) {
     unsafe {
         let flags = libc::fcntl(fd, libc::F_GETFL);
         libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    fn run_with_env(env: Vec<(&'static str, String)>) -> Vec<(String, Option<String>)> {
+        let run = PluginRun {
+            plugin_type: "p",
+            binary: Path::new("/bin/true"),
+            command: "ADD",
+            env,
+            stdin: b"",
+            deadline: Instant::now(),
+            timeout: Duration::ZERO,
+        };
+        let text = |s: &OsStr| s.to_string_lossy().into_owned();
+        run.command().get_envs().map(|(k, v)| (text(k), v.map(text))).collect()
+    }
+
+    #[test]
+    fn a_trace_context_given_replaces_the_inherited_one_whole() {
+        let envs = run_with_env(vec![(
+            "TRACEPARENT",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+        )]);
+        let find = |key: &str| envs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+        assert_eq!(
+            find("TRACEPARENT"),
+            Some(Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()))
+        );
+        // Removed from what the plugin inherits, so a stale state cannot join the new trace.
+        assert_eq!(find("TRACESTATE"), Some(None));
+        assert_eq!(find("BAGGAGE"), Some(None));
+    }
+
+    #[test]
+    fn without_a_trace_context_the_inherited_one_passes_through() {
+        let envs = run_with_env(vec![("CNI_COMMAND", "ADD".into())]);
+        assert!(envs.iter().all(|(k, _)| !TRACE_VARS.contains(&k.as_str())), "{envs:?}");
+        // libcni's own variables are always cleared before this run's are set.
+        assert!(envs.iter().any(|(k, v)| k == "CNI_NETNS" && v.is_none()), "{envs:?}");
     }
 }

@@ -36,7 +36,7 @@ mod request;
 mod runtime;
 
 pub use cache::NetworkAttachment;
-pub use cni_types::Attachment;
+pub use cni_types::{Attachment, TraceContext};
 pub use config::{conf_files, load_network, NetworkConfig, NetworkConfigList};
 pub use error::{Error, Result};
 pub use exec::find_plugin;

@@ -98,12 +98,12 @@ impl CniConfig {
     pub fn get_version_info(&self, plugin_type: &str) -> Result<VersionInfo> {
         let binary = self.find_plugin(plugin_type)?;
         // The dummy values keep plugins built on old SDKs, which require them, happy.
-        let env = vec![
+        let env = self.with_trace_env(vec![
             ("CNI_COMMAND", "VERSION".to_string()),
             ("CNI_NETNS", "dummy".to_string()),
             ("CNI_IFNAME", "dummy".to_string()),
             ("CNI_PATH", "dummy".to_string()),
-        ];
+        ]);
         let stdin = format!(r#"{{"cniVersion":"{}"}}"#, Version::LATEST);
         let run = crate::exec::PluginRun {
             plugin_type,
@@ -155,7 +155,7 @@ impl CniConfig {
     }
 
     fn list_env(&self, command: &str) -> Vec<(&'static str, String)> {
-        vec![("CNI_COMMAND", command.to_string()), ("CNI_PATH", self.path_env())]
+        self.with_trace_env(vec![("CNI_COMMAND", command.to_string()), ("CNI_PATH", self.path_env())])
     }
 }
 

@@ -5,7 +5,7 @@ use crate::config::{NetworkConfig, NetworkConfigList};
 use crate::error::{Error, Result};
 use crate::exec::{find_plugin, PluginRun};
 use crate::request::{attachment_request, RuntimeConf};
-use cni_types::{CniResult, Version};
+use cni_types::{CniResult, TraceContext, Version};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -20,6 +20,8 @@ pub struct CniConfig {
     plugin_dirs: Vec<PathBuf>,
     cache_dir: PathBuf,
     timeout: Duration,
+    /// The runtime's trace context, handed to every plugin run (see [`CniConfig::with_trace`]).
+    trace: Option<TraceContext>,
 }
 
 /// The result of an ADD, in the version the list speaks.
@@ -53,6 +55,7 @@ impl CniConfig {
             plugin_dirs: plugin_dirs.into_iter().map(Into::into).collect(),
             cache_dir: PathBuf::from(Self::DEFAULT_CACHE_DIR),
             timeout: Self::DEFAULT_TIMEOUT,
+            trace: None,
         }
     }
 
@@ -70,6 +73,19 @@ impl CniConfig {
     pub fn with_timeout(mut self, timeout: Duration) -> CniConfig {
         self.timeout = timeout;
         self
+    }
+
+    /// Every plugin this configuration runs gets `trace` as `TRACEPARENT`, `TRACESTATE` and
+    /// `BAGGAGE`, replacing whatever context this process inherited, so a runtime that traces
+    /// its requests can follow each into the plugins and daemons. The context belongs to one
+    /// request: clone the shared configuration (cheap) and set it on the clone.
+    pub fn with_trace(mut self, trace: TraceContext) -> CniConfig {
+        self.trace = Some(trace);
+        self
+    }
+
+    pub fn trace(&self) -> Option<&TraceContext> {
+        self.trace.as_ref()
     }
 
     pub fn plugin_dirs(&self) -> &[PathBuf] {
@@ -254,14 +270,20 @@ impl CniConfig {
     }
 
     fn attachment_env(&self, command: &str, rt: &RuntimeConf) -> Vec<(&'static str, String)> {
-        vec![
+        self.with_trace_env(vec![
             ("CNI_COMMAND", command.to_string()),
             ("CNI_CONTAINERID", rt.container_id.clone()),
             ("CNI_NETNS", rt.netns.clone()),
             ("CNI_IFNAME", rt.ifname.clone()),
             ("CNI_ARGS", rt.args_string()),
             ("CNI_PATH", self.path_env()),
-        ]
+        ])
+    }
+
+    /// `env` plus the trace context's variables, when there is one.
+    pub(crate) fn with_trace_env(&self, mut env: Vec<(&'static str, String)>) -> Vec<(&'static str, String)> {
+        env.extend(self.trace.iter().flat_map(TraceContext::env));
+        env
     }
 
     /// One operation on `list`, all of whose plugin runs share one deadline.

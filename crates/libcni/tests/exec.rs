@@ -196,3 +196,34 @@ fn large_input_and_output_never_deadlock() {
     let result = rig.cni.add_network_list(&list, &rt().with_timeout(Duration::from_secs(20))).unwrap();
     assert_eq!(result.json["ips"][0]["address"], "10.9.9.9/24");
 }
+
+#[test]
+fn every_plugin_run_carries_the_runtimes_trace_context() {
+    let rig = Rig::new();
+    rig.plugin("traced");
+    let trace = libcni::TraceContext::new(
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        Some("vendor=opaque"),
+        Some("pod=web-1"),
+    )
+    .unwrap();
+    let cni = rig.cni.clone().with_trace(trace.clone());
+    let list = one_plugin(&rig, json!({"type": "traced"}));
+    let rt = rt();
+    cni.add_network_list(&list, &rt).unwrap();
+    cni.check_network_list(&list, &rt).unwrap();
+    cni.del_network_list(&list, &rt).unwrap();
+    let list_v11 = rig.list(json!({"cniVersion": "1.1.0", "name": "n", "plugins": [{"type": "traced"}]}));
+    cni.gc_network_list(&list_v11, &[]).unwrap();
+    cni.status_network_list(&list_v11).unwrap();
+    cni.get_version_info("traced").unwrap();
+
+    let log = rig.log();
+    let commands: Vec<&str> = log.iter().map(|inv| inv.command.as_str()).collect();
+    assert_eq!(commands, ["ADD", "CHECK", "DEL", "GC", "STATUS", "VERSION"]);
+    for inv in &log {
+        assert_eq!(inv.var("TRACEPARENT"), trace.traceparent(), "{}", inv.command);
+        assert_eq!(inv.var("TRACESTATE"), "vendor=opaque", "{}", inv.command);
+        assert_eq!(inv.var("BAGGAGE"), "pod=web-1", "{}", inv.command);
+    }
+}

@@ -101,7 +101,9 @@ fn main() {
     if let Some(log) = log {
         let invocation = Invocation {
             command: command.clone(),
-            env: std::env::vars().filter(|(k, _)| k.starts_with("CNI_")).collect(),
+            env: std::env::vars()
+                .filter(|(k, _)| k.starts_with("CNI_") || cni_types::trace::TRACE_VARS.contains(&k.as_str()))
+                .collect(),
             stdin: if config.is_null() {
                 Value::String(String::from_utf8_lossy(&stdin).into_owned())
             } else {

@@ -99,5 +99,9 @@ pub fn exists(path: &Path) -> bool {
 
 /// The CNI_* variables a plugin saw, minus the rig's own CNI_TEST_* ones.
 pub fn cni_var_names(inv: &Invocation) -> Vec<&str> {
-    inv.env.keys().map(String::as_str).filter(|k| !k.starts_with("CNI_TEST_")).collect()
+    inv.env
+        .keys()
+        .map(String::as_str)
+        .filter(|k| k.starts_with("CNI_") && !k.starts_with("CNI_TEST_"))
+        .collect()
 }
