@@ -16,6 +16,7 @@
 
 pub mod binaries;
 pub mod children;
+pub mod config_keys;
 pub mod damage;
 pub mod host_local;
 pub mod kernel_rig;
