@@ -17,9 +17,9 @@
 //! page's CNI_ARGS section).
 
 use cni_testkit::config_keys::{config_keys, Keys};
+use cni_testkit::docs;
 use serde::de::DeserializeOwned;
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 
 /// `T`'s keys below `prefix`, which is itself a key (the code parses the value there).
 fn keys_at<T: DeserializeOwned>(prefix: &str) -> Keys {
@@ -122,29 +122,6 @@ fn common_keys() -> BTreeSet<String> {
     keys
 }
 
-fn docs_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/plugins")
-}
-
-/// The keys a page documents: the backticked first cells of the table rows under its
-/// `## Keys` heading (up to the next `## ` heading).
-fn documented_keys(page: &str) -> BTreeSet<String> {
-    let mut in_keys = false;
-    let mut keys = BTreeSet::new();
-    for line in page.lines() {
-        if let Some(heading) = line.strip_prefix("## ") {
-            in_keys = heading.trim() == "Keys";
-            continue;
-        }
-        let Some(row) = line.trim().strip_prefix('|').filter(|_| in_keys) else { continue };
-        let first = row.split('|').next().unwrap_or("").trim();
-        if let Some(key) = first.strip_prefix('`').and_then(|k| k.strip_suffix('`')) {
-            keys.insert(key.to_string());
-        }
-    }
-    keys
-}
-
 /// What differs between the code's keys and a page's, as readable lines (empty: none).
 fn drift(
     page_name: &str,
@@ -170,8 +147,11 @@ fn drift(
 }
 
 fn read_page(name: &str) -> Result<String, String> {
-    let path = docs_dir().join(name);
-    std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))
+    docs::read_page(env!("CARGO_MANIFEST_DIR"), name)
+}
+
+fn documented_keys(page: &str) -> BTreeSet<String> {
+    docs::table_keys(page, "Keys")
 }
 
 #[test]
@@ -223,6 +203,22 @@ fn the_comparison_catches_both_directions() {
             "x.md: the page documents `stale`, which the code does not accept",
         ]
     );
+}
+
+/// The dhcp daemon's page documents exactly the flags its usage names, and the parser
+/// accepts each one.
+#[test]
+fn the_dhcp_daemon_page_documents_exactly_its_flags() {
+    use crate::ipam::dhcp::cli;
+    let page = read_page("dhcp-daemon.md").unwrap();
+    let documented = docs::table_keys(&page, "Flags");
+    let problems = docs::compare("dhcp-daemon.md", "flag", &docs::usage_flags(cli::USAGE), &documented);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    for flag in documented {
+        if let Err(e) = cli::parse_args(&[format!("{flag}=1s")]) {
+            assert!(!e.starts_with("unknown flag"), "{flag}: {e}");
+        }
+    }
 }
 
 /// Prints every plugin's keys (`cargo test -p cni-plugins --lib docs_drift::print -- --ignored --nocapture`):
