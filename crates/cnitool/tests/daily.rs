@@ -1,5 +1,7 @@
-//! cnitool as a daily tool: `list` with addresses, `inspect`, and the bash completion
-//! script run by bash itself. Unprivileged: the test plugin does no networking.
+//! cnitool as a daily tool: `list` with addresses, `inspect`, and the completion scripts
+//! loaded by the shells they are for (bash and fish asked what they complete, zsh parsing
+//! its script: its completion system needs a terminal). Unprivileged: the test plugin does
+//! no networking. bash, zsh and fish come from tools/test's package list.
 
 use cni_testkit::binaries::test_plugin;
 use serde_json::{json, Value};
@@ -100,13 +102,19 @@ fn list_shows_each_attachments_addresses_and_inspect_finds_one_container() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("several container IDs"), "{out:?}");
 }
 
+/// The script for `shell`, written to a file in `dir`.
+fn script_file(dir: &Path, shell: &str) -> std::path::PathBuf {
+    let script = ok(Command::new(CNITOOL).args(["completions", shell]).output().unwrap());
+    let file = dir.join(format!("cnitool.{shell}"));
+    std::fs::write(&file, script).unwrap();
+    file
+}
+
 /// Sources the generated bash script and asks its function what it completes `line` to
 /// (the cursor at its end).
 fn bash_complete(line: &str) -> Vec<String> {
-    let script = ok(Command::new(CNITOOL).args(["completions", "bash"]).output().unwrap());
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("cnitool.bash");
-    std::fs::write(&file, script).unwrap();
+    let file = script_file(dir.path(), "bash");
     let program = r#"source "$1"; read -ra COMP_WORDS <<< "$2"; [[ "$2" == *" " ]] && COMP_WORDS+=("");
         COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _cnitool; printf '%s\n' "${COMPREPLY[@]}""#;
     let out = Command::new("bash").args(["-c", program, "bash"]).arg(&file).arg(line).output().unwrap();
@@ -129,4 +137,37 @@ fn the_bash_completion_offers_what_the_parser_accepts() {
     assert_eq!(netns, ["/proc/self/ns/net"]);
     // A finished command line gets nothing more.
     assert!(bash_complete("cnitool completions bash ").is_empty());
+}
+
+/// What fish completes `line` to with the generated script loaded (candidates only).
+fn fish_complete(line: &str) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = script_file(dir.path(), "fish");
+    let out = Command::new("fish")
+        .args(["--no-config", "-c", "source $argv[1]; complete -C $argv[2]"])
+        .arg(&file)
+        .arg(line)
+        .output()
+        .expect("fish (tools/test installs it)");
+    ok(out).lines().map(|l| l.split('\t').next().unwrap().to_string()).collect()
+}
+
+#[test]
+fn the_fish_completion_offers_what_the_parser_accepts() {
+    assert_eq!(fish_complete("cnitool in"), ["inspect"]);
+    assert_eq!(fish_complete("cnitool completions "), ["bash", "fish", "zsh"]);
+    assert_eq!(fish_complete("cnitool help li"), ["list"]);
+    assert_eq!(fish_complete("cnitool --ca"), ["--cache-dir"]);
+    assert_eq!(fish_complete("cnitool add net /proc/self/ns/ne"), ["/proc/self/ns/net"]);
+}
+
+#[test]
+fn the_zsh_completion_parses() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = script_file(dir.path(), "zsh");
+    let out = Command::new("zsh").arg("-n").arg(&file).output().expect("zsh (tools/test installs it)");
+    ok(out);
+    // A broken script must fail that check: the check is not vacuous.
+    std::fs::write(&file, "_cnitool() { case $x in\n").unwrap();
+    assert!(!Command::new("zsh").arg("-n").arg(&file).output().unwrap().status.success());
 }
