@@ -205,6 +205,95 @@ fn the_comparison_catches_both_directions() {
     );
 }
 
+/// The JSON of the first ```json block under `## Example`.
+fn example(page: &str) -> Option<serde_json::Value> {
+    let section = page.split("\n## Example").nth(1)?;
+    let block = section.split("```json\n").nth(1)?.split("\n```").next()?;
+    serde_json::from_str(block).ok()
+}
+
+/// The leaf key paths of a JSON object, in the Keys tables' notation (`a.b[].c`); a list of
+/// plain values is one leaf.
+fn leaf_paths(value: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+    use serde_json::Value;
+    let below = |key: &str| if path.is_empty() { key.to_string() } else { format!("{path}.{key}") };
+    match value {
+        Value::Object(map) if !map.is_empty() => map.iter().for_each(|(k, v)| leaf_paths(v, &below(k), out)),
+        Value::Array(items) if items.iter().any(|i| i.is_object() || i.is_array()) => {
+            items.iter().for_each(|item| leaf_paths(item, &format!("{path}[]"), out))
+        }
+        _ => out.push(path.to_string()),
+    }
+}
+
+/// Each plugin page's example is a conflist whose every plugin passes that plugin's own
+/// validation (as an ADD does before touching anything) and uses only keys the code reads:
+/// an example cannot rot either.
+#[test]
+fn every_example_is_a_valid_conflist_using_only_real_keys() {
+    let common = common_keys();
+    let mut problems = Vec::new();
+    for entry in crate::registry::plugins() {
+        let page_name = format!("{}.md", entry.name);
+        let Some(list) = read_page(&page_name).ok().as_deref().and_then(example) else {
+            problems.push(format!("{page_name}: no JSON example under ## Example"));
+            continue;
+        };
+        let plugins = list["plugins"].as_array().cloned().unwrap_or_default();
+        if !plugins.iter().any(|p| p["type"] == entry.name || p["ipam"]["type"] == entry.name) {
+            problems.push(format!("{page_name}: the example does not use {}", entry.name));
+        }
+        for plugin in plugins {
+            let mut conf = plugin.clone();
+            conf["name"] = list["name"].clone();
+            conf["cniVersion"] = list["cniVersion"].clone();
+            let plugin_type = conf["type"].as_str().unwrap_or_default().to_string();
+            let ipam_type = conf["ipam"]["type"].as_str().map(str::to_string);
+            let req = cni_sdk::Request {
+                command: cni_sdk::Command::Add,
+                container_id: "ctr".into(),
+                netns: "/run/netns/op-none".into(),
+                ifname: "eth0".into(),
+                args: cni_types::args::CniArgs::parse("IgnoreUnknown=1;K8S_POD_NAME=web").unwrap(),
+                path: vec![],
+                stdin: serde_json::to_vec(&conf).unwrap(),
+                conf: serde_json::from_value(conf.clone()).unwrap(),
+                version: cni_sdk::Version::parse(list["cniVersion"].as_str().unwrap_or_default()).unwrap(),
+            };
+            match crate::fuzzing::config_stage_with_ipam(&plugin_type, &req) {
+                None => {
+                    problems.push(format!("{page_name}: example plugin type {plugin_type:?} is not ours"))
+                }
+                Some(Err(e)) => {
+                    problems.push(format!("{page_name}: example {plugin_type} is refused: {}", e.msg))
+                }
+                Some(Ok(())) => {}
+            }
+            let mut known = plugin_keys(&plugin_type).unwrap_or_default();
+            if let Some(ipam) = ipam_type.as_deref().and_then(plugin_keys) {
+                known.merge(ipam);
+            }
+            let mut paths = Vec::new();
+            leaf_paths(&plugin, "", &mut paths);
+            for path in paths {
+                let open = |p: &str| {
+                    known
+                        .open
+                        .iter()
+                        .chain(["capabilities".to_string()].iter())
+                        .any(|o| p.starts_with(&format!("{o}.")) || p == o)
+                };
+                if !known.keys.contains(&path) && !common.contains(&path) && !open(&path) {
+                    problems.push(format!(
+                        "{page_name}: the example's {plugin_type} uses `{path}`, which no code reads"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "docs/plugins examples:\n{}", problems.join("\n"));
+}
+
 /// The dhcp daemon's page documents exactly the flags its usage names, and the parser
 /// accepts each one.
 #[test]
