@@ -1,7 +1,6 @@
 //! cnitool as a daily tool: `list` with addresses, `inspect`, and the completion scripts
-//! loaded by the shells they are for (bash and fish asked what they complete, zsh parsing
-//! its script: its completion system needs a terminal). Unprivileged: the test plugin does
-//! no networking. bash, zsh and fish come from tools/test's package list.
+//! loaded by the shells they are for and asked what they complete. Unprivileged: the test
+//! plugin does no networking. bash, zsh and fish come from tools/test's package list.
 
 use cni_testkit::binaries::test_plugin;
 use serde_json::{json, Value};
@@ -161,13 +160,52 @@ fn the_fish_completion_offers_what_the_parser_accepts() {
     assert_eq!(fish_complete("cnitool add net /proc/self/ns/ne"), ["/proc/self/ns/net"]);
 }
 
-#[test]
-fn the_zsh_completion_parses() {
+/// Drives an interactive zsh on a pseudo-terminal (zsh's own zpty module): loads the
+/// generated script through compinit, types `line` and a tab, and prints what the
+/// completion offered (a `compadd` wrapper records the candidates). Each step waits for the
+/// shell's own output, never for time; `timeout` bounds a hung shell.
+const ZSH_PROBE: &str = r#"
+zmodload zsh/zpty
+zpty z zsh -f -i
+zpty -w z "fpath=($1 \$fpath); autoload -Uz compinit; compinit -u -D"
+zpty -w z 'compadd () { local -a hits; builtin compadd -O hits "$@"; (( $#hits )) && print -l -- "<m>"${^hits} >&2; builtin compadd "$@" }'
+zpty -w z 'finish () { print -u2 "<done>"; zle kill-whole-line }; zle -N finish; bindkey "^X^D" finish'
+zpty -w z "exec 2>$1/offered"
+zpty -w z 'print ${(L):-READY}'
+zpty -r z line '*ready*'
+zpty -w -n z "$2"$'\t'
+zpty -w -n z $'\C-x\C-d'
+zpty -w z 'print ${(L):-COMPLETION-DONE}'
+zpty -r z line '*completion-done*'
+zpty -d z
+grep -q '^<done>$' $1/offered || exit 3
+grep '^<m>' $1/offered | sed 's/^<m>//' | awk '!seen[$0]++'
+"#;
+
+fn zsh_complete(line: &str) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
-    let file = script_file(dir.path(), "zsh");
-    let out = Command::new("zsh").arg("-n").arg(&file).output().expect("zsh (tools/test installs it)");
-    ok(out);
-    // A broken script must fail that check: the check is not vacuous.
-    std::fs::write(&file, "_cnitool() { case $x in\n").unwrap();
-    assert!(!Command::new("zsh").arg("-n").arg(&file).output().unwrap().status.success());
+    let script = ok(Command::new(CNITOOL).args(["completions", "zsh"]).output().unwrap());
+    // compinit finds a completion function by its file name in $fpath.
+    std::fs::write(dir.path().join("_cnitool"), script).unwrap();
+    std::fs::write(dir.path().join("probe.zsh"), ZSH_PROBE).unwrap();
+    let out = Command::new("timeout")
+        .args(["60", "zsh", "-f"])
+        .arg(dir.path().join("probe.zsh"))
+        .arg(dir.path())
+        .arg(line)
+        .output()
+        .expect("zsh (tools/test installs it)");
+    ok(out).lines().map(str::to_string).collect()
+}
+
+#[test]
+fn the_zsh_completion_offers_what_the_parser_accepts() {
+    assert_eq!(zsh_complete("cnitool in"), ["inspect"]);
+    assert_eq!(zsh_complete("cnitool c"), ["check", "completions"]);
+    assert_eq!(zsh_complete("cnitool completions "), ["bash", "zsh", "fish"]);
+    assert_eq!(zsh_complete("cnitool help li"), ["list"]);
+    assert_eq!(zsh_complete("cnitool --ca"), ["--cache-dir"]);
+    assert!(zsh_complete("cnitool list --timeout ").is_empty());
+    // zsh completes a path component by component; the last one offered is the file.
+    assert_eq!(zsh_complete("cnitool add net /proc/self/ns/ne").last().map(String::as_str), Some("net"));
 }
