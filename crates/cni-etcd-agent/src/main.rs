@@ -14,14 +14,21 @@ use std::sync::Arc;
 
 use cni_plugins::ipam::etcd::agent::Agent;
 
+const USAGE: &str = "usage: etcd-ipam-agent --socket PATH";
+
+/// The socket path from the arguments (without the program name).
+fn socket_arg(args: &[String]) -> Option<PathBuf> {
+    match args {
+        [flag, path] if flag == "--socket" => Some(PathBuf::from(path)),
+        _ => None,
+    }
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
-    let socket = match args.as_slice() {
-        [_, flag, path] if flag == "--socket" => PathBuf::from(path),
-        _ => {
-            eprintln!("usage: etcd-ipam-agent --socket PATH");
-            return ExitCode::from(2);
-        }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(socket) = socket_arg(&args) else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
     };
     if let Some(dir) = socket.parent() {
         let _ = std::fs::create_dir_all(dir);
@@ -40,4 +47,23 @@ fn main() -> ExitCode {
     eprintln!("etcd-ipam-agent: serving on {}", socket.display());
     Arc::new(Agent::default()).serve(listener);
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cni_testkit::docs;
+
+    /// docs/plugins/etcd-ipam-agent.md documents exactly the flags the usage names, and
+    /// each one is accepted.
+    #[test]
+    fn the_page_documents_exactly_the_flags() {
+        let page = docs::read_page(env!("CARGO_MANIFEST_DIR"), "etcd-ipam-agent.md").unwrap();
+        let documented = docs::table_keys(&page, "Flags");
+        let problems = docs::compare("etcd-ipam-agent.md", "flag", &docs::usage_flags(USAGE), &documented);
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+        for flag in documented {
+            assert!(socket_arg(&[flag.clone(), "/run/x.sock".into()]).is_some(), "{flag} is not accepted");
+        }
+    }
 }

@@ -146,6 +146,22 @@ impl Config {
 mod tests {
     use super::*;
 
+    /// docs/plugins/cni-overlay-agent.md documents exactly the flags the usage names, and
+    /// the parser knows each one.
+    #[test]
+    fn the_page_documents_exactly_the_flags() {
+        use cni_testkit::docs;
+        let page = docs::read_page(env!("CARGO_MANIFEST_DIR"), "cni-overlay-agent.md").unwrap();
+        let documented = docs::table_keys(&page, "Flags");
+        let problems = docs::compare("cni-overlay-agent.md", "flag", &docs::usage_flags(USAGE), &documented);
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+        for flag in documented {
+            if let Err(e) = Config::parse(&args(&[&flag, "1"])) {
+                assert!(!e.to_string().contains(&format!("unknown flag {flag}")), "{flag}: {e}");
+            }
+        }
+    }
+
     fn args(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
     }

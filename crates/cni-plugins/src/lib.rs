@@ -13,3 +13,6 @@ pub mod interface;
 pub mod ipam;
 pub mod meta;
 pub mod registry;
+
+#[cfg(test)]
+mod docs_drift;

@@ -12,10 +12,12 @@ Usage:
   cnitool del      <network> <netns>     run DEL (in reverse order, with the cached result)
   cnitool gc       <network> [<netns>]   DEL cached attachments not kept, then GC every plugin
   cnitool status   <network> [<netns>]   ask every plugin whether it is ready for ADDs
-  cnitool list     [<network>]           print the cached attachments as JSON
+  cnitool list     [<network>]           print the cached attachments, with their IPs, as JSON
+  cnitool inspect  <container>           print everything cached about one container's attachments
   cnitool validate <network>             check every plugin exists and speaks the list's version
   cnitool version  [<plugin-type>]       print a plugin's VERSION answer, or cnitool's own
   cnitool demo     [<network>]           attach a throwaway namespace, prove it works, detach
+  cnitool completions <shell>            print a completion script for bash, zsh or fish
   cnitool help     [<command>]           this text, or a command's (also <command> --help)
 
 Options:
@@ -46,7 +48,9 @@ pub fn command_help(command: &str) -> Option<&'static str> {
         "del" => "Usage: cnitool del <network> <netns> [-i IFNAME] [--cache-dir DIR] [--timeout SECS]\n\nRuns DEL through the plugins in reverse order with the cached ADD result, then removes\nthe cache entry.\n",
         "gc" => "Usage: cnitool gc <network> [<netns>] [--keep CONTAINERID[:IFNAME]]... [--cache-dir DIR]\n\nRuns DEL for every cached attachment of <network> that is not kept, then (cniVersion\n1.1.0 and newer) GC to every plugin with the kept attachments as valid. Without --keep\nevery cached attachment of the network is deleted, as with the reference cnitool.\n<netns> is accepted for compatibility and ignored.\n",
         "status" => "Usage: cnitool status <network> [<netns>]\n\nRuns STATUS on every plugin (cniVersion 1.1.0 and newer; older lists are always ready).\n<netns> is accepted for compatibility and ignored.\n",
-        "list" => "Usage: cnitool list [<network>] [--cache-dir DIR]\n\nPrints the cached attachments (all, or those of <network>) as a JSON array.\n",
+        "list" => "Usage: cnitool list [<network>] [--cache-dir DIR]\n\nPrints the cached attachments (all, or those of <network>) as a JSON array: network,\ncontainer ID, interface, namespace, the addresses of the cached result (`ips`), the\nCNI_ARGS and capability arguments, and the result itself.\n",
+        "inspect" => "Usage: cnitool inspect <container> [--cache-dir DIR]\n\nPrints, as a JSON array, every cached attachment of one container: what `list` shows,\nplus the network configuration it was made with and the cache file. <container> is a\ncontainer ID, an unambiguous prefix of one, or a namespace path (as given to add).\n",
+        "completions" => "Usage: cnitool completions <bash|zsh|fish>\n\nPrints a completion script for the shell: commands, options, help topics, shells.\n  bash: source <(cnitool completions bash)\n  zsh:  cnitool completions zsh > \"${fpath[1]}/_cnitool\"\n  fish: cnitool completions fish > ~/.config/fish/completions/cnitool.fish\n",
         "validate" => "Usage: cnitool validate <network>\n\nAsks every plugin of <network> for its versions and checks it supports the list's\nversion; prints the network, its version and the capabilities its plugins enable.\n",
         "version" => "Usage: cnitool version [<plugin-type>]\n\nWith a plugin type: runs VERSION on that plugin (found in CNI_PATH) and prints its\nanswer. Without: prints cnitool's version and the spec versions it speaks.\n",
         "demo" => "Usage: cnitool demo [<network>]\n\nCreates a throwaway container namespace and a throwaway host-side namespace, attaches\nthe container to <network> (from NETCONFPATH) or to an embedded default network\n(bridge + host-local + portmap + firewall + tuning, like podman's), prints the result,\nproves connectivity with a TCP connection from the container to the host side of the\nbridge (and through the port mapping), runs CHECK, detaches and removes everything.\nThe machine's own network is never touched. Needs root. Plugins come from CNI_PATH,\nelse from the cni-plugins binary next to cnitool, else /opt/cni/bin.\n",
@@ -64,10 +68,59 @@ pub enum Command {
     Gc { network: String },
     Status { network: String },
     List { network: Option<String> },
+    Inspect { container: String },
+    Completions { shell: Shell },
     Validate { network: String },
     Version { plugin_type: Option<String> },
     Demo { network: Option<String> },
 }
+
+/// The shells `completions` writes scripts for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+impl Shell {
+    pub const NAMES: [&'static str; 3] = ["bash", "zsh", "fish"];
+
+    fn parse(name: &str) -> Option<Shell> {
+        match name {
+            "bash" => Some(Shell::Bash),
+            "zsh" => Some(Shell::Zsh),
+            "fish" => Some(Shell::Fish),
+            _ => None,
+        }
+    }
+}
+
+/// Every command with its one-line summary, in the order `--help` lists them: what the
+/// completion scripts offer. A test keeps it in step with USAGE and the parser.
+pub const COMMANDS: &[(&str, &str)] = &[
+    ("add", "run ADD through the network's plugins"),
+    ("check", "run CHECK against the cached ADD result"),
+    ("del", "run DEL with the cached result"),
+    ("gc", "DEL cached attachments not kept, then GC every plugin"),
+    ("status", "ask every plugin whether it is ready"),
+    ("list", "print the cached attachments with their IPs"),
+    ("inspect", "print everything cached about one container"),
+    ("validate", "check every plugin exists and speaks the list's version"),
+    ("version", "print a plugin's VERSION answer, or cnitool's own"),
+    ("demo", "attach a throwaway namespace, prove it works, detach"),
+    ("completions", "print a completion script for bash, zsh or fish"),
+    ("help", "show help"),
+];
+
+/// Every option: its names, whether it takes a value, and a summary (for completions).
+pub const OPTIONS: &[(&[&str], bool, &str)] = &[
+    (&["-i", "--ifname"], true, "interface name inside the container"),
+    (&["--cache-dir"], true, "result cache directory"),
+    (&["--timeout"], true, "time limit of the whole operation, in seconds"),
+    (&["--keep"], true, "gc: keep this attachment (ID[:IF])"),
+    (&["-h", "--help"], false, "show help"),
+];
 
 /// Options that apply to several commands.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -172,6 +225,16 @@ fn parse_command(name: &str, args: &[String]) -> Result<Command, String> {
             arity(0, 1)?;
             Command::List { network: args.first().cloned() }
         }
+        "inspect" => {
+            arity(1, 1)?;
+            Command::Inspect { container: arg(0) }
+        }
+        "completions" => {
+            arity(1, 1)?;
+            let shell = Shell::parse(&args[0])
+                .ok_or_else(|| format!("completions: unknown shell {:?} (bash, zsh or fish)", args[0]))?;
+            Command::Completions { shell }
+        }
         "validate" => {
             arity(1, 1)?;
             Command::Validate { network: arg(0) }
@@ -232,7 +295,7 @@ mod tests {
     fn help_everywhere_and_usage_errors() {
         assert_eq!(parse_strs(&["--help"]).unwrap(), Invocation::Help(USAGE));
         assert_eq!(parse_strs(&["help"]).unwrap(), Invocation::Help(USAGE));
-        for cmd in ["add", "check", "del", "gc", "status", "list", "validate", "version", "help"] {
+        for (cmd, _) in COMMANDS {
             let Invocation::Help(text) = parse_strs(&[cmd, "--help"]).unwrap() else { panic!("{cmd}") };
             assert!(text.starts_with(&format!("Usage: cnitool {cmd}")), "{cmd}");
             assert_eq!(parse_strs(&["help", cmd]).unwrap(), Invocation::Help(text));
@@ -243,6 +306,40 @@ mod tests {
         assert!(parse_strs(&["add", "n", "p", "--bogus"]).is_err());
         assert!(parse_strs(&["add", "n", "p", "--timeout", "0"]).is_err());
         assert!(parse_strs(&["add", "n", "p", "-i"]).is_err());
+    }
+
+    /// COMMANDS (what completions offer) is exactly what USAGE lists and the parser knows.
+    #[test]
+    fn the_command_table_matches_usage_and_parser() {
+        let listed: Vec<&str> = USAGE
+            .lines()
+            .filter_map(|l| l.strip_prefix("  cnitool "))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        let table: Vec<&str> = COMMANDS.iter().map(|(name, _)| *name).collect();
+        assert_eq!(listed, table);
+        for name in table.iter().filter(|n| **n != "help") {
+            let err = parse_strs(&[name, "a", "b", "c", "d"]).unwrap_err();
+            assert!(err.contains("arguments"), "{name}: {err}");
+        }
+        for (names, takes_value, _) in OPTIONS {
+            for name in *names {
+                assert!(USAGE.contains(name), "{name}");
+                let parsed = parse_strs(&["list", name, "1"]);
+                assert!(!parsed.as_ref().is_err_and(|e| e.contains("unknown option")), "{name}");
+                assert_eq!(parse_strs(&["list", name]).is_err(), *takes_value, "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn inspect_and_completions_arguments() {
+        let Invocation::Run(cmd, _) = parse_strs(&["inspect", "abc"]).unwrap() else { panic!() };
+        assert_eq!(cmd, Command::Inspect { container: "abc".into() });
+        let Invocation::Run(cmd, _) = parse_strs(&["completions", "fish"]).unwrap() else { panic!() };
+        assert_eq!(cmd, Command::Completions { shell: Shell::Fish });
+        assert!(parse_strs(&["completions", "tcsh"]).unwrap_err().contains("unknown shell"));
+        assert!(parse_strs(&["inspect"]).is_err());
     }
 
     #[test]

@@ -125,27 +125,6 @@ pub fn status(ctx: &Context, network: &str) -> Result<(), Failure> {
     Ok(ctx.cni.status_network_list(&list)?)
 }
 
-pub fn list(ctx: &Context, network: Option<&str>) -> Result<(), Failure> {
-    let attachments = ctx.cni.cached_attachments(None)?;
-    let entries: Vec<Value> = attachments
-        .iter()
-        .filter(|a| network.is_none_or(|n| a.network == n))
-        .map(|a| {
-            json!({
-                "network": a.network,
-                "containerId": a.container_id,
-                "ifName": a.ifname,
-                "netns": a.netns,
-                "cniArgs": a.cni_args,
-                "capabilityArgs": a.capability_args,
-                "result": a.result,
-            })
-        })
-        .collect();
-    print_json(&Value::Array(entries));
-    Ok(())
-}
-
 pub fn validate(ctx: &Context, network: &str) -> Result<(), Failure> {
     let list = ctx.load(network)?;
     let capabilities = ctx.cni.validate_network_list(&list)?;

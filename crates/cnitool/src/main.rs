@@ -4,8 +4,10 @@
 // One unsafe call (geteuid in `demo`, which std does not offer), allowed there alone.
 #![deny(unsafe_code)]
 
+mod attachments;
 mod cli;
 mod commands;
+mod completions;
 #[cfg(feature = "demo")]
 mod demo;
 
@@ -46,7 +48,12 @@ fn run(command: Command, ctx: &Context) -> Result<(), Failure> {
         Command::Del { network, netns } => commands::del(ctx, &network, &netns),
         Command::Gc { network } => commands::gc(ctx, &network),
         Command::Status { network } => commands::status(ctx, &network),
-        Command::List { network } => commands::list(ctx, network.as_deref()),
+        Command::List { network } => attachments::list(ctx, network.as_deref()),
+        Command::Inspect { container } => attachments::inspect(ctx, &container),
+        Command::Completions { shell } => {
+            print!("{}", completions::script(shell));
+            Ok(())
+        }
         Command::Validate { network } => commands::validate(ctx, &network),
         Command::Version { plugin_type } => commands::version(ctx, plugin_type.as_deref()),
         #[cfg(feature = "demo")]
@@ -64,6 +71,8 @@ fn command_name(command: &Command) -> &'static str {
         Command::Gc { .. } => "gc",
         Command::Status { .. } => "status",
         Command::List { .. } => "list",
+        Command::Inspect { .. } => "inspect",
+        Command::Completions { .. } => "completions",
         Command::Validate { .. } => "validate",
         Command::Version { .. } => "version",
         Command::Demo { .. } => "demo",

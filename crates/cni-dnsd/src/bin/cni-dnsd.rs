@@ -133,3 +133,24 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cni_testkit::docs;
+
+    /// docs/plugins/cni-dnsd.md documents exactly the flags the usage names, and the
+    /// parser accepts each one.
+    #[test]
+    fn the_page_documents_exactly_the_flags() {
+        let page = docs::read_page(env!("CARGO_MANIFEST_DIR"), "cni-dnsd.md").unwrap();
+        let documented = docs::table_keys(&page, "Flags");
+        let problems = docs::compare("cni-dnsd.md", "flag", &docs::usage_flags(USAGE), &documented);
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+        for flag in documented {
+            if let Err(e) = parse(&[format!("{flag}=1")]) {
+                assert!(!e.starts_with("unknown argument"), "{flag}: {e}");
+            }
+        }
+    }
+}

@@ -19,7 +19,7 @@ use std::net::IpAddr;
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct MacvlanConf {
+pub(crate) struct MacvlanConf {
     #[serde(default)]
     master: String,
     #[serde(default)]

@@ -19,7 +19,7 @@ use std::path::Path;
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct TapConf {
+pub(crate) struct TapConf {
     #[serde(default)]
     multi_queue: bool,
     #[serde(default)]

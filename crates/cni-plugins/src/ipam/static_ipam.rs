@@ -11,7 +11,7 @@ use serde::Deserialize;
 use std::net::IpAddr;
 
 #[derive(Debug, Deserialize)]
-struct NetConf {
+pub(crate) struct NetConf {
     ipam: StaticConf,
 }
 

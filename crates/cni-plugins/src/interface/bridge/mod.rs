@@ -10,7 +10,7 @@
 //! VLANs (`vlan`, `vlanTrunk`, `preserveDefaultVlan`): see `vlan.rs`; the gateway of an
 //! access VLAN lives on its own link, see `vlan_gateway.rs`.
 
-mod config;
+pub(crate) mod config;
 mod gateway;
 mod spoofcheck;
 mod vlan;

@@ -8,7 +8,7 @@
 //! it found it. A PCI device bound to a userspace driver (vfio-pci etc.) has no netdev:
 //! it is passed through in the result (`pciID`) and nothing is moved.
 
-mod select;
+pub(crate) mod select;
 
 use crate::common::addresses::{interface_with_mtu, Addresses, CONTAINER_IFACE};
 use crate::common::{iface, open_container_netns, open_container_netns_for_del, NetResultExt};

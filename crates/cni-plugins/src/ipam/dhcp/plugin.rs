@@ -27,7 +27,7 @@ use super::store::AttachmentKey;
 const CALL_TIMEOUT: Duration = Duration::from_secs(90);
 
 #[derive(Debug, Deserialize)]
-struct NetConf {
+pub(crate) struct NetConf {
     ipam: DhcpConf,
 }
 

@@ -31,7 +31,7 @@ use super::error::EtcdIpamError;
 pub const DEFAULT_PREFIX: &str = "/cni-rs/ipam";
 
 #[derive(Deserialize)]
-struct RawNetConf {
+pub(crate) struct RawNetConf {
     #[serde(default)]
     name: String,
     ipam: RawIpam,

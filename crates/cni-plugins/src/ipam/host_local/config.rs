@@ -70,7 +70,7 @@ pub struct HostLocalConfig {
 }
 
 #[derive(Deserialize)]
-struct RawNetConf {
+pub(crate) struct RawNetConf {
     #[serde(default)]
     name: Option<String>,
     #[serde(rename = "cniVersion", default)]

@@ -33,7 +33,7 @@ impl BandwidthConf {
 
 /// The keys as JSON has them (the same names in the configuration and in runtimeConfig).
 #[derive(Debug, Default, Deserialize)]
-struct Entry {
+pub(crate) struct Entry {
     #[serde(default, rename = "ingressRate")]
     ingress_rate: Option<u64>,
     #[serde(default, rename = "ingressBurst")]

@@ -16,7 +16,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 #[derive(Debug, Deserialize)]
-struct RawConf {
+pub(crate) struct RawConf {
     #[serde(rename = "domainName", default)]
     domain_name: Option<String>,
     #[serde(rename = "stateDir", default)]

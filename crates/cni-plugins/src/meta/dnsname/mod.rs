@@ -13,7 +13,7 @@
 //! The plugin itself stays small (no async runtime, no DNS wire code): all it does is write
 //! files and send one line to the resolver's control socket.
 
-mod config;
+pub(crate) mod config;
 mod redirect;
 mod resolver;
 

@@ -35,7 +35,7 @@ pub enum IngressPolicy {
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RawConf {
+pub(crate) struct RawConf {
     #[serde(default)]
     backend: Option<String>,
     #[serde(default)]

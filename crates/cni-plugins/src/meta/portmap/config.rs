@@ -115,7 +115,7 @@ struct RawRuntimeConfig {
 }
 
 #[derive(Debug, Deserialize)]
-struct RawConf {
+pub(crate) struct RawConf {
     #[serde(default)]
     snat: Option<bool>,
     #[serde(default, rename = "masqAll")]

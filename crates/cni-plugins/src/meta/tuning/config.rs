@@ -57,7 +57,7 @@ impl<'de> Deserialize<'de> for SysctlList {
 /// The keys that may also come from `args.cni` (`mac` is read by
 /// [`cni_sdk::args::requested_mac`] with the other MAC sources).
 #[derive(Debug, Default, Deserialize)]
-struct Overrides {
+pub(crate) struct Overrides {
     #[serde(default)]
     sysctl: Option<SysctlList>,
     #[serde(default)]
@@ -73,7 +73,7 @@ struct Overrides {
 /// The plugin's own keys. (Not `#[serde(flatten)]` of [`Overrides`]: flattening loses the
 /// field path in error messages.)
 #[derive(Debug, Deserialize)]
-struct RawConf {
+pub(crate) struct RawConf {
     #[serde(default, rename = "dataDir")]
     data_dir: Option<PathBuf>,
     #[serde(default)]

@@ -1,0 +1,323 @@
+//! The drift test between the plugins' configuration types and `docs/plugins/`.
+//!
+//! Each plugin's accepted keys are read from the serde types its code parses stdin into
+//! ([`cni_testkit::config_keys`] records the field names serde asks for, nested ones
+//! included); a value the code parses out of a sub-object (`runtimeConfig.bandwidth`,
+//! `args.cni`) is traced at that path, mirroring the `parse_value` call. The keys every
+//! plugin shares (`cniVersion`, `name`, `type`, `ipam.type`, `dns`, ...) are documented once,
+//! in `docs/plugins/README.md`, and checked there against `cni_types::NetConf`.
+//!
+//! A page documents a key as the first cell of a row of the table under its `## Keys`
+//! heading, in backticks: `` | `ipam.ranges[][].subnet` | string | ... | ``. `.` separates
+//! an object and its key, `[]` stands for a list's elements. A path whose value is read as
+//! a map (a flattened catch-all, a map of sysctls) is open: the page may document keys
+//! below it (`ipam.routes[].dst`) without the types naming them.
+//!
+//! Not covered: CNI_ARGS names (read from the environment by name, documented in each
+//! page's CNI_ARGS section).
+
+use cni_testkit::config_keys::{config_keys, Keys};
+use cni_testkit::docs;
+use serde::de::DeserializeOwned;
+use std::collections::BTreeSet;
+
+/// `T`'s keys below `prefix`, which is itself a key (the code parses the value there).
+fn keys_at<T: DeserializeOwned>(prefix: &str) -> Keys {
+    let inner = config_keys::<T>();
+    let join = |path: String| match path.as_str() {
+        "" => prefix.to_string(),
+        p if p.starts_with("[]") => format!("{prefix}{p}"),
+        p => format!("{prefix}.{p}"),
+    };
+    let mut keys: BTreeSet<String> = inner.keys.into_iter().map(join).collect();
+    keys.insert(prefix.to_string());
+    Keys { keys, open: inner.open.into_iter().map(join).collect() }
+}
+
+fn keys_of(parts: Vec<Keys>) -> Keys {
+    let mut all = Keys::default();
+    for part in parts {
+        all.merge(part);
+    }
+    all
+}
+
+/// The MAC address sources `cni_sdk::args::requested_mac` reads (with CNI_ARGS `MAC`).
+fn requested_mac() -> Vec<Keys> {
+    vec![keys_at::<String>("runtimeConfig.mac"), keys_at::<String>("args.cni.mac")]
+}
+
+/// The address sources `cni_sdk::args::requested_ips` and static read (with CNI_ARGS `IP`).
+fn requested_ips() -> Vec<Keys> {
+    vec![keys_at::<Vec<String>>("runtimeConfig.ips"), keys_at::<Vec<String>>("args.cni.ips")]
+}
+
+/// The keys a plugin's code parses its stdin into; `None` for a plugin this table misses.
+fn plugin_keys(name: &str) -> Option<Keys> {
+    use crate::{interface as i, ipam, meta as m};
+    let parts = match name {
+        "bandwidth" => vec![
+            config_keys::<m::bandwidth::config::Entry>(),
+            keys_at::<m::bandwidth::config::Entry>("runtimeConfig.bandwidth"),
+        ],
+        "bridge" => [vec![config_keys::<i::bridge::config::BridgeConf>()], requested_mac()].concat(),
+        "dhcp" => vec![config_keys::<ipam::dhcp::plugin::NetConf>()],
+        "dnsname" => vec![
+            config_keys::<m::dnsname::config::RawConf>(),
+            keys_at::<serde_json::Value>("runtimeConfig.aliases"),
+        ],
+        "dummy" | "loopback" => vec![],
+        "etcd-ipam" => vec![config_keys::<ipam::etcd::config::RawNetConf>()],
+        "firewall" => vec![config_keys::<m::firewall::config::RawConf>()],
+        "host-device" => vec![
+            config_keys::<i::host_device::select::HostDeviceConf>(),
+            keys_at::<String>("runtimeConfig.deviceID"),
+        ],
+        "host-local" => vec![config_keys::<ipam::host_local::config::RawNetConf>()],
+        "ipvlan" => vec![config_keys::<i::ipvlan::IpvlanConf>()],
+        "macvlan" => [vec![config_keys::<i::macvlan::MacvlanConf>()], requested_mac()].concat(),
+        "portmap" => vec![config_keys::<m::portmap::config::RawConf>()],
+        "ptp" => vec![config_keys::<i::ptp::PtpConf>()],
+        "sbr" => vec![config_keys::<m::sbr::SbrConf>()],
+        "static" => [vec![config_keys::<ipam::static_ipam::NetConf>()], requested_ips()].concat(),
+        "tap" => [vec![config_keys::<i::tap::TapConf>()], requested_mac()].concat(),
+        "tuning" => [
+            vec![
+                config_keys::<m::tuning::config::RawConf>(),
+                keys_at::<m::tuning::config::Overrides>("args.cni"),
+            ],
+            requested_mac(),
+        ]
+        .concat(),
+        "vlan" => vec![config_keys::<i::vlan::VlanConf>()],
+        "vrf" => vec![config_keys::<m::vrf::VrfConf>()],
+        _ => return None,
+    };
+    Some(keys_of(parts))
+}
+
+/// The keys every plugin's configuration has, documented once in the index page: the
+/// names `cni_types::NetConf` serialises (its flattened catch-all hides them from a
+/// deserializing trace; the literal below stops compiling when a field is added), with
+/// the `dns` object's keys and the `ipam` object's own (`ipam.type`).
+fn common_keys() -> BTreeSet<String> {
+    let every_field = cni_types::NetConf {
+        cni_version: "1.1.0".into(),
+        name: "n".into(),
+        plugin_type: "t".into(),
+        capabilities: Some(Default::default()),
+        ipam: Some(Default::default()),
+        dns: Some(Default::default()),
+        args: Some(serde_json::Value::Null),
+        runtime_config: Some(Default::default()),
+        prev_result: Some(serde_json::Value::Null),
+        extra: Default::default(),
+    };
+    let serde_json::Value::Object(map) = serde_json::to_value(every_field).unwrap() else { unreachable!() };
+    let mut keys: BTreeSet<String> = map.keys().cloned().collect();
+    keys.extend(keys_at::<cni_types::Dns>("dns").keys);
+    let ipam = cni_types::IpamConf { ipam_type: "t".into(), extra: Default::default() };
+    let serde_json::Value::Object(map) = serde_json::to_value(ipam).unwrap() else { unreachable!() };
+    keys.extend(map.keys().map(|k| format!("ipam.{k}")));
+    keys
+}
+
+/// What differs between the code's keys and a page's, as readable lines (empty: none).
+fn drift(
+    page_name: &str,
+    code: &Keys,
+    documented: &BTreeSet<String>,
+    common: &BTreeSet<String>,
+) -> Vec<String> {
+    let expected: BTreeSet<&String> = code.keys.iter().filter(|k| !common.contains(*k)).collect();
+    let below_open = |key: &str| code.open.iter().any(|open| key.starts_with(&format!("{open}.")));
+    let mut problems = Vec::new();
+    for key in expected.iter().filter(|k| !documented.contains(**k)) {
+        problems.push(format!(
+            "{page_name}: the code accepts `{key}` but the page's Keys table does not document it"
+        ));
+    }
+    for key in documented.iter().filter(|k| !expected.contains(k) && !below_open(k)) {
+        let why =
+            if common.contains(key) { " (it is a common key: document it in README.md only)" } else { "" };
+        problems
+            .push(format!("{page_name}: the page documents `{key}`, which the code does not accept{why}"));
+    }
+    problems
+}
+
+fn read_page(name: &str) -> Result<String, String> {
+    docs::read_page(env!("CARGO_MANIFEST_DIR"), name)
+}
+
+fn documented_keys(page: &str) -> BTreeSet<String> {
+    docs::table_keys(page, "Keys")
+}
+
+#[test]
+fn every_plugin_page_documents_exactly_the_keys_the_code_accepts() {
+    let common = common_keys();
+    let mut problems = Vec::new();
+    for entry in crate::registry::plugins() {
+        let Some(code) = plugin_keys(entry.name) else {
+            problems.push(format!("{}: no key source in docs_drift::plugin_keys", entry.name));
+            continue;
+        };
+        match read_page(&format!("{}.md", entry.name)) {
+            Ok(page) => {
+                problems.extend(drift(&format!("{}.md", entry.name), &code, &documented_keys(&page), &common))
+            }
+            Err(e) => problems.push(e),
+        }
+    }
+    assert!(problems.is_empty(), "docs/plugins drifted from the code:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn the_index_documents_exactly_the_common_keys() {
+    let common = common_keys();
+    let page = read_page("README.md").unwrap();
+    let code = Keys { keys: common.clone(), open: BTreeSet::new() };
+    let problems = drift("README.md", &code, &documented_keys(&page), &BTreeSet::new());
+    assert!(
+        problems.is_empty(),
+        "docs/plugins/README.md drifted from cni_types::NetConf:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn the_comparison_catches_both_directions() {
+    let code = Keys {
+        keys: ["mtu", "name", "vlanTrunk", "vlanTrunk[].id"].iter().map(|s| s.to_string()).collect(),
+        open: ["routes[]".to_string()].into(),
+    };
+    let common: BTreeSet<String> = ["name".to_string()].into();
+    let page = "# x\n## Keys\n| key | type |\n|---|---|\n| `mtu` | integer |\n| `vlanTrunk` | list |\n\
+                | `routes[].dst` | string |\n| `stale` | bool |\n## Example\n| `vlanTrunk[].id` | not a key row |\n";
+    let problems = drift("x.md", &code, &documented_keys(page), &common);
+    assert_eq!(
+        problems,
+        [
+            "x.md: the code accepts `vlanTrunk[].id` but the page's Keys table does not document it",
+            "x.md: the page documents `stale`, which the code does not accept",
+        ]
+    );
+}
+
+/// The JSON of the first ```json block under `## Example`.
+fn example(page: &str) -> Option<serde_json::Value> {
+    let section = page.split("\n## Example").nth(1)?;
+    let block = section.split("```json\n").nth(1)?.split("\n```").next()?;
+    serde_json::from_str(block).ok()
+}
+
+/// The leaf key paths of a JSON object, in the Keys tables' notation (`a.b[].c`); a list of
+/// plain values is one leaf.
+fn leaf_paths(value: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+    use serde_json::Value;
+    let below = |key: &str| if path.is_empty() { key.to_string() } else { format!("{path}.{key}") };
+    match value {
+        Value::Object(map) if !map.is_empty() => map.iter().for_each(|(k, v)| leaf_paths(v, &below(k), out)),
+        Value::Array(items) if items.iter().any(|i| i.is_object() || i.is_array()) => {
+            items.iter().for_each(|item| leaf_paths(item, &format!("{path}[]"), out))
+        }
+        _ => out.push(path.to_string()),
+    }
+}
+
+/// Each plugin page's example is a conflist whose every plugin passes that plugin's own
+/// validation (as an ADD does before touching anything) and uses only keys the code reads:
+/// an example cannot rot either.
+#[test]
+fn every_example_is_a_valid_conflist_using_only_real_keys() {
+    let common = common_keys();
+    let mut problems = Vec::new();
+    for entry in crate::registry::plugins() {
+        let page_name = format!("{}.md", entry.name);
+        let Some(list) = read_page(&page_name).ok().as_deref().and_then(example) else {
+            problems.push(format!("{page_name}: no JSON example under ## Example"));
+            continue;
+        };
+        let plugins = list["plugins"].as_array().cloned().unwrap_or_default();
+        if !plugins.iter().any(|p| p["type"] == entry.name || p["ipam"]["type"] == entry.name) {
+            problems.push(format!("{page_name}: the example does not use {}", entry.name));
+        }
+        for plugin in plugins {
+            let mut conf = plugin.clone();
+            conf["name"] = list["name"].clone();
+            conf["cniVersion"] = list["cniVersion"].clone();
+            let plugin_type = conf["type"].as_str().unwrap_or_default().to_string();
+            let ipam_type = conf["ipam"]["type"].as_str().map(str::to_string);
+            let req = cni_sdk::Request {
+                command: cni_sdk::Command::Add,
+                container_id: "ctr".into(),
+                netns: "/run/netns/op-none".into(),
+                ifname: "eth0".into(),
+                args: cni_types::args::CniArgs::parse("IgnoreUnknown=1;K8S_POD_NAME=web").unwrap(),
+                path: vec![],
+                stdin: serde_json::to_vec(&conf).unwrap(),
+                conf: serde_json::from_value(conf.clone()).unwrap(),
+                version: cni_sdk::Version::parse(list["cniVersion"].as_str().unwrap_or_default()).unwrap(),
+            };
+            match crate::fuzzing::config_stage_with_ipam(&plugin_type, &req) {
+                None => {
+                    problems.push(format!("{page_name}: example plugin type {plugin_type:?} is not ours"))
+                }
+                Some(Err(e)) => {
+                    problems.push(format!("{page_name}: example {plugin_type} is refused: {}", e.msg))
+                }
+                Some(Ok(())) => {}
+            }
+            let mut known = plugin_keys(&plugin_type).unwrap_or_default();
+            if let Some(ipam) = ipam_type.as_deref().and_then(plugin_keys) {
+                known.merge(ipam);
+            }
+            let mut paths = Vec::new();
+            leaf_paths(&plugin, "", &mut paths);
+            for path in paths {
+                let open = |p: &str| {
+                    known
+                        .open
+                        .iter()
+                        .chain(["capabilities".to_string()].iter())
+                        .any(|o| p.starts_with(&format!("{o}.")) || p == o)
+                };
+                if !known.keys.contains(&path) && !common.contains(&path) && !open(&path) {
+                    problems.push(format!(
+                        "{page_name}: the example's {plugin_type} uses `{path}`, which no code reads"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "docs/plugins examples:\n{}", problems.join("\n"));
+}
+
+/// The dhcp daemon's page documents exactly the flags its usage names, and the parser
+/// accepts each one.
+#[test]
+fn the_dhcp_daemon_page_documents_exactly_its_flags() {
+    use crate::ipam::dhcp::cli;
+    let page = read_page("dhcp-daemon.md").unwrap();
+    let documented = docs::table_keys(&page, "Flags");
+    let problems = docs::compare("dhcp-daemon.md", "flag", &docs::usage_flags(cli::USAGE), &documented);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    for flag in documented {
+        if let Err(e) = cli::parse_args(&[format!("{flag}=1s")]) {
+            assert!(!e.starts_with("unknown flag"), "{flag}: {e}");
+        }
+    }
+}
+
+/// Prints every plugin's keys (`cargo test -p cni-plugins --lib docs_drift::print -- --ignored --nocapture`):
+/// a starting point when writing a page.
+#[test]
+#[ignore]
+fn print_keys() {
+    for entry in crate::registry::plugins() {
+        let keys = plugin_keys(entry.name).unwrap_or_default();
+        println!("{}: {:?}\n  open: {:?}", entry.name, keys.keys, keys.open);
+    }
+    println!("common: {:?}", common_keys());
+}
