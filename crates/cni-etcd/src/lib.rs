@@ -20,6 +20,7 @@ mod watch;
 
 pub use client::Client;
 pub use error::{Error, Result};
+pub use http::{MAX_BODY, MAX_HEADERS, MAX_LINE};
 pub use kv::{prefix_end, Compare, KeyValue, Op, Txn, TxnResponse};
 pub use tls::{Tls, TlsFiles};
 pub use watch::{Event, Watch};
