@@ -3,6 +3,9 @@
 //! pod per host attached by the real bridge + host-local plugins. Names carry `ov`, or the
 //! prefix given to [`Cluster::start`].
 
+// Each test binary uses only part of the harness.
+#![allow(dead_code)]
+
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
