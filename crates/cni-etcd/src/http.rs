@@ -9,7 +9,7 @@
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustls::pki_types::ServerName;
 use rustls::{AlertDescription, ClientConnection, StreamOwned};
@@ -27,6 +27,10 @@ pub const MAX_HEADERS: usize = 64;
 /// smaller; the largest answers are prefix listings (etcd-ipam's GC lists every handle),
 /// about 300 bytes of JSON per key, so this holds tens of thousands of keys.
 pub const MAX_BODY: usize = 8 * 1024 * 1024;
+
+/// A unary answer must arrive whole within this many read timeouts: a member trickling a
+/// byte just inside each read's timeout cannot hold a call (and a plugin) for ever.
+pub const ANSWER_TIMEOUTS: u32 = 4;
 
 /// The bytes under HTTP: a plain socket or TLS over one.
 enum Transport {
@@ -91,10 +95,51 @@ impl Write for Transport {
     }
 }
 
+fn is_timeout(err: &io::Error) -> bool {
+    matches!(err.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+}
+
+/// The transport with the time limits of the answer being read: each read waits at most
+/// `read_timeout`, and none starts after `deadline` (when one is set).
+struct Timed {
+    transport: Transport,
+    read_timeout: Option<Duration>,
+    deadline: Option<Instant>,
+}
+
+impl Read for Timed {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let Some(deadline) = self.deadline else { return self.transport.read(buf) };
+        let late = || io::Error::new(io::ErrorKind::TimedOut, "the answer did not arrive whole in time");
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(late());
+        }
+        // The read waits its own timeout, or what is left of the answer's time if shorter.
+        let cut = self.read_timeout.is_none_or(|timeout| left < timeout);
+        let wait = if cut { left } else { self.read_timeout.unwrap_or(left) };
+        self.transport.socket().set_read_timeout(Some(wait))?;
+        match self.transport.read(buf) {
+            Err(e) if cut && is_timeout(&e) => Err(late()),
+            other => other,
+        }
+    }
+}
+
+impl Write for Timed {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.transport.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.transport.flush()
+    }
+}
+
 /// One kept-alive connection to one etcd member.
 pub struct Conn {
     host: String,
-    reader: BufReader<Transport>,
+    reader: BufReader<Timed>,
 }
 
 /// The name the member's certificate must carry: the endpoint's host without the port
@@ -156,7 +201,8 @@ impl Conn {
                         Some(tls) => handshake(stream, host, tls)?,
                         None => Transport::Plain(stream),
                     };
-                    return Ok(Conn { host: host.to_string(), reader: BufReader::new(transport) });
+                    let timed = Timed { transport, read_timeout: Some(timeout), deadline: None };
+                    return Ok(Conn { host: host.to_string(), reader: BufReader::new(timed) });
                 }
                 Err(e) => last = e,
             }
@@ -165,8 +211,24 @@ impl Conn {
     }
 
     /// Changes how long a read may block (streams wait longer than unary calls).
-    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        self.reader.get_ref().socket().set_read_timeout(timeout)
+    pub fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        self.reader.get_mut().read_timeout = timeout;
+        self.reader.get_ref().transport.socket().set_read_timeout(timeout)
+    }
+
+    /// Starts the clock of an answer: it must be read whole within [`ANSWER_TIMEOUTS`] read
+    /// timeouts (no limit when reads may block for ever).
+    fn arm_deadline(&mut self) {
+        let timed = self.reader.get_mut();
+        timed.deadline = timed.read_timeout.map(|timeout| Instant::now() + timeout * ANSWER_TIMEOUTS);
+    }
+
+    /// The answer is read: later reads (a stream's) have only their own timeout.
+    fn disarm_deadline(&mut self) -> io::Result<()> {
+        let timed = self.reader.get_mut();
+        timed.deadline = None;
+        let timeout = timed.read_timeout;
+        timed.transport.socket().set_read_timeout(timeout)
     }
 
     fn send(&mut self, path: &str, body: &[u8]) -> io::Result<()> {
@@ -253,6 +315,13 @@ impl Conn {
     /// POSTs `body` to `path` and returns the status and whole body.
     pub fn post(&mut self, path: &str, body: &[u8]) -> io::Result<(u16, Vec<u8>)> {
         self.send(path, body)?;
+        self.arm_deadline();
+        let answer = self.read_answer();
+        self.disarm_deadline()?;
+        answer
+    }
+
+    fn read_answer(&mut self) -> io::Result<(u16, Vec<u8>)> {
         let head = self.read_head()?;
         let body = if head.chunked {
             let mut body = Vec::new();
@@ -274,7 +343,10 @@ impl Conn {
     /// one with [`Stream::next_message`]. The connection is the stream's from then on.
     pub fn post_stream(mut self, path: &str, body: &[u8]) -> io::Result<Stream> {
         self.send(path, body)?;
-        let head = self.read_head()?;
+        self.arm_deadline();
+        let head = self.read_head();
+        self.disarm_deadline()?;
+        let head = head?;
         if head.status != 200 {
             return Err(bad(format!("{path}: HTTP status {}", head.status)));
         }
@@ -314,7 +386,7 @@ impl Stream {
     }
 
     /// Changes how long [`Stream::next_message`] may block.
-    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+    pub fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         self.conn.set_read_timeout(timeout)
     }
 }
@@ -390,6 +462,19 @@ mod tests {
     fn endless_headers_are_refused() {
         let server = HostileServer::start_endless(b"HTTP/1.1 200 OK\r\n", b"X-Junk: a\r\n");
         assert!(refused(&server).contains(&format!("over the limit of {MAX_HEADERS} header lines")));
+    }
+
+    #[test]
+    fn a_trickled_answer_must_arrive_whole_in_time() {
+        // A byte every 20 ms, each well inside the 300 ms read timeout: only the whole
+        // answer's limit (4 read timeouts) ends the call, long before 8 KiB of line.
+        let server =
+            HostileServer::start_trickle(b"HTTP/1.1 200 OK\r\nX-Junk: ", b"a", Duration::from_millis(20));
+        let host = server.endpoint().trim_start_matches("http://").to_string();
+        let mut conn = Conn::connect(&host, Duration::from_millis(300), None).unwrap();
+        let err = conn.post("/v3/kv/range", b"{}").unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+        assert!(err.to_string().contains("did not arrive whole in time"), "{err}");
     }
 
     #[test]

@@ -29,16 +29,24 @@ fn drain_request(stream: &mut TcpStream) {
     }
 }
 
-fn serve(stream: &mut TcpStream, answer: &[u8], repeat_tail: Option<&[u8]>) {
+/// What follows the answer: `tail` over and over, each time after `pause`.
+#[derive(Clone)]
+struct Tail {
+    bytes: Vec<u8>,
+    pause: Duration,
+}
+
+fn serve(stream: &mut TcpStream, answer: &[u8], tail: Option<&Tail>, stop: &AtomicBool) {
     drain_request(stream);
     if stream.write_all(answer).is_err() {
         return;
     }
     // An endless tail (e.g. header bytes without a newline): written until the client
     // hangs up, bounded so a client that keeps reading cannot keep the test running.
-    if let Some(tail) = repeat_tail {
-        for _ in 0..(64 << 20) / tail.len().max(1) {
-            if stream.write_all(tail).is_err() {
+    if let Some(tail) = tail {
+        for _ in 0..(64 << 20) / tail.bytes.len().max(1) {
+            std::thread::sleep(tail.pause);
+            if stop.load(Ordering::SeqCst) || stream.write_all(&tail.bytes).is_err() {
                 return;
             }
         }
@@ -53,10 +61,16 @@ impl HostileServer {
 
     /// Answers with `answer` followed by `tail` over and over (up to 64 MiB), then closes.
     pub fn start_endless(answer: &[u8], tail: &[u8]) -> HostileServer {
-        HostileServer::launch(answer.to_vec(), Some(tail.to_vec()))
+        HostileServer::launch(answer.to_vec(), Some(Tail { bytes: tail.to_vec(), pause: Duration::ZERO }))
     }
 
-    fn launch(answer: Vec<u8>, tail: Option<Vec<u8>>) -> HostileServer {
+    /// [`HostileServer::start_endless`] with `pause` before each `tail`: a member
+    /// trickling its answer, each byte in time for the client's read timeout.
+    pub fn start_trickle(answer: &[u8], tail: &[u8], pause: Duration) -> HostileServer {
+        HostileServer::launch(answer.to_vec(), Some(Tail { bytes: tail.to_vec(), pause }))
+    }
+
+    fn launch(answer: Vec<u8>, tail: Option<Tail>) -> HostileServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("binding the hostile server");
         let addr = listener.local_addr().expect("its address");
         let stop = Arc::new(AtomicBool::new(false));
@@ -67,7 +81,7 @@ impl HostileServer {
                     return;
                 }
                 let Ok(mut stream) = stream else { continue };
-                serve(&mut stream, &answer, tail.as_deref());
+                serve(&mut stream, &answer, tail.as_ref(), &stopping);
             }
         });
         HostileServer { addr, stop, thread: Some(thread) }
