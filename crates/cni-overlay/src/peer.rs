@@ -7,7 +7,7 @@
 //! record that fails is refused with a reason; [`Peers`] logs each refusal once per change
 //! of the record and keeps the refused record's subnet out of the kernel.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
 use cni_etcd::KeyValue;
@@ -167,8 +167,8 @@ impl Peers {
 
     /// Replaces everything with a full listing; returns the refusals not logged before.
     pub fn replace_all(&mut self, config: &Config, own: &Own, kvs: &[KeyValue]) -> Vec<Change> {
-        let keys: Vec<&[u8]> = kvs.iter().map(|kv| kv.key.as_slice()).collect();
-        self.refused.retain(|key, _| keys.contains(&key.as_slice()));
+        let keys: BTreeSet<&[u8]> = kvs.iter().map(|kv| kv.key.as_slice()).collect();
+        self.refused.retain(|key, _| keys.contains(key.as_slice()));
         self.accepted.clear();
         kvs.iter()
             .map(|kv| self.put(config, own, kv))
