@@ -4,7 +4,7 @@
 //! reconciled against the kernel's own dumps, so running it twice, or after a restart,
 //! converges on the same state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr};
 
 use cni_net::netlink::{
@@ -158,18 +158,21 @@ pub fn reconcile(
             attempt(&|| format!("stale route {}", route.destination), outcome);
         }
     }
+    // What the peers want, as sets: the cost of a reconcile grows with the peers, not with
+    // their square.
+    let neighbours: HashSet<(IpAddr, MacAddr)> =
+        peers.values().map(|p| (IpAddr::V4(vtep_address(p.subnet())), p.vtep_mac())).collect();
+    let remotes: HashSet<(MacAddr, IpAddr)> =
+        peers.values().map(|p| (p.vtep_mac(), IpAddr::V4(p.underlay()))).collect();
     for neighbour in nl.neighbours(IpFamily::V4, Some(device.index))? {
-        let still = peers.values().any(|p| {
-            neighbour.address == IpAddr::V4(vtep_address(p.subnet())) && neighbour.mac == Some(p.vtep_mac())
-        });
+        let still = neighbour.mac.is_some_and(|mac| neighbours.contains(&(neighbour.address, mac)));
         if neighbour.state == NeighbourState::Permanent && !still {
             let outcome = nl.delete_neighbour(device.index, neighbour.address);
             attempt(&|| format!("stale neighbour {}", neighbour.address), outcome);
         }
     }
     for entry in nl.fdb_entries(device.index)? {
-        let still =
-            peers.values().any(|p| entry.mac == p.vtep_mac() && entry.dst == Some(IpAddr::V4(p.underlay())));
+        let still = entry.dst.is_some_and(|dst| remotes.contains(&(entry.mac, dst)));
         if entry.dst.is_some() && !still {
             let outcome = nl.delete_fdb(&entry);
             attempt(&|| format!("stale FDB entry {}", entry.mac), outcome);
