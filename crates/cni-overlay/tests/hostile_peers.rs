@@ -216,3 +216,27 @@ fn agents_reach_etcd_over_tls_with_client_certificates() {
     assert!(cluster.wait_peers(0, &[1], Duration::from_secs(10)), "{}", cluster.logs());
     assert!(cluster.wait_peers(1, &[0], Duration::from_secs(10)), "{}", cluster.logs());
 }
+
+/// A running agent whose only live member turns out hostile (the genuine one dies, the
+/// next endpoint answers with a 10^12-byte body) logs the refusal and keeps running: no
+/// abort, and its device and subnet stay.
+#[test]
+fn a_hostile_member_mid_run_is_logged_and_the_agent_keeps_running() {
+    let mut cluster = Cluster::start("ot", EtcdCluster::start("ot", 1), 1);
+    let member = HostileServer::start(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n\r\n");
+    let endpoints = [cluster.etcd.endpoints(), vec![member.endpoint()]].concat();
+    cluster.hosts[0].start_agent(&endpoints, &[]);
+    cluster.etcd.kill(0);
+    let logged = wait_for(Duration::from_secs(10), || {
+        cluster.hosts[0]
+            .agent_log()
+            .contains("Content-Length of 1000000000000 bytes is over the 8 MiB limit")
+            .then_some(())
+    });
+    assert!(logged.is_some(), "{}", cluster.logs());
+    let host = &mut cluster.hosts[0];
+    let status = host.agent.as_mut().unwrap().try_wait().unwrap();
+    assert!(status.is_none(), "the agent exited: {status:?}\n{}", host.agent_log());
+    assert!(host.netlink().link_by_name(harness::DEVICE).unwrap().is_some(), "the device went");
+    assert!(host.subnet().is_some(), "the subnet file went");
+}
