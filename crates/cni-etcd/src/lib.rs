@@ -9,6 +9,11 @@
 //! bigger messages (base64 keys, decimal strings for revisions), negligible for IPAM's
 //! small records. Every call used here is a unary POST except watch, whose answer is a
 //! chunked stream of newline-delimited JSON messages.
+//!
+//! A member's answer is not trusted with memory or time: lines, header counts, bodies,
+//! chunks and stream messages are bounded ([`MAX_LINE`], [`MAX_HEADERS`], [`MAX_BODY`]) and
+//! a unary answer must arrive within [`ANSWER_TIMEOUTS`] read timeouts; anything over is
+//! an error, so a hostile member cannot make a plugin abort or hang.
 
 mod client;
 mod error;
@@ -20,6 +25,7 @@ mod watch;
 
 pub use client::Client;
 pub use error::{Error, Result};
+pub use http::{ANSWER_TIMEOUTS, MAX_BODY, MAX_HEADERS, MAX_LINE};
 pub use kv::{prefix_end, Compare, KeyValue, Op, Txn, TxnResponse};
 pub use tls::{Tls, TlsFiles};
 pub use watch::{Event, Watch};

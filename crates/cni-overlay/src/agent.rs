@@ -1,22 +1,24 @@
 //! The agent's life: acquire (or re-adopt) the subnet, set up the device, then keep the
 //! lease alive and the peers' entries in step with etcd until asked to stop.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use cni_etcd::{Client, Event, Watch};
+use cni_etcd::{Client, Event, Tls, Watch};
 use cni_net::{NetNs, Netlink};
-use ipnet::Ipv4Net;
 
 use crate::config::Config;
 use crate::dataplane::{self, Device, Underlay};
 use crate::lease::{self, NodeRecord, SubnetLease};
+use crate::peer::{Change, Own, Peers};
 use crate::{cniconf, Result};
 
 /// How long one wait on the watch lasts: the stop flag and the keep-alive are looked at
 /// between two waits.
 const TICK: Duration = Duration::from_millis(250);
+
+/// How long after a kernel request failed for some peer the peers are programmed again.
+const RETRY: Duration = Duration::from_secs(2);
 
 fn log(message: impl AsRef<str>) {
     eprintln!("cni-overlay-agent: {}", message.as_ref());
@@ -30,12 +32,17 @@ struct Agent<'a> {
     record: NodeRecord,
     lease: SubnetLease,
     device: Device,
-    peers: BTreeMap<Ipv4Net, NodeRecord>,
+    peers: Peers,
+    /// When to program the peers again after some kernel request failed.
+    retry_at: Option<Instant>,
+    /// The failures last logged, so a failure that persists is not logged every retry.
+    failures: Vec<String>,
 }
 
 /// Runs until `stop` is set (by SIGTERM/SIGINT); errors only when the start fails.
 pub fn run(config: &Config, stop: &AtomicBool) -> Result<()> {
-    let client = Client::new(&config.endpoints, Duration::from_secs(2))?;
+    let tls = config.tls.as_ref().map(Tls::load).transpose()?;
+    let client = Client::with_tls(&config.endpoints, Duration::from_secs(2), tls)?;
     // The namespace is opened once: the netlink socket and the sysctl write stay in it.
     let netns = config.netns.as_ref().map(NetNs::open).transpose()?;
     let mut nl = match &netns {
@@ -55,7 +62,9 @@ pub fn run(config: &Config, stop: &AtomicBool) -> Result<()> {
         record,
         lease: SubnetLease { subnet: config.network, lease_id: 0 },
         device: Device { index: 0, mac, mtu: 0 },
-        peers: BTreeMap::new(),
+        peers: Peers::default(),
+        retry_at: None,
+        failures: Vec::new(),
     };
     agent.acquire()?;
     // The node routes between its bridge and the overlay.
@@ -91,15 +100,49 @@ impl Agent<'_> {
         Ok(())
     }
 
+    fn own(&self) -> Own {
+        Own { subnet: self.lease.subnet, underlay: self.underlay.address }
+    }
+
+    fn log_change(change: Change) {
+        match change {
+            Change::Joined(peer) => {
+                log(format!("peer {} joined with {} at {}", peer.node(), peer.subnet(), peer.underlay()))
+            }
+            Change::Left(peer) => log(format!("peer {} left ({})", peer.node(), peer.subnet())),
+            Change::Refused { key, reason } => log(format!("record {key} refused: {reason}")),
+            Change::Unchanged => {}
+        }
+    }
+
     /// Full range of the records, then the kernel made to match; returns the revision to
     /// watch from.
     fn resync(&mut self) -> Result<i64> {
-        let (mut records, revision) = lease::list(&mut self.client, self.config)?;
-        records.remove(&self.lease.subnet);
-        records.retain(|_, r| r.node != self.config.node);
-        self.peers = records;
-        dataplane::reconcile(&mut self.nl, &self.device, &self.peers)?;
+        let (records, revision) = lease::list(&mut self.client, self.config)?;
+        let own = self.own();
+        for change in self.peers.replace_all(self.config, &own, &records) {
+            Self::log_change(change);
+        }
+        self.converge()?;
         Ok(revision)
+    }
+
+    /// Programs the believed peers; a peer the kernel refused is logged (once while it
+    /// keeps failing the same way) and tried again after [`RETRY`], the others converge.
+    fn converge(&mut self) -> Result<()> {
+        let failures = dataplane::reconcile(&mut self.nl, &self.device, self.peers.accepted())?;
+        let failures: Vec<String> = failures.iter().map(ToString::to_string).collect();
+        if failures != self.failures {
+            for failure in failures.iter().filter(|f| !self.failures.contains(f)) {
+                log(format!("programming {failure}; retrying"));
+            }
+            if failures.is_empty() {
+                log("every peer programmed");
+            }
+        }
+        self.retry_at = (!failures.is_empty()).then(|| Instant::now() + RETRY);
+        self.failures = failures;
+        Ok(())
     }
 
     /// A resync, then a watch from just after the revision it read: no change is missed
@@ -110,33 +153,22 @@ impl Agent<'_> {
     }
 
     fn apply(&mut self, events: Vec<Event>) -> Result<()> {
+        let own = self.own();
         for event in events {
-            match event {
-                Event::Put(kv) => {
-                    let Some(subnet) = lease::key_subnet(self.config, &kv.key) else { continue };
-                    match serde_json::from_slice::<NodeRecord>(&kv.value) {
-                        Ok(record) if record.node != self.config.node && subnet != self.lease.subnet => {
-                            log(format!("peer {} joined with {subnet} at {}", record.node, record.underlay));
-                            self.peers.insert(subnet, record);
-                        }
-                        Ok(_) => {}
-                        Err(e) => log(format!("record {}: {e}", kv.key_str())),
-                    }
-                }
-                Event::Delete(kv) => {
-                    let Some(subnet) = lease::key_subnet(self.config, &kv.key) else { continue };
-                    if let Some(record) = self.peers.remove(&subnet) {
-                        log(format!("peer {} left ({subnet})", record.node));
-                    }
-                }
-            }
+            let change = match event {
+                Event::Put(kv) => self.peers.put(self.config, &own, &kv),
+                Event::Delete(kv) => self.peers.delete(self.config, &kv.key),
+            };
+            Self::log_change(change);
         }
-        dataplane::reconcile(&mut self.nl, &self.device, &self.peers)
+        self.converge()
     }
 
-    fn keepalive(&mut self) {
+    /// Renews the lease; true when the subnet had to be acquired again (the peers are then
+    /// checked against it afresh).
+    fn keepalive(&mut self) -> bool {
         match self.client.lease_keepalive(self.lease.lease_id) {
-            Ok(ttl) if ttl > 0 => {}
+            Ok(ttl) if ttl > 0 => false,
             Ok(_) => {
                 // The lease ran out (etcd unreachable for longer than the TTL): ask for the
                 // same subnet again.
@@ -144,8 +176,12 @@ impl Agent<'_> {
                 if let Err(e) = self.acquire() {
                     log(format!("acquiring: {e}"));
                 }
+                true
             }
-            Err(e) => log(format!("keep-alive: {e}")),
+            Err(e) => {
+                log(format!("keep-alive: {e}"));
+                false
+            }
         }
     }
 
@@ -154,8 +190,16 @@ impl Agent<'_> {
         let mut next_keepalive = Instant::now() + self.config.keepalive_interval();
         while !stop.load(Ordering::SeqCst) {
             if Instant::now() >= next_keepalive {
-                self.keepalive();
+                if self.keepalive() {
+                    watch = None;
+                }
                 next_keepalive = Instant::now() + self.config.keepalive_interval();
+            }
+            if self.retry_at.is_some_and(|at| Instant::now() >= at) {
+                if let Err(e) = self.converge() {
+                    log(format!("programming peers: {e}; resyncing"));
+                    watch = None;
+                }
             }
             let Some(current) = watch.as_mut() else {
                 match self.resync_and_watch() {

@@ -4,21 +4,23 @@
 
 use std::path::Path;
 
+use cni_os::fs::Durability;
 use ipnet::Ipv4Net;
 use serde_json::{json, Value};
 
 use crate::config::Config;
 use crate::{Error, Result};
 
-/// Writes `text` to `path` through a temporary file and a rename: a reader never sees half
-/// a file, and a crash leaves the old one.
+/// Writes `text` to `path` with cni-os's atomic write (a reader never sees half a file, a
+/// crash leaves the old one, and the temporary file beside it is created exclusively
+/// without following a link planted in its place). Both files are read by CNI runtimes
+/// and are not secret: 0644.
 fn write_atomic(path: &Path, text: &str) -> Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| Error::Io(format!("creating {}", dir.display()), e))?;
     }
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).map_err(|e| Error::Io(format!("writing {}", tmp.display()), e))?;
-    std::fs::rename(&tmp, path).map_err(|e| Error::Io(format!("renaming to {}", path.display()), e))
+    cni_os::fs::write_atomic(path, text.as_bytes(), 0o644, Durability::Synced)
+        .map_err(|e| Error::Io(format!("writing {}", path.display()), e))
 }
 
 /// The env file's contents.

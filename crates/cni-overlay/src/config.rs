@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cni_etcd::TlsFiles;
 use ipnet::Ipv4Net;
 
 use crate::{Error, Result};
@@ -21,7 +22,10 @@ pub const USAGE: &str = "usage: cni-overlay-agent --etcd-endpoints URL[,URL...] 
   --bridge NAME          bridge named in that conflist (default cni0)
   --netns PATH           program the network of this namespace instead of the agent's own
                          (etcd is still reached from the agent's namespace)
-  --revoke-on-exit       revoke the lease on SIGTERM (peers drop this node at once)";
+  --revoke-on-exit       revoke the lease on SIGTERM (peers drop this node at once)
+  --ca-file PATH         the etcd cluster's CA (PEM): endpoints are then https://
+  --cert-file PATH       client certificate (PEM) for members requiring one, with
+  --key-file PATH        its private key (PEM)";
 
 /// Everything the agent needs to know, from its flags.
 #[derive(Debug, Clone)]
@@ -42,6 +46,27 @@ pub struct Config {
     pub revoke_on_exit: bool,
     /// The namespace whose network the agent programs (None: its own).
     pub netns: Option<PathBuf>,
+    /// TLS to etcd (etcd-ipam's `caFile`, `certFile`, `keyFile`), for `https://` endpoints.
+    pub tls: Option<TlsFiles>,
+}
+
+/// The TLS flags as etcd-ipam's `caFile`/`certFile`/`keyFile`: the certificate and key go
+/// together, and both need the CA.
+fn tls_files(
+    ca_file: Option<PathBuf>,
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+) -> Result<Option<TlsFiles>> {
+    match (ca_file, cert_file, key_file) {
+        (None, None, None) => Ok(None),
+        (None, _, _) => {
+            Err(Error::Config("--cert-file and --key-file need the cluster's CA (--ca-file)".into()))
+        }
+        (Some(_), Some(_), None) | (Some(_), None, Some(_)) => {
+            Err(Error::Config("--cert-file and --key-file go together: give both or neither".into()))
+        }
+        (Some(ca_file), cert_file, key_file) => Ok(Some(TlsFiles { ca_file, cert_file, key_file })),
+    }
 }
 
 fn host_name() -> String {
@@ -71,7 +96,9 @@ impl Config {
             bridge: "cni0".into(),
             revoke_on_exit: false,
             netns: None,
+            tls: None,
         };
+        let (mut ca_file, mut cert_file, mut key_file) = (None, None, None);
         let mut rest = args.iter();
         while let Some(flag) = rest.next() {
             if flag == "--revoke-on-exit" {
@@ -98,9 +125,13 @@ impl Config {
                 "--conflist" => config.conflist = Some(value.into()),
                 "--bridge" => config.bridge = value.into(),
                 "--netns" => config.netns = Some(value.into()),
+                "--ca-file" => ca_file = Some(PathBuf::from(value)),
+                "--cert-file" => cert_file = Some(PathBuf::from(value)),
+                "--key-file" => key_file = Some(PathBuf::from(value)),
                 _ => return Err(Error::Config(format!("unknown flag {flag}"))),
             }
         }
+        config.tls = tls_files(ca_file, cert_file, key_file)?;
         config.validate()?;
         Ok(config)
     }
@@ -108,6 +139,21 @@ impl Config {
     fn validate(&self) -> Result<()> {
         if self.endpoints.is_empty() {
             return Err(Error::Config("--etcd-endpoints is required".into()));
+        }
+        for endpoint in &self.endpoints {
+            match (endpoint.starts_with("https://"), self.tls.is_some()) {
+                (true, false) => {
+                    return Err(Error::Config(format!(
+                        "--etcd-endpoints {endpoint} is https:// but --ca-file is not set"
+                    )))
+                }
+                (false, true) => {
+                    return Err(Error::Config(format!(
+                        "--etcd-endpoints {endpoint}: with --ca-file every endpoint must be https://"
+                    )))
+                }
+                _ => {}
+            }
         }
         if self.iface.is_empty() {
             return Err(Error::Config("--iface (the underlay interface) is required".into()));
@@ -195,6 +241,21 @@ mod tests {
         assert!(with(&["--vni", "0"]).contains("--vni"));
         assert!(with(&["--network", "nope"]).contains("--network"));
         assert!(with(&["--bogus", "1"]).contains("--bogus"));
+        // TLS: an http:// endpoint with a CA, a certificate without its key or without a CA.
+        assert!(with(&["--ca-file", "/ca"]).contains("must be https://"));
+        assert!(with(&["--cert-file", "/c", "--key-file", "/k"]).contains("--ca-file"));
+        let https = ["--etcd-endpoints", "https://a:1", "--iface", "eth0", "--node", "n"];
+        let err = |extra: &[&str]| {
+            let mut list = args(&https);
+            list.extend(args(extra));
+            Config::parse(&list).unwrap_err().to_string()
+        };
+        assert!(err(&[]).contains("--ca-file is not set"));
+        assert!(err(&["--ca-file", "/ca", "--cert-file", "/c"]).contains("go together"));
+        let mut list = args(&https);
+        list.extend(args(&["--ca-file", "/ca", "--cert-file", "/c", "--key-file", "/k"]));
+        let tls = Config::parse(&list).unwrap().tls.unwrap();
+        assert_eq!((tls.ca_file.to_str(), tls.key_file.unwrap().to_str()), (Some("/ca"), Some("/k")));
         assert!(Config::parse(&args(&["--iface", "eth0"]))
             .unwrap_err()
             .to_string()

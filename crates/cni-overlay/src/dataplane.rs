@@ -4,7 +4,7 @@
 //! reconciled against the kernel's own dumps, so running it twice, or after a restart,
 //! converges on the same state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr};
 
 use cni_net::netlink::{
@@ -15,7 +15,7 @@ use cni_net::{MacAddr, Netlink};
 use ipnet::{IpNet, Ipv4Net};
 
 use crate::config::Config;
-use crate::lease::NodeRecord;
+use crate::peer::PeerRecord;
 use crate::{Error, Result};
 
 /// VXLAN's own headers over IPv4: outer IP (20) + UDP (8) + VXLAN (8) + inner Ethernet (14).
@@ -117,45 +117,79 @@ fn peer_route(device: &Device, subnet: Ipv4Net) -> Route {
     Route::new(IpNet::V4(subnet)).gateway(IpAddr::V4(vtep_address(subnet))).oif(device.index).onlink()
 }
 
+/// One kernel request of [`reconcile`] that failed: what it was for, and the error.
+#[derive(Debug)]
+pub struct Failure {
+    /// The peer's subnet (or the stale entry) the request was about.
+    pub subject: String,
+    pub error: cni_net::Error,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.subject, self.error)
+    }
+}
+
 /// Makes the device's routes, permanent neighbours and FDB entries exactly those of
 /// `peers`: missing ones are written, ones of peers that are gone are removed.
-pub fn reconcile(nl: &mut Netlink, device: &Device, peers: &BTreeMap<Ipv4Net, NodeRecord>) -> Result<()> {
-    let mut wanted: Vec<(Ipv4Net, MacAddr, Ipv4Addr)> = Vec::new();
-    for (subnet, record) in peers {
-        match record.vtep_mac.parse::<MacAddr>() {
-            Ok(mac) => wanted.push((*subnet, mac, record.underlay)),
-            Err(_) => {
-                eprintln!("cni-overlay-agent: {}: bad vtepMac {:?}, skipped", record.node, record.vtep_mac)
-            }
+///
+/// Each peer (and each stale entry) is programmed on its own: a request the kernel refuses
+/// is returned as a [`Failure`] and the others still converge; the caller retries later.
+/// Only a failed dump (nothing can be compared then) is an error.
+pub fn reconcile(
+    nl: &mut Netlink,
+    device: &Device,
+    peers: &BTreeMap<Ipv4Net, PeerRecord>,
+) -> Result<Vec<Failure>> {
+    let mut failures = Vec::new();
+    let mut attempt = |subject: &dyn Fn() -> String, outcome: cni_net::Result<()>| {
+        if let Err(error) = outcome {
+            failures.push(Failure { subject: subject(), error });
         }
-    }
+    };
     // Remove first: a peer that came back with another subnet or MAC must not leave its
     // old entries next to the new ones.
     for route in nl.routes(IpFamily::V4, Some(MAIN_TABLE))? {
         let ours = route.oif == Some(device.index) && route.gateway.is_some();
-        let still = wanted.iter().any(|(s, _, _)| route.destination == IpNet::V4(*s));
+        let still = matches!(route.destination, IpNet::V4(dst) if peers.contains_key(&dst));
         if ours && !still {
-            nl.delete_route(&route)?;
+            let outcome = nl.delete_route(&route);
+            attempt(&|| format!("stale route {}", route.destination), outcome);
         }
     }
+    // What the peers want, as sets: the cost of a reconcile grows with the peers, not with
+    // their square.
+    let neighbours: HashSet<(IpAddr, MacAddr)> =
+        peers.values().map(|p| (IpAddr::V4(vtep_address(p.subnet())), p.vtep_mac())).collect();
+    let remotes: HashSet<(MacAddr, IpAddr)> =
+        peers.values().map(|p| (p.vtep_mac(), IpAddr::V4(p.underlay()))).collect();
     for neighbour in nl.neighbours(IpFamily::V4, Some(device.index))? {
-        let still = wanted
-            .iter()
-            .any(|(s, m, _)| neighbour.address == IpAddr::V4(vtep_address(*s)) && neighbour.mac == Some(*m));
+        let still = neighbour.mac.is_some_and(|mac| neighbours.contains(&(neighbour.address, mac)));
         if neighbour.state == NeighbourState::Permanent && !still {
-            nl.delete_neighbour(device.index, neighbour.address)?;
+            let outcome = nl.delete_neighbour(device.index, neighbour.address);
+            attempt(&|| format!("stale neighbour {}", neighbour.address), outcome);
         }
     }
     for entry in nl.fdb_entries(device.index)? {
-        let still = wanted.iter().any(|(_, m, u)| entry.mac == *m && entry.dst == Some(IpAddr::V4(*u)));
+        let still = entry.dst.is_some_and(|dst| remotes.contains(&(entry.mac, dst)));
         if entry.dst.is_some() && !still {
-            nl.delete_fdb(&entry)?;
+            let outcome = nl.delete_fdb(&entry);
+            attempt(&|| format!("stale FDB entry {}", entry.mac), outcome);
         }
     }
-    for (subnet, mac, underlay) in wanted {
-        nl.replace_fdb(&FdbEntry { index: device.index, mac, dst: Some(IpAddr::V4(underlay)) })?;
-        nl.replace_neighbour(&Neighbour::permanent(device.index, IpAddr::V4(vtep_address(subnet)), mac))?;
-        nl.replace_route(&peer_route(device, subnet))?;
+    for peer in peers.values() {
+        let outcome = program_peer(nl, device, peer);
+        attempt(&|| format!("peer {} ({})", peer.node(), peer.subnet()), outcome);
     }
-    Ok(())
+    Ok(failures)
+}
+
+/// The FDB entry, permanent neighbour and route of one peer, in the order the route needs
+/// them (its gateway resolves through the neighbour, the neighbour's MAC through the FDB).
+fn program_peer(nl: &mut Netlink, device: &Device, peer: &PeerRecord) -> cni_net::Result<()> {
+    let mac = peer.vtep_mac();
+    nl.replace_fdb(&FdbEntry { index: device.index, mac, dst: Some(IpAddr::V4(peer.underlay())) })?;
+    nl.replace_neighbour(&Neighbour::permanent(device.index, IpAddr::V4(vtep_address(peer.subnet())), mac))?;
+    nl.replace_route(&peer_route(device, peer.subnet()))
 }

@@ -3,7 +3,6 @@
 //! transaction, so two nodes can never hold one subnet; a node that stops renewing loses
 //! its record when etcd's clock says the TTL is over, and its peers see the deletion.
 
-use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
 use cni_etcd::{Client, Compare, KeyValue, Op, Txn};
@@ -36,22 +35,42 @@ pub fn subnet_key(config: &Config, subnet: Ipv4Net) -> Vec<u8> {
     format!("{}{}-{}", config.subnets_prefix(), subnet.network(), subnet.prefix_len()).into_bytes()
 }
 
-/// The subnet a record's key names, or None for a key that is not one of ours.
-pub fn key_subnet(config: &Config, key: &[u8]) -> Option<Ipv4Net> {
-    let key = std::str::from_utf8(key).ok()?;
-    let (addr, len) = key.strip_prefix(&config.subnets_prefix())?.split_once('-')?;
-    Ipv4Net::new(addr.parse().ok()?, len.parse().ok()?).ok()
+/// The subnet a record's key names, if it is one this network can have: the canonical
+/// `a.b.c.d-len` of a subnet of `--network` with exactly `--subnet-len`. Anything else
+/// (`0.0.0.0-0`, `1.0.0.0-8`, another network's, host bits set) is refused with the reason:
+/// keys are written by other nodes and nothing in them is trusted.
+pub fn key_subnet(config: &Config, key: &[u8]) -> std::result::Result<Ipv4Net, String> {
+    let prefix = config.subnets_prefix();
+    let not_ours =
+        || format!("key {:?} is not a subnet key (a.b.c.d-len under {prefix})", String::from_utf8_lossy(key));
+    let text = std::str::from_utf8(key).map_err(|_| not_ours())?;
+    let (addr, len) =
+        text.strip_prefix(&prefix).and_then(|rest| rest.split_once('-')).ok_or_else(not_ours)?;
+    let addr: Ipv4Addr = addr.parse().map_err(|_| not_ours())?;
+    let len: u8 = len.parse().map_err(|_| not_ours())?;
+    let subnet = Ipv4Net::new(addr, len).map_err(|_| not_ours())?;
+    if subnet.network() != addr {
+        return Err(format!("{subnet} is not a subnet's first address"));
+    }
+    if !config.network.contains(&subnet) {
+        return Err(format!("subnet {subnet} lies outside --network {}", config.network));
+    }
+    if len != config.subnet_len {
+        return Err(format!("subnet {subnet} is a /{len}, not the network's /{}", config.subnet_len));
+    }
+    Ok(subnet)
 }
 
-/// Every record under the prefix, by subnet (records that do not parse are left out), and
-/// the store's revision of that read.
-pub fn list(client: &mut Client, config: &Config) -> Result<(BTreeMap<Ipv4Net, NodeRecord>, i64)> {
-    let (kvs, revision) = client.get_prefix(config.subnets_prefix().as_bytes(), false)?;
-    Ok((kvs.iter().filter_map(|kv| parse(config, kv).map(|(s, r, _)| (s, r))).collect(), revision))
+/// Every record under the prefix and the store's revision of that read; the caller decides
+/// which it believes ([`crate::peer::Peers`]).
+pub fn list(client: &mut Client, config: &Config) -> Result<(Vec<KeyValue>, i64)> {
+    Ok(client.get_prefix(config.subnets_prefix().as_bytes(), false)?)
 }
 
+/// A record whose key is one of the network's subnets, with its parsed value and lease
+/// (for this node's own record and for knowing which subnets are taken).
 fn parse(config: &Config, kv: &KeyValue) -> Option<(Ipv4Net, NodeRecord, i64)> {
-    let subnet = key_subnet(config, &kv.key)?;
+    let subnet = key_subnet(config, &kv.key).ok()?;
     let record = serde_json::from_slice(&kv.value).ok()?;
     Some((subnet, record, kv.lease))
 }
@@ -145,8 +164,8 @@ mod tests {
         let subnet: Ipv4Net = "10.244.7.0/24".parse().unwrap();
         let key = subnet_key(&c, subnet);
         assert_eq!(key, b"/cni-rs/overlay/subnets/10.244.7.0-24");
-        assert_eq!(key_subnet(&c, &key), Some(subnet));
-        assert_eq!(key_subnet(&c, b"/other/10.244.7.0-24"), None);
+        assert_eq!(key_subnet(&c, &key), Ok(subnet));
+        assert!(key_subnet(&c, b"/other/10.244.7.0-24").unwrap_err().contains("not a subnet key"));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use std::process::Command;
 
+use cni_etcd::testing::HostileServer;
 use cni_testkit::ns::TestNetns;
 
 fn agent() -> Command {
@@ -49,5 +50,27 @@ fn unreachable_etcd_fails_clearly_and_changes_nothing() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("etcd unreachable"), "{stderr}");
     assert!(host.netlink().unwrap().link_by_name("ovvx0").unwrap().is_none(), "a device was left behind");
+    assert!(!dir.path().join("subnet.env").exists(), "a subnet file was written");
+}
+
+/// A hostile etcd member (an answer claiming a 1e12-byte body) is a clear error naming the
+/// limit, exit status 1: not an abort on a huge allocation, and nothing is changed.
+#[test]
+fn a_hostile_etcd_member_is_an_error_not_an_abort() {
+    let host = TestNetns::with_prefix("otcli").unwrap();
+    let dir = tempfile::Builder::new().prefix("ot-cli-").tempdir().unwrap();
+    let member = HostileServer::start(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n\r\n");
+    let out = agent()
+        .args(["--etcd-endpoints", &member.endpoint(), "--iface", "lo", "--node", "ot-cli"])
+        .args(["--device", "otvx0", "--netns"])
+        .arg(host.path())
+        .arg("--subnet-file")
+        .arg(dir.path().join("subnet.env"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "killed by a signal? {out:?}");
+    assert!(stderr.contains("Content-Length of 1000000000000 bytes is over the 8 MiB limit"), "{stderr}");
+    assert!(host.netlink().unwrap().link_by_name("otvx0").unwrap().is_none(), "a device was left behind");
     assert!(!dir.path().join("subnet.env").exists(), "a subnet file was written");
 }

@@ -9,7 +9,7 @@ use cni_net::netlink::{AddressFlags, FdbEntry, IpFamily, LinkSpec, NeighbourStat
 use cni_net::{MacAddr, Netlink};
 use cni_overlay::config::Config;
 use cni_overlay::dataplane::{self, Device};
-use cni_overlay::lease::NodeRecord;
+use cni_overlay::peer::{Own, PeerRecord};
 use cni_testkit::ns::TestNetns;
 use ipnet::{IpNet, Ipv4Net};
 
@@ -32,8 +32,23 @@ fn host() -> (TestNetns, Netlink) {
     (ns, nl)
 }
 
-fn peer(node: &str, underlay: [u8; 4], mac: &str) -> NodeRecord {
-    NodeRecord { node: node.into(), underlay: Ipv4Addr::from(underlay), vtep_mac: mac.into() }
+const OWN_SUBNET: &str = "10.244.1.0/24";
+
+/// A peer's record as the agent would accept it from etcd (its MAC derived from `underlay`).
+fn peer(subnet: Ipv4Net, node: &str, underlay: [u8; 4]) -> PeerRecord {
+    let own = Own { subnet: OWN_SUBNET.parse().unwrap(), underlay: Ipv4Addr::new(192, 168, 92, 1) };
+    let underlay = Ipv4Addr::from(underlay);
+    let key = format!("/cni-rs/overlay/subnets/{}-{}", subnet.network(), subnet.prefix_len());
+    let value = format!(
+        r#"{{"node":"{node}","underlay":"{underlay}","vtepMac":"{}"}}"#,
+        dataplane::vtep_mac(underlay)
+    );
+    PeerRecord::parse(&config(), &own, key.as_bytes(), value.as_bytes(), 1).unwrap()
+}
+
+fn converge(nl: &mut Netlink, device: &Device, peers: &BTreeMap<Ipv4Net, PeerRecord>) {
+    let failures = dataplane::reconcile(nl, device, peers).unwrap();
+    assert!(failures.is_empty(), "{failures:?}");
 }
 
 /// The device's overlay entries: route destinations, permanent neighbours (address, MAC)
@@ -68,7 +83,7 @@ fn reconcile_converges_on_one_entry_set_per_peer() {
     let (_ns, mut nl) = host();
     let config = config();
     let underlay = dataplane::underlay(&mut nl, "ovu0").unwrap();
-    let subnet: Ipv4Net = "10.244.1.0/24".parse().unwrap();
+    let subnet: Ipv4Net = OWN_SUBNET.parse().unwrap();
     let device = dataplane::ensure_device(&mut nl, &config, &underlay, subnet).unwrap();
     assert_eq!(device.mtu, underlay.mtu - 50);
     // Adopted, not made again: same index; the VTEP address is the only one.
@@ -79,13 +94,11 @@ fn reconcile_converges_on_one_entry_set_per_peer() {
 
     let b: Ipv4Net = "10.244.2.0/24".parse().unwrap();
     let c: Ipv4Net = "10.244.3.0/24".parse().unwrap();
-    let mut peers = BTreeMap::from([
-        (b, peer("b", [192, 168, 92, 2], "0a:58:c0:a8:5c:02")),
-        (c, peer("c", [192, 168, 92, 3], "0a:58:c0:a8:5c:03")),
-    ]);
-    dataplane::reconcile(&mut nl, &device, &peers).unwrap();
+    let mut peers =
+        BTreeMap::from([(b, peer(b, "b", [192, 168, 92, 2])), (c, peer(c, "c", [192, 168, 92, 3]))]);
+    converge(&mut nl, &device, &peers);
     let first = state(&mut nl, &device);
-    dataplane::reconcile(&mut nl, &device, &peers).unwrap();
+    converge(&mut nl, &device, &peers);
     assert_eq!(state(&mut nl, &device), first, "a second reconcile changes nothing");
     assert_eq!(first.0, [IpNet::V4(b), IpNet::V4(c)]);
     assert_eq!(first.1.len(), 2);
@@ -96,8 +109,8 @@ fn reconcile_converges_on_one_entry_set_per_peer() {
     let stray: MacAddr = "0a:58:c0:a8:5c:09".parse().unwrap();
     nl.replace_fdb(&FdbEntry { index: device.index, mac: stray, dst: Some("192.168.92.9".parse().unwrap()) })
         .unwrap();
-    peers.insert(c, peer("c", [192, 168, 92, 4], "0a:58:c0:a8:5c:04"));
-    dataplane::reconcile(&mut nl, &device, &peers).unwrap();
+    peers.insert(c, peer(c, "c", [192, 168, 92, 4]));
+    converge(&mut nl, &device, &peers);
     let (routes, neighbours, fdb) = state(&mut nl, &device);
     assert_eq!(routes, [IpNet::V4(b), IpNet::V4(c)]);
     let c_mac: MacAddr = "0a:58:c0:a8:5c:04".parse().unwrap();
@@ -107,10 +120,45 @@ fn reconcile_converges_on_one_entry_set_per_peer() {
     assert!(fdb.contains(&(c_mac, "192.168.92.4".parse().unwrap())), "{fdb:?}");
 
     // Every peer gone: nothing of the overlay is left on the device.
-    dataplane::reconcile(&mut nl, &device, &BTreeMap::new()).unwrap();
+    converge(&mut nl, &device, &BTreeMap::new());
     let (routes, neighbours, fdb) = state(&mut nl, &device);
     assert!(
         routes.is_empty() && neighbours.is_empty() && fdb.is_empty(),
         "{routes:?} {neighbours:?} {fdb:?}"
     );
+}
+
+/// A peer the kernel refuses (here: its VTEP address is also a local address, so the
+/// route's gateway is invalid, EINVAL) does not keep the others from converging, and it
+/// converges once the obstacle is gone.
+#[test]
+fn one_refused_peer_does_not_stop_the_others() {
+    let (_ns, mut nl) = host();
+    let config = config();
+    let underlay = dataplane::underlay(&mut nl, "ovu0").unwrap();
+    let device = dataplane::ensure_device(&mut nl, &config, &underlay, OWN_SUBNET.parse().unwrap()).unwrap();
+    let [a, b, c]: [Ipv4Net; 3] =
+        ["10.244.2.0/24", "10.244.3.0/24", "10.244.4.0/24"].map(|s| s.parse().unwrap());
+    let peers = BTreeMap::from([
+        (a, peer(a, "a", [192, 168, 92, 2])),
+        (b, peer(b, "b", [192, 168, 92, 3])),
+        (c, peer(c, "c", [192, 168, 92, 4])),
+    ]);
+    let lo = nl.require_link("lo").unwrap().index;
+    nl.set_link_up(lo).unwrap();
+    let obstacle = IpNet::V4(Ipv4Net::new(b.network(), 32).unwrap());
+    nl.add_address(lo, obstacle, AddressFlags::empty()).unwrap();
+
+    let failures = dataplane::reconcile(&mut nl, &device, &peers).unwrap();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert!(failures[0].subject.contains("10.244.3.0/24"), "{}", failures[0]);
+    let (routes, neighbours, fdb) = state(&mut nl, &device);
+    assert_eq!(routes, [IpNet::V4(a), IpNet::V4(c)], "the peers around the refused one converged");
+    assert_eq!((neighbours.len(), fdb.len()), (3, 3), "{neighbours:?} {fdb:?}");
+
+    // Retried once the kernel would accept it: all three converge.
+    nl.delete_address(lo, obstacle).unwrap();
+    converge(&mut nl, &device, &peers);
+    let (routes, _, _) = state(&mut nl, &device);
+    assert_eq!(routes, [IpNet::V4(a), IpNet::V4(b), IpNet::V4(c)]);
 }

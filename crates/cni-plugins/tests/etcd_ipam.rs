@@ -3,6 +3,7 @@
 //! overlapping pools, etcd unreachable, and racing nodes never sharing an address.
 
 mod common;
+mod etcd_ipam_hostile;
 mod etcd_ipam_tls;
 
 use std::collections::HashSet;

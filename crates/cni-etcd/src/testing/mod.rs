@@ -3,6 +3,7 @@
 //! the cluster. Members can be killed (SIGKILL) to test failover. [`EtcdCluster::start_tls`]
 //! serves clients over TLS only and requires their certificates (`--client-cert-auth`).
 
+pub mod hostile;
 pub mod pki;
 
 use std::fs;
@@ -13,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::{Client, Tls};
+pub use hostile::HostileServer;
 pub use pki::Pki;
 
 const ETCD: &str = "/usr/bin/etcd";

@@ -1,6 +1,10 @@
 //! Three "hosts" (network namespaces) joined by an underlay bridge in a throwaway
 //! namespace, a real 3-member etcd cluster on 127.0.0.1, one overlay agent per host and a
-//! pod per host attached by the real bridge + host-local plugins. Names carry `ov`.
+//! pod per host attached by the real bridge + host-local plugins. Names carry `ov`, or the
+//! prefix given to [`Cluster::start`].
+
+// Each test binary uses only part of the harness.
+#![allow(dead_code)]
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
@@ -23,6 +27,8 @@ pub const DEVICE: &str = "ovvx0";
 pub const PREFIX: &str = "/ovtest";
 
 pub struct Host {
+    /// The prefix of the test's names (namespaces, temporary directories).
+    pub prefix: String,
     pub name: String,
     pub ns: TestNetns,
     pub underlay: Ipv4Addr,
@@ -178,10 +184,10 @@ impl Host {
         conf["cniVersion"] = list["cniVersion"].clone();
         conf["name"] = list["name"].clone();
         conf["ipam"]["dataDir"] = self.dir.join("ipam").display().to_string().into();
-        let pod = TestNetns::with_prefix("ovpod").unwrap();
+        let pod = TestNetns::with_prefix(&format!("{}pod", self.prefix)).unwrap();
         let out = PluginCall::new(plugins.join("bridge"), "ADD")
             .config(&conf)
-            .container_id(&format!("ov-{}", self.name))
+            .container_id(&format!("{}-{}", self.prefix, self.name))
             .netns(pod.path())
             .in_namespace(self.ns.path())
             .run();
@@ -203,23 +209,28 @@ impl Drop for Host {
 impl Cluster {
     /// etcd, the underlay and three hosts with their underlay addresses; no agents yet.
     pub fn new() -> Cluster {
+        Cluster::start("ov", EtcdCluster::start("ov", 3), 3)
+    }
+
+    /// `hosts` hosts (at most 9) on `etcd`, every name in the test carrying `prefix`.
+    pub fn start(prefix: &str, etcd: EtcdCluster, count: usize) -> Cluster {
         cni_testkit::ns::require_root();
-        let etcd = EtcdCluster::start("ov", 3);
-        let tmp = tempfile::Builder::new().prefix("ov-overlay-").tempdir().unwrap();
-        let plugins = tempfile::Builder::new().prefix("ov-plugins-").tempdir().unwrap();
+        let tmp = tempfile::Builder::new().prefix(&format!("{prefix}-overlay-")).tempdir().unwrap();
+        let plugins = tempfile::Builder::new().prefix(&format!("{prefix}-plugins-")).tempdir().unwrap();
         let binary = workspace_binary("cni-plugins", "cni-plugins");
         let status =
             Command::new(&binary).arg("install").arg(plugins.path()).stdout(Stdio::null()).status().unwrap();
         assert!(status.success(), "cni-plugins install");
 
-        let underlay = TestNetns::with_prefix("ovu").unwrap();
+        let underlay = TestNetns::with_prefix(&format!("{prefix}u")).unwrap();
         let mut unl = underlay.netlink().unwrap();
         let bridge = unl.add_bridge(&LinkSpec::new("ovbr"), &BridgeOptions::default()).unwrap();
         let bridge = bridge.map(|l| l.index).unwrap_or_else(|| unl.require_link("ovbr").unwrap().index);
         unl.set_link_up(bridge).unwrap();
         let mut hosts = Vec::new();
-        for (i, name) in ["ov-a", "ov-b", "ov-c"].iter().enumerate() {
-            let ns = TestNetns::with_prefix("ovh").unwrap();
+        for i in 0..count {
+            let name = format!("{prefix}-{}", (b'a' + i as u8) as char);
+            let ns = TestNetns::with_prefix(&format!("{prefix}h")).unwrap();
             let port = format!("ovp{i}");
             unl.add_veth(&VethSpec {
                 link: LinkSpec::new(&port),
@@ -235,10 +246,11 @@ impl Cluster {
             let net = ipnet::IpNet::V4(Ipv4Net::new(underlay_ip, 24).unwrap());
             nl.add_address(link.index, net, cni_net::netlink::AddressFlags::empty()).unwrap();
             nl.set_link_up(link.index).unwrap();
-            let dir = tmp.path().join(name);
+            let dir = tmp.path().join(&name);
             std::fs::create_dir_all(&dir).unwrap();
             hosts.push(Host {
-                name: name.to_string(),
+                prefix: prefix.to_string(),
+                name,
                 ns,
                 underlay: underlay_ip,
                 dir,
