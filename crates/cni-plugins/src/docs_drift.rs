@@ -259,6 +259,7 @@ fn every_example_is_a_valid_conflist_using_only_real_keys() {
                 stdin: serde_json::to_vec(&conf).unwrap(),
                 conf: serde_json::from_value(conf.clone()).unwrap(),
                 version: cni_sdk::Version::parse(list["cniVersion"].as_str().unwrap_or_default()).unwrap(),
+                trace: None,
             };
             match crate::fuzzing::config_stage_with_ipam(&plugin_type, &req) {
                 None => {

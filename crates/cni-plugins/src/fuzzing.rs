@@ -64,6 +64,7 @@ mod tests {
             stdin: stdin.as_bytes().to_vec(),
             conf: serde_json::from_str(stdin).unwrap(),
             version: cni_sdk::Version::V1_1_0,
+            trace: None,
         }
     }
 
