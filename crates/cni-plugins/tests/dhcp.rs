@@ -355,7 +355,7 @@ fn damaged_lease_records_are_skipped_and_del_and_gc_succeed() {
         add(&net, container);
     }
     daemon.kill();
-    let record = |c: &TestNetns| net.state_dir().join(format!("dhnet-{}-eth0.json", c.name()));
+    let record = |c: &TestNetns| net.state_dir().join(format!("dhnet+{}+eth0.json", c.name()));
     for (container, kind) in containers.iter().zip(Damage::ALL) {
         kind.apply(&record(container));
     }

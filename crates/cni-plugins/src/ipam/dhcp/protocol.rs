@@ -118,13 +118,6 @@ impl Response {
     }
 }
 
-/// Reads one JSON message from `stream` (until the peer shuts down its side).
-pub fn read_message<T: for<'de> Deserialize<'de>>(stream: &mut UnixStream) -> io::Result<T> {
-    let mut bytes = Vec::new();
-    stream.take(MAX_MESSAGE).read_to_end(&mut bytes)?;
-    serde_json::from_slice(&bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-}
-
 pub fn write_message<T: Serialize>(stream: &mut UnixStream, message: &T) -> io::Result<()> {
     stream.write_all(&serde_json::to_vec(message).map_err(io::Error::other)?)?;
     stream.shutdown(std::net::Shutdown::Write)
