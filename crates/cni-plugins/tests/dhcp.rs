@@ -125,6 +125,38 @@ fn renewal_survives_kill_9_and_restart() {
     assert!(check.success(), "CHECK: {} {}", check.stdout, check.stderr);
 }
 
+/// An upgrade from a version that named records `<net>-<containerID>-<ifname>.json`
+/// (names two attachments could share) and wrote them 0644: the new daemon renames the
+/// record, makes it 0600, resumes the lease and renews it at the server.
+#[test]
+fn a_record_under_its_old_name_is_renamed_and_its_lease_resumed() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let net = Network::new(PREFIX);
+    let _server = net.kea(8, 2, 5);
+    let mut daemon = net.daemon();
+    let container = TestNetns::with_prefix(PREFIX).unwrap();
+    let result = add(&net, &container);
+    let ip = ip(&result);
+    daemon.kill();
+    let current = net.state_dir().join(format!("dhnet+{}+eth0.json", container.name()));
+    let old = net.state_dir().join(format!("dhnet-{}-eth0.json", container.name()));
+    assert_eq!(std::fs::metadata(&current).unwrap().mode() & 0o7777, 0o600, "records are 0600");
+    std::fs::rename(&current, &old).unwrap();
+    std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
+
+    let seen = kea_grants(&net, &ip);
+    let _daemon = net.daemon();
+    assert!(!old.exists(), "the old name stayed: {:?}", net.records());
+    assert_eq!(std::fs::metadata(&current).unwrap().mode() & 0o7777, 0o600);
+    assert!(net.log("daemon.log").contains("the naming of earlier versions"), "{}", net.log("daemon.log"));
+    let status = net.status();
+    assert_eq!(status.leases.len(), 1, "{status:?}");
+    assert_eq!(status.leases[0].address, address(&result));
+    wait_for("a renewal of the resumed lease", Duration::from_secs(20), || kea_grants(&net, &ip) > seen);
+    assert!(verb(&net, "DEL", &container).success());
+    assert!(net.records().is_empty(), "{:?}", net.records());
+}
+
 #[test]
 fn server_gone_rebinding_then_expiry_is_reported() {
     let net = Network::new(PREFIX);
