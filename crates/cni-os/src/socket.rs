@@ -365,13 +365,17 @@ pub fn activated_listener() -> io::Result<Option<UnixListener>> {
         return Ok(None);
     }
     let listener = adopt_fd3();
-    let accepting = rustix::net::sockopt::socket_acceptconn(&listener)?;
-    let domain = rustix::net::sockopt::socket_domain(&listener)?;
-    let kind = rustix::net::sockopt::socket_type(&listener)?;
-    if !accepting || domain != rustix::net::AddressFamily::UNIX || kind != rustix::net::SocketType::STREAM {
-        return Err(invalid("fd 3 from systemd is not a listening unix stream socket".into()));
+    let listening_unix_stream = || -> io::Result<bool> {
+        use rustix::net::{sockopt, AddressFamily, SocketType};
+        Ok(sockopt::socket_acceptconn(&listener)?
+            && sockopt::socket_domain(&listener)? == AddressFamily::UNIX
+            && sockopt::socket_type(&listener)? == SocketType::STREAM)
+    };
+    match listening_unix_stream() {
+        Ok(true) => Ok(Some(listener)),
+        Ok(false) => Err(invalid("fd 3 from systemd is not a listening unix stream socket".into())),
+        Err(e) => Err(invalid(format!("fd 3 from systemd is not a listening unix stream socket ({e})"))),
     }
-    Ok(Some(listener))
 }
 
 #[allow(unsafe_code)]
@@ -484,5 +488,17 @@ mod tests {
         let err = bind_private(&sticky.join("s.sock")).unwrap_err();
         assert!(err.to_string().contains("shared with other users"), "{err}");
         assert_eq!(std::fs::metadata(&sticky).unwrap().mode() & 0o7777, 0o1777, "left as it was");
+    }
+
+    #[test]
+    fn a_socket_directory_another_user_owns_is_refused() {
+        assert!(crate::is_root(), "this test needs root (it chowns a directory to nobody)");
+        let root = tempfile::tempdir().unwrap();
+        let theirs = root.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        let err = bind_private(&theirs.join("s.sock")).unwrap_err();
+        assert!(err.to_string().contains("owned by uid 65534"), "{err}");
+        assert!(std::fs::read_dir(&theirs).unwrap().next().is_none(), "nothing was bound in it");
     }
 }

@@ -78,3 +78,23 @@ fn clients_trickling_a_byte_every_8_s_are_cut_and_threads_stay_capped() {
     socket_attack::assert_slow_loris_bounded(daemon.child.id(), &daemon.socket, Duration::from_secs(8), cap);
     assert!(daemon.answers_status(), "served again once they are gone");
 }
+
+/// systemd socket activation taken at its word only for a listening unix socket: with
+/// `LISTEN_FDS` set and fd 3 something else (here /dev/null), the daemon says so and
+/// exits instead of serving on it or binding a socket of its own.
+#[test]
+fn a_passed_fd_3_that_is_not_a_listening_socket_is_refused() {
+    let dir = tempfile::Builder::new().prefix("ds-dhcp").tempdir().unwrap();
+    let socket = dir.path().join("run/dhcp.sock");
+    let out = std::process::Command::new("/bin/sh")
+        .args(["-c", "exec 3</dev/null; LISTEN_PID=$$ LISTEN_FDS=1 exec \"$0\" dhcp daemon -socketpath \"$1\" -statedir \"$2\""])
+        .arg(env!("CARGO_BIN_EXE_cni-plugins"))
+        .arg(&socket)
+        .arg(dir.path().join("state"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("fd 3 from systemd is not a listening unix stream socket"), "{stderr}");
+    assert!(!socket.exists());
+}
