@@ -18,9 +18,11 @@ pub const USAGE: &str = "usage: cni-plugins dhcp daemon [flags]   (also: dhcp da
 Keeps the DHCP leases of the `dhcp` IPAM plugin: acquires them in containers' namespaces,
 renews them, releases them on DEL, and keeps them on disk across restarts.
 
-  -socketpath PATH  unix socket to listen on [/run/cni/dhcp.sock]; with systemd socket
-                    activation (LISTEN_FDS) the passed socket is used instead
-  -statedir DIR     where leases are kept [/var/lib/cni/dhcp]
+  -socketpath PATH  unix socket to listen on [/run/cni/dhcp.sock], made 0600 in its
+                    directory made (or tightened to) 0700, whatever the umask; only root's
+                    connections are answered. With systemd socket activation (LISTEN_FDS)
+                    the passed socket is used instead
+  -statedir DIR     where leases are kept [/var/lib/cni/dhcp] (0700, records 0600)
   -pidfile PATH     write the daemon's pid there
   -hostprefix DIR   prefix for namespace paths and the default socket (when running in a
                     container that sees the host's filesystem under DIR)
