@@ -20,7 +20,7 @@ struct Resolver {
 impl Resolver {
     fn start() -> Resolver {
         let dir = tempfile::Builder::new().prefix("ds-dnsd").tempdir().unwrap();
-        let state = dir.path().join("state");
+        let state = dir.path().join("run/dnsname");
         let child = command_under_umask_000(Path::new(env!("CARGO_BIN_EXE_cni-dnsd")))
             .arg("--state-dir")
             .arg(&state)

@@ -30,7 +30,7 @@ impl Agent {
     /// The agent on a socket in a directory that does not exist yet.
     fn start() -> Agent {
         let dir = tempfile::Builder::new().prefix("ds-agent").tempdir().unwrap();
-        let socket = dir.path().join("run/agent.sock");
+        let socket = dir.path().join("run/cni-rs/agent.sock");
         let child = command_under_umask_000(Path::new(env!("CARGO_BIN_EXE_etcd-ipam-agent")))
             .arg("--socket")
             .arg(&socket)

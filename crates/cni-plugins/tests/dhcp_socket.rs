@@ -23,7 +23,7 @@ impl Daemon {
     /// The daemon with a socket and a state directory that do not exist yet.
     fn start() -> Daemon {
         let dir = tempfile::Builder::new().prefix("ds-dhcp").tempdir().unwrap();
-        let socket = dir.path().join("run/dhcp.sock");
+        let socket = dir.path().join("run/cni/dhcp.sock");
         let state = dir.path().join("state");
         let child = command_under_umask_000(Path::new(env!("CARGO_BIN_EXE_cni-plugins")))
             .args(["dhcp", "daemon", "-socketpath"])

@@ -199,7 +199,8 @@ fn set_mode(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
 }
 
-/// The socket of a daemon started under umask 000 is 0600 in a 0700 directory, so
+/// The socket of a daemon started under umask 000 is 0600 in a 0700 directory (whose
+/// parent, if the daemon made it, is not writable by others either), so
 /// `nobody` cannot even connect; and when an administrator opens both up anyway, the
 /// daemon still answers `nobody` only with a refusal (its peer check), never with the
 /// result of `request`. Returns that refusal.
@@ -207,6 +208,13 @@ pub fn assert_root_only(socket: &Path, request: &str) -> String {
     let dir = socket.parent().expect("the socket has a directory");
     assert_eq!(mode_of(socket), 0o600, "the socket's mode");
     assert_eq!(mode_of(dir), 0o700, "the socket directory's mode");
+    let above = dir.parent().expect("the socket directory has a parent");
+    assert_eq!(
+        mode_of(above) & 0o022,
+        0,
+        "{} is writable by others: our directory could be swapped",
+        above.display()
+    );
     assert_eq!(
         exchange_as_nobody(socket, request),
         NobodySaw::ConnectFailed("EACCES".into()),
