@@ -157,6 +157,54 @@ fn a_record_under_its_old_name_is_renamed_and_its_lease_resumed() {
     assert!(net.records().is_empty(), "{:?}", net.records());
 }
 
+/// Network `dsa-b` with container `c` and network `dsa` with container `b-c`: under the
+/// old record names (`<net>-<cid>-<ifname>.json`) both leases went to one file, so one
+/// attachment's DEL took the other's record and a restart lost its lease. Each keeps its
+/// own record now: the DEL of one leaves the other, which a restarted daemon resumes.
+#[test]
+fn attachments_whose_old_record_names_collide_keep_their_leases_apart() {
+    let net = Network::new(PREFIX);
+    let _server = net.dnsmasq();
+    let mut daemon = net.daemon();
+    let attachment = |network: &str, id: &str| {
+        let mut conf = net.conf();
+        conf["name"] = network.into();
+        (conf, id.to_string(), TestNetns::with_prefix(PREFIX).unwrap())
+    };
+    let first = attachment("dsa-b", "c");
+    let second = attachment("dsa", "b-c");
+    let run = |verb: &str, (conf, id, container): &(Value, String, TestNetns)| {
+        call("bridge", verb, &net.host, Some(container), conf).container_id(id).run()
+    };
+    let (one, two) = (run("ADD", &first), run("ADD", &second));
+    assert!(
+        one.success() && two.success(),
+        "ADD: {} {} / {} {}",
+        one.stdout,
+        one.stderr,
+        two.stdout,
+        two.stderr
+    );
+    let kept = address(&two.json());
+    assert_ne!(address(&one.json()), kept);
+    let mut records = net.records();
+    records.sort();
+    assert_eq!(records, ["dsa+b-c+eth0.json", "dsa-b+c+eth0.json"]);
+
+    assert!(run("DEL", &first).success());
+    assert_eq!(net.records(), ["dsa+b-c+eth0.json"], "the other attachment's record stays");
+    daemon.kill();
+    let _daemon = net.daemon();
+    let status = net.status();
+    assert_eq!(status.leases.len(), 1, "{status:?}");
+    assert_eq!(
+        (status.leases[0].key.network.as_str(), status.leases[0].address.as_str()),
+        ("dsa", kept.as_str())
+    );
+    assert!(run("DEL", &second).success());
+    assert!(net.records().is_empty(), "{:?}", net.records());
+}
+
 #[test]
 fn server_gone_rebinding_then_expiry_is_reported() {
     let net = Network::new(PREFIX);
