@@ -23,7 +23,8 @@
 //! - **How many**: at most [`Limits::max_connections`] connections are served at once,
 //!   each on its own thread; while all are taken the server accepts nothing more, so
 //!   further clients wait in the kernel's listen queue. Threads never exceed that cap
-//!   plus the accepting one.
+//!   plus the accepting one, and memory held by requests never exceeds the cap times the
+//!   size limit (64 MiB with the defaults).
 
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -500,5 +501,51 @@ mod tests {
         let err = bind_private(&theirs.join("s.sock")).unwrap_err();
         assert!(err.to_string().contains("owned by uid 65534"), "{err}");
         assert!(std::fs::read_dir(&theirs).unwrap().next().is_none(), "nothing was bound in it");
+    }
+
+    /// The server threads of this test process named `name`.
+    fn threads_named(name: &str) -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .flatten()
+            .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))
+            .count()
+    }
+
+    #[test]
+    fn every_slow_client_is_cut_and_threads_never_pass_the_cap() {
+        use std::sync::atomic::AtomicUsize;
+        let root = tempfile::tempdir().unwrap();
+        let path = root.path().join("s.sock");
+        let limits = Limits { deadline: Duration::from_millis(100), max_connections: 8, ..Limits::default() };
+        let listener = bind_private(&path).unwrap();
+        let server = Server::new(listener, Framing::Line, "cni-os-loris").with_limits(limits);
+        std::thread::spawn(move || server.serve(Arc::new(Echo)));
+        let cut = Arc::new(AtomicUsize::new(0));
+        let clients: Vec<_> = (0..300)
+            .map(|_| {
+                let (path, cut) = (path.clone(), cut.clone());
+                std::thread::spawn(move || {
+                    let mut stream = UnixStream::connect(&path).unwrap();
+                    // Never a whole line: a byte every 30 ms until the server hangs up
+                    // (the bound on tries only keeps a broken server from hanging the test).
+                    for _ in 0..2000 {
+                        if stream.write_all(b"x").is_err() {
+                            cut.fetch_add(1, Ordering::SeqCst);
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(30));
+                    }
+                })
+            })
+            .collect();
+        let mut most = 0;
+        while clients.iter().any(|c| !c.is_finished()) {
+            most = most.max(threads_named("cni-os-loris"));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(cut.load(Ordering::SeqCst), 300, "every slow client is cut off");
+        assert!(most <= 8, "{most} connection threads for a cap of 8");
+        assert!(most > 0, "the sampling saw the server's threads at all");
     }
 }
