@@ -21,8 +21,9 @@
 //!   a time is cut when the deadline passes. Sending the reply has the same allowance.
 //!   The work between (acquiring a lease, an etcd transaction) is bounded by the service.
 //! - **How many**: at most [`Limits::max_connections`] connections are served at once,
-//!   each on its own thread; while all are taken the server accepts nothing more, so
-//!   further clients wait in the kernel's listen queue. Threads never exceed that cap
+//!   each on its own thread (started when first needed, then kept); while all are busy
+//!   the server accepts nothing more, so further clients wait in the kernel's listen
+//!   queue. A service that panics loses that connection, not the thread. Threads never exceed that cap
 //!   plus the accepting one, and memory held by requests never exceeds the cap times the
 //!   size limit (64 MiB with the defaults).
 
@@ -30,8 +31,9 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The largest request any of the daemons takes: theirs are a few KiB at most.
@@ -125,7 +127,7 @@ impl Server {
     /// Serves until accepting fails for good (the listener is closed); runs on the
     /// calling thread.
     pub fn serve<S: Service>(self, service: Arc<S>) -> io::Result<()> {
-        let slots = Arc::new(Slots::new(self.limits.max_connections));
+        let mut workers = Workers::new(service.clone(), self.framing, self.limits, &self.thread_name);
         loop {
             let stream = match self.listener.accept() {
                 Ok((stream, _)) => stream,
@@ -138,28 +140,80 @@ impl Server {
                 Err(e) => return Err(e),
             };
             match peer_uid(&stream) {
-                Ok(0) => {}
-                Ok(uid) => {
-                    refuse_now(&stream, service.as_ref(), &Refusal::NotRoot { uid });
-                    continue;
-                }
-                Err(e) => {
-                    refuse_now(&stream, service.as_ref(), &Refusal::Io(e));
-                    continue;
-                }
-            }
-            let slot = slots.take();
-            let (service, framing, limits) = (service.clone(), self.framing, self.limits);
-            let spawned = std::thread::Builder::new().name(self.thread_name.clone()).spawn(move || {
-                let _slot = slot;
-                serve_connection(stream, service.as_ref(), framing, limits);
-            });
-            // A failed spawn drops the closure, its slot and the stream with it: that
-            // client sees its connection closed.
-            if spawned.is_err() {
-                std::thread::sleep(Duration::from_millis(50));
+                Ok(0) => workers.hand_over(stream),
+                Ok(uid) => refuse_now(&stream, service.as_ref(), &Refusal::NotRoot { uid }),
+                Err(e) => refuse_now(&stream, service.as_ref(), &Refusal::Io(e)),
             }
         }
+    }
+}
+
+/// The connection threads: started as connections need them, up to the cap, and kept
+/// (a thread that ended after each connection would still exist for a moment while its
+/// successor starts, so the count could pass the cap). Each takes connections one at a
+/// time from a channel of no capacity: handing one over waits for a free thread.
+struct Workers<S> {
+    service: Arc<S>,
+    framing: Framing,
+    limits: Limits,
+    name: String,
+    sender: SyncSender<UnixStream>,
+    receiver: Arc<Mutex<Receiver<UnixStream>>>,
+    /// Threads free for a connection that no hand-over has claimed yet: a thread adds
+    /// itself when it is done with one, a hand-over claims one before sending (or starts
+    /// a thread for its connection), so a send never waits while the count says a thread
+    /// is free, and threads are started only when none is.
+    idle: Arc<AtomicUsize>,
+    started: usize,
+}
+
+impl<S: Service> Workers<S> {
+    fn new(service: Arc<S>, framing: Framing, limits: Limits, name: &str) -> Workers<S> {
+        let (sender, receiver) = std::sync::mpsc::sync_channel(0);
+        Workers {
+            service,
+            framing,
+            limits,
+            name: name.to_string(),
+            sender,
+            receiver: Arc::new(Mutex::new(receiver)),
+            idle: Arc::new(AtomicUsize::new(0)),
+            started: 0,
+        }
+    }
+
+    /// Gives `stream` to a thread, starting one if none is idle and the cap allows;
+    /// otherwise waits until one is free.
+    fn hand_over(&mut self, stream: UnixStream) {
+        let claimed =
+            self.idle.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
+        if !claimed && self.started < self.limits.max_connections {
+            match self.start() {
+                Ok(()) => self.started += 1,
+                // No thread now (a process limit): the ones running serve it in turn.
+                Err(_) if self.started > 0 => {}
+                // None at all: this client sees its connection closed.
+                Err(_) => return,
+            }
+        }
+        // The receiving side lives as long as `self`, so this only returns once a
+        // thread has taken the connection.
+        let _ = self.sender.send(stream);
+    }
+
+    fn start(&self) -> io::Result<()> {
+        let (service, framing, limits) = (self.service.clone(), self.framing, self.limits);
+        let (receiver, idle) = (self.receiver.clone(), self.idle.clone());
+        std::thread::Builder::new().name(self.name.clone()).spawn(move || loop {
+            let next = receiver.lock().unwrap_or_else(|p| p.into_inner()).recv();
+            let Ok(stream) = next else { return };
+            // A service that panics loses its connection, not the thread.
+            let served =
+                std::panic::AssertUnwindSafe(|| serve_connection(stream, service.as_ref(), framing, limits));
+            let _ = std::panic::catch_unwind(served);
+            idle.fetch_add(1, Ordering::SeqCst);
+        })?;
+        Ok(())
     }
 }
 
@@ -260,37 +314,6 @@ fn write_reply(stream: &mut UnixStream, reply: &[u8], allowance: Duration) -> io
         }
     }
     stream.flush()
-}
-
-/// A counting semaphore for connection threads.
-struct Slots {
-    free: Mutex<usize>,
-    freed: Condvar,
-}
-
-/// A taken slot; given back when dropped (also when its thread panics).
-struct Slot(Arc<Slots>);
-
-impl Slots {
-    fn new(count: usize) -> Slots {
-        Slots { free: Mutex::new(count), freed: Condvar::new() }
-    }
-
-    fn take(self: &Arc<Slots>) -> Slot {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        while *free == 0 {
-            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
-        }
-        *free -= 1;
-        Slot(self.clone())
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        *self.0.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-        self.0.freed.notify_one();
-    }
 }
 
 /// Listens on `path`, a socket file of mode 0600 in a private directory: the directory
@@ -396,6 +419,7 @@ mod tests {
 
     impl Service for Echo {
         fn handle(&self, request: Vec<u8>) -> Vec<u8> {
+            assert_ne!(request, b"panic", "a service that panics");
             [b"ok ".as_slice(), &request, b"\n"].concat()
         }
         fn refuse(&self, why: &Refusal) -> Option<Vec<u8>> {
@@ -547,5 +571,73 @@ mod tests {
         assert_eq!(cut.load(Ordering::SeqCst), 300, "every slow client is cut off");
         assert!(most <= 8, "{most} connection threads for a cap of 8");
         assert!(most > 0, "the sampling saw the server's threads at all");
+    }
+
+    #[test]
+    fn a_panicking_service_loses_the_connection_not_the_thread() {
+        let root = tempfile::tempdir().unwrap();
+        let path = root.path().join("s.sock");
+        serve(&path, Framing::Line, Limits { max_connections: 1, ..Limits::default() });
+        assert_eq!(ask(&path, b"panic\n"), "", "closed without an answer");
+        // With a cap of one thread, an answer now means that thread lived on.
+        assert_eq!(ask(&path, b"after\n"), "ok after\n");
+    }
+
+    /// Answers "together" once `expected` requests are being handled at the same time,
+    /// "alone" if that never happens; ready for the next round once all have left.
+    struct Gathering {
+        /// (requests inside, whether they all gathered this round)
+        state: std::sync::Mutex<(usize, bool)>,
+        arrived: std::sync::Condvar,
+        expected: usize,
+    }
+
+    impl Service for Gathering {
+        fn handle(&self, _: Vec<u8>) -> Vec<u8> {
+            let mut state = self.state.lock().unwrap();
+            state.0 += 1;
+            if state.0 == self.expected {
+                state.1 = true;
+                self.arrived.notify_all();
+            }
+            let mut state =
+                self.arrived.wait_timeout_while(state, Duration::from_secs(20), |s| !s.1).unwrap().0;
+            let together = state.1;
+            state.0 -= 1;
+            if state.0 == 0 {
+                state.1 = false;
+            }
+            if together {
+                b"together".to_vec()
+            } else {
+                b"alone".to_vec()
+            }
+        }
+        fn refuse(&self, _: &Refusal) -> Option<Vec<u8>> {
+            None
+        }
+    }
+
+    #[test]
+    fn as_many_connections_as_the_cap_are_served_at_once() {
+        let root = tempfile::tempdir().unwrap();
+        let path = root.path().join("s.sock");
+        let listener = bind_private(&path).unwrap();
+        let limits = Limits { max_connections: 8, ..Limits::default() };
+        let service =
+            Arc::new(Gathering { state: Default::default(), arrived: Default::default(), expected: 8 });
+        let server = Server::new(listener, Framing::Line, "cni-os-gather").with_limits(limits);
+        std::thread::spawn(move || server.serve(service));
+        for round in 0..3 {
+            let clients: Vec<_> = (0..8)
+                .map(|_| {
+                    let path = path.clone();
+                    std::thread::spawn(move || ask(&path, b"hi\n"))
+                })
+                .collect();
+            for client in clients {
+                assert_eq!(client.join().unwrap(), "together", "round {round}: fewer than 8 served at once");
+            }
+        }
     }
 }
