@@ -23,17 +23,17 @@
 //! - **How many**: at most [`Limits::max_connections`] connections are served at once,
 //!   each on its own thread (started when first needed, then kept); while all are busy
 //!   the server accepts nothing more, so further clients wait in the kernel's listen
-//!   queue. A service that panics loses that connection, not the thread. Threads never exceed that cap
-//!   plus the accepting one, and memory held by requests never exceeds the cap times the
-//!   size limit (64 MiB with the defaults).
+//!   queue. A service that panics loses that connection, not the thread. Threads never
+//!   exceed the cap plus the accepting one, and memory held by requests never exceeds the
+//!   cap times the size limit (64 MiB with the defaults).
 
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// The largest request any of the daemons takes: theirs are a few KiB at most.
@@ -150,8 +150,8 @@ impl Server {
 
 /// The connection threads: started as connections need them, up to the cap, and kept
 /// (a thread that ended after each connection would still exist for a moment while its
-/// successor starts, so the count could pass the cap). Each takes connections one at a
-/// time from a channel of no capacity: handing one over waits for a free thread.
+/// successor starts, so the count could pass the cap). A connection is handed over on a
+/// channel of no capacity, after claiming a free thread for it.
 struct Workers<S> {
     service: Arc<S>,
     framing: Framing,
@@ -159,12 +159,27 @@ struct Workers<S> {
     name: String,
     sender: SyncSender<UnixStream>,
     receiver: Arc<Mutex<Receiver<UnixStream>>>,
-    /// Threads free for a connection that no hand-over has claimed yet: a thread adds
-    /// itself when it is done with one, a hand-over claims one before sending (or starts
-    /// a thread for its connection), so a send never waits while the count says a thread
-    /// is free, and threads are started only when none is.
-    idle: Arc<AtomicUsize>,
+    free: Arc<FreeThreads>,
     started: usize,
+}
+
+/// How many started threads wait for a connection that no hand-over has claimed yet.
+#[derive(Default)]
+struct FreeThreads {
+    count: Mutex<usize>,
+    changed: Condvar,
+}
+
+impl FreeThreads {
+    fn lock(&self) -> MutexGuard<'_, usize> {
+        self.count.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A thread done with its connection.
+    fn release(&self) {
+        *self.lock() += 1;
+        self.changed.notify_one();
+    }
 }
 
 impl<S: Service> Workers<S> {
@@ -177,33 +192,37 @@ impl<S: Service> Workers<S> {
             name: name.to_string(),
             sender,
             receiver: Arc::new(Mutex::new(receiver)),
-            idle: Arc::new(AtomicUsize::new(0)),
+            free: Arc::default(),
             started: 0,
         }
     }
 
-    /// Gives `stream` to a thread, starting one if none is idle and the cap allows;
-    /// otherwise waits until one is free.
+    /// Gives `stream` to a thread: a free one, else a new one while under the cap, else
+    /// the first to become free (meanwhile nothing more is accepted).
     fn hand_over(&mut self, stream: UnixStream) {
-        let claimed =
-            self.idle.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
-        if !claimed && self.started < self.limits.max_connections {
-            match self.start() {
-                Ok(()) => self.started += 1,
-                // No thread now (a process limit): the ones running serve it in turn.
-                Err(_) if self.started > 0 => {}
-                // None at all: this client sees its connection closed.
-                Err(_) => return,
-            }
+        let mut free = self.free.lock();
+        if *free > 0 {
+            *free -= 1;
+        } else if self.started < self.limits.max_connections && self.start().is_ok() {
+            // The new thread is this connection's; it was never counted free.
+            self.started += 1;
+        } else if self.started == 0 {
+            // No thread, and none can be started (a process limit): the client sees its
+            // connection closed.
+            return;
+        } else {
+            free = self.free.changed.wait_while(free, |n| *n == 0).unwrap_or_else(|p| p.into_inner());
+            *free -= 1;
         }
-        // The receiving side lives as long as `self`, so this only returns once a
-        // thread has taken the connection.
+        drop(free);
+        // A thread is claimed for this connection and the receiving side lives as long
+        // as `self`: the send returns as soon as that thread takes it.
         let _ = self.sender.send(stream);
     }
 
     fn start(&self) -> io::Result<()> {
         let (service, framing, limits) = (self.service.clone(), self.framing, self.limits);
-        let (receiver, idle) = (self.receiver.clone(), self.idle.clone());
+        let (receiver, free) = (self.receiver.clone(), self.free.clone());
         std::thread::Builder::new().name(self.name.clone()).spawn(move || loop {
             let next = receiver.lock().unwrap_or_else(|p| p.into_inner()).recv();
             let Ok(stream) = next else { return };
@@ -211,7 +230,7 @@ impl<S: Service> Workers<S> {
             let served =
                 std::panic::AssertUnwindSafe(|| serve_connection(stream, service.as_ref(), framing, limits));
             let _ = std::panic::catch_unwind(served);
-            idle.fetch_add(1, Ordering::SeqCst);
+            free.release();
         })?;
         Ok(())
     }
