@@ -9,14 +9,14 @@
 use crate::answer::{handle, Outcome, Transport};
 use crate::forward::{forward, HostServers};
 use crate::zone::Zones;
-use cni_dns::control::TakeLine;
 use cni_dns::StateDir;
+use cni_os::socket;
 use hickory_proto::op::{Message, ResponseCode};
 use std::collections::{HashMap, HashSet};
-use std::io::{BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -369,22 +369,38 @@ impl Resolver {
         }
     }
 
-    /// Serves the control socket (one connection at a time; each is one short exchange).
+    /// Serves the control socket through the workspace's root-only request server
+    /// (`cni_os::socket`): one line per connection, a 2 s deadline for it, a few
+    /// connections at once (reloads take turns on their own lock).
     pub fn serve_control(self: &Arc<Resolver>, listener: UnixListener) -> std::io::Result<()> {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
-            let _ = self.control_client(stream);
-        }
-        Ok(())
+        let limits = socket::Limits { deadline: CONTROL_DEADLINE, max_connections: 8, ..Default::default() };
+        socket::Server::new(listener, socket::Framing::Line, "control")
+            .with_limits(limits)
+            .serve(Arc::new(Control(self.clone())))
+    }
+}
+
+/// The time a control client has to send its line (and to take the answer).
+const CONTROL_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The control protocol as the request server sees it: a line in, a line out.
+struct Control(Arc<Resolver>);
+
+impl socket::Service for Control {
+    fn handle(&self, request: Vec<u8>) -> Vec<u8> {
+        let reply = match std::str::from_utf8(&request) {
+            Ok(line) => self.0.control_request(line.trim()),
+            Err(_) => "error request is not UTF-8".to_string(),
+        };
+        format!("{reply}\n").into_bytes()
     }
 
-    fn control_client(self: &Arc<Resolver>, stream: UnixStream) -> std::io::Result<()> {
-        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-        stream.set_write_timeout(Some(Duration::from_secs(2)))?;
-        let mut line = String::new();
-        BufReader::new(&stream).take_line(&mut line)?;
-        let reply = self.control_request(line.trim());
-        (&stream).write_all(format!("{reply}\n").as_bytes())
+    fn refuse(&self, why: &socket::Refusal) -> Option<Vec<u8>> {
+        if let socket::Refusal::Io(_) = why {
+            return None;
+        }
+        log(format_args!("control socket: refused a request: {why}"));
+        Some(format!("error {why}\n").into_bytes())
     }
 }
 

@@ -7,11 +7,11 @@
 //! etcd-ipam-agent --socket /run/cni-rs/etcd-ipam.sock
 //! ```
 
-use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use cni_os::socket;
 use cni_plugins::ipam::etcd::agent::Agent;
 
 const USAGE: &str = "usage: etcd-ipam-agent --socket PATH";
@@ -30,23 +30,21 @@ fn main() -> ExitCode {
         eprintln!("{USAGE}");
         return ExitCode::from(2);
     };
-    if let Some(dir) = socket.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
-    // A socket file left by an agent that was killed: nobody listens on it any more.
-    if std::os::unix::net::UnixStream::connect(&socket).is_err() {
-        let _ = std::fs::remove_file(&socket);
-    }
-    let listener = match UnixListener::bind(&socket) {
+    // The socket file is 0600 in a 0700 directory whatever the umask (whoever can talk
+    // to the agent can release any container's address), or the one systemd passes.
+    let listener = match socket::activated_listener().and_then(|passed| match passed {
+        Some(listener) => Ok(listener),
+        None => socket::bind_private(&socket),
+    }) {
         Ok(listener) => listener,
         Err(e) => {
-            eprintln!("etcd-ipam-agent: binding {}: {e}", socket.display());
+            eprintln!("etcd-ipam-agent: listening on {}: {e}", socket.display());
             return ExitCode::FAILURE;
         }
     };
     eprintln!("etcd-ipam-agent: serving on {}", socket.display());
     Arc::new(Agent::default()).serve(listener);
-    ExitCode::SUCCESS
+    ExitCode::FAILURE
 }
 
 #[cfg(test)]

@@ -127,7 +127,10 @@ fn nofollow_flags() -> i32 {
 /// contents under us.
 pub fn private_dir(dir: &Path) -> io::Result<()> {
     if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)?;
+        // 0755 asked for explicitly: `create_dir_all` would take 0777 less the umask, and
+        // under umask 000 a world-writable parent would let any user move our private
+        // directory aside and put one of theirs in its place.
+        std::fs::DirBuilder::new().recursive(true).mode(0o755).create(parent)?;
     }
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => {}

@@ -9,10 +9,15 @@
 //!   then renamed over the target (a rename replaces a link, it never follows one);
 //! - a state file is read without following a link ([`fs::open_nofollow`]);
 //! - a private directory is 0700 and ours ([`fs::private_dir`]): one that another user
-//!   owns, or a link in its place, is refused rather than used.
-#![forbid(unsafe_code)]
+//!   owns, or a link in its place, is refused rather than used;
+//! - a daemon's request socket is root's alone and bounded in size, time and concurrency
+//!   ([`socket`]).
+//!
+//! The only unsafe code is the adoption of the socket systemd passes as fd 3.
+#![deny(unsafe_code)]
 
 pub mod fs;
+pub mod socket;
 
 /// Whether this process runs with root's effective user id.
 pub fn is_root() -> bool {

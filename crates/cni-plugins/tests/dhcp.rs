@@ -125,6 +125,86 @@ fn renewal_survives_kill_9_and_restart() {
     assert!(check.success(), "CHECK: {} {}", check.stdout, check.stderr);
 }
 
+/// An upgrade from a version that named records `<net>-<containerID>-<ifname>.json`
+/// (names two attachments could share) and wrote them 0644: the new daemon renames the
+/// record, makes it 0600, resumes the lease and renews it at the server.
+#[test]
+fn a_record_under_its_old_name_is_renamed_and_its_lease_resumed() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let net = Network::new(PREFIX);
+    let _server = net.kea(8, 2, 5);
+    let mut daemon = net.daemon();
+    let container = TestNetns::with_prefix(PREFIX).unwrap();
+    let result = add(&net, &container);
+    let ip = ip(&result);
+    daemon.kill();
+    let current = net.state_dir().join(format!("dhnet+{}+eth0.json", container.name()));
+    let old = net.state_dir().join(format!("dhnet-{}-eth0.json", container.name()));
+    assert_eq!(std::fs::metadata(&current).unwrap().mode() & 0o7777, 0o600, "records are 0600");
+    std::fs::rename(&current, &old).unwrap();
+    std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
+
+    let seen = kea_grants(&net, &ip);
+    let _daemon = net.daemon();
+    assert!(!old.exists(), "the old name stayed: {:?}", net.records());
+    assert_eq!(std::fs::metadata(&current).unwrap().mode() & 0o7777, 0o600);
+    assert!(net.log("daemon.log").contains("the naming of earlier versions"), "{}", net.log("daemon.log"));
+    let status = net.status();
+    assert_eq!(status.leases.len(), 1, "{status:?}");
+    assert_eq!(status.leases[0].address, address(&result));
+    wait_for("a renewal of the resumed lease", Duration::from_secs(20), || kea_grants(&net, &ip) > seen);
+    assert!(verb(&net, "DEL", &container).success());
+    assert!(net.records().is_empty(), "{:?}", net.records());
+}
+
+/// Network `dsa-b` with container `c` and network `dsa` with container `b-c`: under the
+/// old record names (`<net>-<cid>-<ifname>.json`) both leases went to one file, so one
+/// attachment's DEL took the other's record and a restart lost its lease. Each keeps its
+/// own record now: the DEL of one leaves the other, which a restarted daemon resumes.
+#[test]
+fn attachments_whose_old_record_names_collide_keep_their_leases_apart() {
+    let net = Network::new(PREFIX);
+    let _server = net.dnsmasq();
+    let mut daemon = net.daemon();
+    let attachment = |network: &str, id: &str| {
+        let mut conf = net.conf();
+        conf["name"] = network.into();
+        (conf, id.to_string(), TestNetns::with_prefix(PREFIX).unwrap())
+    };
+    let first = attachment("dsa-b", "c");
+    let second = attachment("dsa", "b-c");
+    let run = |verb: &str, (conf, id, container): &(Value, String, TestNetns)| {
+        call("bridge", verb, &net.host, Some(container), conf).container_id(id).run()
+    };
+    let (one, two) = (run("ADD", &first), run("ADD", &second));
+    assert!(
+        one.success() && two.success(),
+        "ADD: {} {} / {} {}",
+        one.stdout,
+        one.stderr,
+        two.stdout,
+        two.stderr
+    );
+    let kept = address(&two.json());
+    assert_ne!(address(&one.json()), kept);
+    let mut records = net.records();
+    records.sort();
+    assert_eq!(records, ["dsa+b-c+eth0.json", "dsa-b+c+eth0.json"]);
+
+    assert!(run("DEL", &first).success());
+    assert_eq!(net.records(), ["dsa+b-c+eth0.json"], "the other attachment's record stays");
+    daemon.kill();
+    let _daemon = net.daemon();
+    let status = net.status();
+    assert_eq!(status.leases.len(), 1, "{status:?}");
+    assert_eq!(
+        (status.leases[0].key.network.as_str(), status.leases[0].address.as_str()),
+        ("dsa", kept.as_str())
+    );
+    assert!(run("DEL", &second).success());
+    assert!(net.records().is_empty(), "{:?}", net.records());
+}
+
 #[test]
 fn server_gone_rebinding_then_expiry_is_reported() {
     let net = Network::new(PREFIX);
@@ -355,7 +435,7 @@ fn damaged_lease_records_are_skipped_and_del_and_gc_succeed() {
         add(&net, container);
     }
     daemon.kill();
-    let record = |c: &TestNetns| net.state_dir().join(format!("dhnet-{}-eth0.json", c.name()));
+    let record = |c: &TestNetns| net.state_dir().join(format!("dhnet+{}+eth0.json", c.name()));
     for (container, kind) in containers.iter().zip(Damage::ALL) {
         kind.apply(&record(container));
     }

@@ -12,6 +12,7 @@
 //! - [`damage`]: state files emptied, cut short, garbage, or a directory in their place.
 //! - [`kernel_rig`]: runs a test binary's rig-only tests under Debian's kernel in QEMU.
 //! - [`kill`]: `kill -9` of a process group at a chosen moment; a seeded generator.
+//! - [`socket_attack`]: a daemon's request socket attacked (as nobody, oversized, slow-loris).
 //! - [`binaries`]: finds (building if needed) the workspace's binaries from a test.
 
 pub mod binaries;
@@ -25,5 +26,6 @@ pub mod kill;
 pub mod ns;
 pub mod runner;
 pub mod snapshot;
+pub mod socket_attack;
 pub mod test_plugin;
 pub mod traffic;

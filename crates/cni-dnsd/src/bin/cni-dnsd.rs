@@ -3,9 +3,7 @@
 
 use cni_dns::StateDir;
 use cni_dnsd::server::{log, Limits, Resolver, Settings};
-use std::os::fd::FromRawFd;
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -58,41 +56,14 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
     Ok(Some(Args { settings: Settings { state: StateDir::new(state), resolv_conf, limits }, pid_file }))
 }
 
-/// The socket systemd passed (LISTEN_FDS for this pid), if any: fd 3 is the first.
-fn activated_listener() -> Option<UnixListener> {
-    let pid: u32 = std::env::var("LISTEN_PID").ok()?.parse().ok()?;
-    let fds: u32 = std::env::var("LISTEN_FDS").ok()?.parse().ok()?;
-    if pid != std::process::id() || fds < 1 {
-        return None;
-    }
-    // SAFETY: systemd hands fd 3 to this process (LISTEN_PID matches) as a listening unix
-    // socket it no longer uses; nothing else in this process owns it.
-    Some(unsafe { UnixListener::from_raw_fd(3) })
-}
-
-fn own_listener(path: &Path) -> std::io::Result<UnixListener> {
-    if std::fs::symlink_metadata(path).is_ok() {
-        // A socket someone answers on belongs to a running resolver; a dead one is stale.
-        if UnixStream::connect(path).is_ok() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AddrInUse,
-                format!("{} is served by a running resolver", path.display()),
-            ));
-        }
-        std::fs::remove_file(path)?;
-    }
-    let listener = UnixListener::bind(path)?;
-    // Whoever can connect can make the resolver reload: root only (the directory is 0700 too).
-    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-    Ok(listener)
-}
-
 fn run(args: Args) -> std::io::Result<()> {
     let state = &args.settings.state;
     cni_dns::store::private_dir(state.root()).map_err(std::io::Error::other)?;
-    let listener = match activated_listener() {
+    // Whoever can talk to the resolver can make it reload: the socket is root's alone
+    // (0600 in the 0700 state directory, peers checked), or the one systemd passes.
+    let listener = match cni_os::socket::activated_listener()? {
         Some(l) => l,
-        None => own_listener(&state.socket_path())?,
+        None => cni_os::socket::bind_private(&state.socket_path())?,
     };
     if let Some(pid_file) = &args.pid_file {
         cni_dns::store::write_atomic(pid_file, format!("{}\n", std::process::id()).as_bytes())

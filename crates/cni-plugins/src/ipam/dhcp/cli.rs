@@ -1,11 +1,12 @@
 //! `cni-plugins dhcp daemon` (or `dhcp daemon` through the plugin link): flags, the
 //! listening socket (its own, or one systemd passes via LISTEN_FDS), the pid file.
 
-use std::os::fd::FromRawFd;
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
+
+use cni_os::fs::Durability;
+use cni_os::socket;
 
 use super::client::{log, Timing};
 use super::daemon::{Daemon, Settings};
@@ -17,9 +18,11 @@ pub const USAGE: &str = "usage: cni-plugins dhcp daemon [flags]   (also: dhcp da
 Keeps the DHCP leases of the `dhcp` IPAM plugin: acquires them in containers' namespaces,
 renews them, releases them on DEL, and keeps them on disk across restarts.
 
-  -socketpath PATH  unix socket to listen on [/run/cni/dhcp.sock]; with systemd socket
-                    activation (LISTEN_FDS) the passed socket is used instead
-  -statedir DIR     where leases are kept [/var/lib/cni/dhcp]
+  -socketpath PATH  unix socket to listen on [/run/cni/dhcp.sock], made 0600 in its
+                    directory made (or tightened to) 0700, whatever the umask; only root's
+                    connections are answered. With systemd socket activation (LISTEN_FDS)
+                    the passed socket is used instead
+  -statedir DIR     where leases are kept [/var/lib/cni/dhcp] (0700, records 0600)
   -pidfile PATH     write the daemon's pid there
   -hostprefix DIR   prefix for namespace paths and the default socket (when running in a
                     container that sees the host's filesystem under DIR)
@@ -121,38 +124,6 @@ pub fn parse_args(args: &[String]) -> Result<Option<DaemonArgs>, String> {
     Ok(Some(parsed))
 }
 
-/// The socket systemd passed (LISTEN_FDS for this pid), if any: fd 3 is the first.
-fn activated_listener() -> Option<UnixListener> {
-    let pid: u32 = std::env::var("LISTEN_PID").ok()?.parse().ok()?;
-    let fds: u32 = std::env::var("LISTEN_FDS").ok()?.parse().ok()?;
-    if pid != std::process::id() || fds < 1 {
-        return None;
-    }
-    // SAFETY: systemd hands fd 3 to this process (LISTEN_PID matches) as a listening unix
-    // socket it no longer uses; nothing else in this process owns it.
-    Some(unsafe { UnixListener::from_raw_fd(3) })
-}
-
-fn own_listener(path: &Path) -> std::io::Result<UnixListener> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    if path.exists() {
-        // A socket someone answers on belongs to a running daemon; a dead one is stale.
-        if UnixStream::connect(path).is_ok() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AddrInUse,
-                format!("{} is served by a running daemon", path.display()),
-            ));
-        }
-        std::fs::remove_file(path)?;
-    }
-    let listener = UnixListener::bind(path)?;
-    // Whoever can connect can make a root daemon enter namespaces: root only.
-    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-    Ok(listener)
-}
-
 pub fn run(args: &[String]) -> ExitCode {
     let parsed = match parse_args(args) {
         Ok(Some(a)) => a,
@@ -178,14 +149,16 @@ pub fn run(args: &[String]) -> ExitCode {
 }
 
 fn start(args: &DaemonArgs) -> std::io::Result<()> {
-    let listener = match activated_listener() {
+    let listen_error = |e: std::io::Error| {
+        std::io::Error::new(e.kind(), format!("listen on {}: {e}", args.socket_path.display()))
+    };
+    let listener = match socket::activated_listener().map_err(listen_error)? {
         Some(l) => l,
-        None => own_listener(&args.socket_path).map_err(|e| {
-            std::io::Error::new(e.kind(), format!("listen on {}: {e}", args.socket_path.display()))
-        })?,
+        None => socket::bind_private(&args.socket_path).map_err(listen_error)?,
     };
     if let Some(pid_file) = &args.pid_file {
-        std::fs::write(pid_file, format!("{}\n", std::process::id()))?;
+        let pid = format!("{}\n", std::process::id());
+        cni_os::fs::write_atomic(pid_file, pid.as_bytes(), 0o644, Durability::Unsynced)?;
     }
     let daemon = Daemon::new(Settings {
         state_dir: args.state_dir.clone(),

@@ -8,12 +8,13 @@
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use cni_net::NetNs;
+use cni_os::socket::{Framing, Refusal, Server, Service};
 use cni_types::validate::{validate_container_id, validate_interface_name, validate_network_name};
 use cni_types::ErrorCode;
 
@@ -157,6 +158,13 @@ impl Daemon {
     pub fn resume(self: &Arc<Daemon>) -> std::io::Result<()> {
         for path in self.store.remove_abandoned_temp_files()? {
             log::info(format_args!("removed {}: a save interrupted by a crash", path.display()));
+        }
+        for (old, new) in self.store.migrate_legacy_names()? {
+            log::info(format_args!(
+                "renamed {} to {} (the naming of earlier versions)",
+                old.display(),
+                new.display()
+            ));
         }
         let (records, unreadable) = self.store.load_all()?;
         for (path, err) in unreadable {
@@ -478,33 +486,40 @@ impl Daemon {
         }
     }
 
-    /// Serves requests forever, each connection on its own thread (an acquisition takes
-    /// seconds and must not hold up the others).
+    /// Serves requests on `listener` until it fails, through the workspace's root-only
+    /// request server (`cni_os::socket`): requests of at most 1 MiB, one deadline for
+    /// the whole request, a fixed number of connections at once (an acquisition takes
+    /// seconds, so each has its own thread, but never more than the cap).
     pub fn serve(self: &Arc<Daemon>, listener: UnixListener) -> std::io::Result<()> {
-        for stream in listener.incoming() {
-            let mut stream: UnixStream = match stream {
-                Ok(s) => s,
-                Err(e) => {
-                    log::info(format_args!("accept: {e}"));
-                    continue;
-                }
-            };
-            let daemon = self.clone();
-            std::thread::spawn(move || {
-                let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-                let response = match protocol::read_message::<Request>(&mut stream) {
-                    Ok(request) => daemon.handle(request),
-                    Err(e) => {
-                        Response::error(ErrorCode::Decode as u32, format!("dhcp daemon: bad request: {e}"))
-                    }
-                };
-                if let Err(e) = protocol::write_message(&mut stream, &response) {
-                    log::debug(format_args!("answering a request: {e}"));
-                }
-            });
-        }
-        Ok(())
+        Server::new(listener, Framing::UntilEof, "dhcp request").serve(Arc::new(Requests(self.clone())))
     }
+}
+
+/// The daemon as the request server sees it: JSON in, JSON out.
+struct Requests(Arc<Daemon>);
+
+impl Service for Requests {
+    fn handle(&self, request: Vec<u8>) -> Vec<u8> {
+        let response = match serde_json::from_slice::<Request>(&request) {
+            Ok(request) => self.0.handle(request),
+            Err(e) => Response::error(ErrorCode::Decode as u32, format!("dhcp daemon: bad request: {e}")),
+        };
+        encode(&response)
+    }
+
+    fn refuse(&self, why: &Refusal) -> Option<Vec<u8>> {
+        let code = match why {
+            Refusal::NotRoot { .. } => ErrorCode::InvalidEnvironment,
+            Refusal::TooLarge { .. } | Refusal::Deadline { .. } => ErrorCode::Decode,
+            Refusal::Io(_) => return None,
+        };
+        log::info(format_args!("refused a request: {why}"));
+        Some(encode(&Response::error(code as u32, format!("dhcp daemon: {why}"))))
+    }
+}
+
+fn encode(response: &Response) -> Vec<u8> {
+    serde_json::to_vec(response).unwrap_or_else(|_| b"{}".to_vec())
 }
 
 /// The lease of a record not yet acquired (only used to find the client's namespace).

@@ -5,6 +5,10 @@
 //! `"version": 1`; a daemon refuses versions it does not know with an error response, so
 //! a newer plugin against an older daemon fails with a clear message, never a guess.
 //!
+//! The daemon serves through `cni_os::socket`: only root's connections are answered, and a
+//! request must be whole (the writing side shut down) within 10 s and at most 1 MiB; a
+//! refused one gets an error response (code 4 for a peer that is not root, 6 otherwise).
+//!
 //! Requests (`"op"` says which):
 //!
 //! ```json
@@ -35,7 +39,8 @@ use super::store::AttachmentKey;
 pub const PROTOCOL_VERSION: u32 = 1;
 /// The socket a daemon listens on unless told otherwise (the reference's path).
 pub const DEFAULT_SOCKET_PATH: &str = "/run/cni/dhcp.sock";
-/// A request larger than this is not one of ours.
+/// The most of a daemon's answer the plugin reads (the daemon takes requests of at most
+/// `cni_os::socket::MAX_REQUEST`, the same 1 MiB).
 const MAX_MESSAGE: u64 = 1 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,13 +121,6 @@ impl Response {
     pub fn error(code: u32, msg: impl Into<String>) -> Response {
         Response { version: PROTOCOL_VERSION, ok: false, code, msg: msg.into(), ..Response::default() }
     }
-}
-
-/// Reads one JSON message from `stream` (until the peer shuts down its side).
-pub fn read_message<T: for<'de> Deserialize<'de>>(stream: &mut UnixStream) -> io::Result<T> {
-    let mut bytes = Vec::new();
-    stream.take(MAX_MESSAGE).read_to_end(&mut bytes)?;
-    serde_json::from_slice(&bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 pub fn write_message<T: Serialize>(stream: &mut UnixStream, message: &T) -> io::Result<()> {

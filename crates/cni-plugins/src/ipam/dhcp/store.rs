@@ -3,18 +3,28 @@
 //! renewing the leases whose namespace still exists and forgets the rest. (The reference
 //! daemon keeps leases in memory only, and loses them on every restart.)
 //!
-//! Writes are atomic: a temp file in the same directory, fsync, rename over the old file.
+//! The directory is private (0700, the daemon's own); records are 0600 and written
+//! atomically and synced (`cni_os::fs::write_atomic`): a lease must survive a power loss.
+//!
+//! A record is named `<network>+<containerID>+<ifname>.json`. Network names and container
+//! IDs never hold a `+` and an interface name's `+` (or any byte outside
+//! `[A-Za-z0-9_.-]`) is written `%XX`, so two attachments never share a file. Earlier
+//! versions used `<network>-<containerID>-<ifname>.json`, which network `a-b` with container
+//! `c` and network `a` with container `b-c` shared; such records are renamed when the
+//! daemon starts ([`Store::migrate_legacy_names`]).
 
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
+use cni_os::fs::{read_nofollow, write_atomic, Durability};
 use serde::{Deserialize, Serialize};
 
 use super::client::ClientParams;
 use super::lease::Lease;
 
 const RECORD_VERSION: u32 = 1;
+const RECORD_MODE: u32 = 0o600;
 
 /// Which attachment a lease belongs to (the key the spec says IPAM state is kept under).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -32,11 +42,29 @@ impl std::fmt::Display for AttachmentKey {
 }
 
 impl AttachmentKey {
-    /// The file name: the libcni cache's `<net>-<containerID>-<ifname>` shape. Network
-    /// names and container ids cannot hold `/`; an interface name cannot either.
-    fn file_name(&self) -> String {
+    /// The record's file name, one per attachment (see the module documentation).
+    pub fn file_name(&self) -> String {
+        format!("{}+{}+{}.json", escape(&self.network), escape(&self.container_id), escape(&self.ifname))
+    }
+
+    /// The name earlier versions gave the record (not unique: see the module doc).
+    pub fn legacy_file_name(&self) -> String {
         format!("{}-{}-{}.json", self.network, self.container_id, self.ifname)
     }
+}
+
+/// Keeps `[A-Za-z0-9_.-]` (all a validated network name or container ID holds) and
+/// writes every other byte as `%XX`, so the `+` between the parts is never inside one.
+fn escape(part: &str) -> String {
+    let mut out = String::with_capacity(part.len());
+    for byte in part.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'.' | b'-') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,19 +92,16 @@ pub struct Store {
 }
 
 impl Store {
+    /// Opens the state directory, creating it 0700 (or tightening it to 0700); one owned
+    /// by another user, or a link in its place, is refused.
     pub fn open(dir: &Path) -> io::Result<Store> {
-        fs::create_dir_all(dir)?;
+        cni_os::fs::private_dir(dir)?;
         Ok(Store { dir: dir.to_path_buf() })
     }
 
     pub fn save(&self, record: &Record) -> io::Result<()> {
-        let path = self.dir.join(record.key.file_name());
-        let temp = self.dir.join(format!(".{}.tmp", record.key.file_name()));
-        let mut file = fs::File::create(&temp)?;
-        file.write_all(&serde_json::to_vec_pretty(record).map_err(io::Error::other)?)?;
-        file.sync_all()?;
-        fs::rename(&temp, &path)?;
-        Ok(())
+        let bytes = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
+        write_atomic(&self.dir.join(record.key.file_name()), &bytes, RECORD_MODE, Durability::Synced)
     }
 
     /// Removes an attachment's record; a directory in its place (damage: the state
@@ -93,41 +118,60 @@ impl Store {
     }
 
     /// Removes the temporary files of saves a killed daemon never renamed into place
-    /// (`.<record>.tmp`); for a daemon starting up, before it serves, as no save of its
-    /// own can be in flight then. Returns the paths removed.
+    /// (`.<record>.tmp.<pid>` of a dead pid, and the `.<record>.tmp` of earlier versions);
+    /// for a daemon starting up, before it serves. Returns the paths removed.
     pub fn remove_abandoned_temp_files(&self) -> io::Result<Vec<PathBuf>> {
-        let mut removed = Vec::new();
+        let mut abandoned = cni_os::fs::stale_temp_files(&self.dir);
         for entry in fs::read_dir(&self.dir)?.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.starts_with('.') && name.ends_with(".json.tmp") && entry.file_type()?.is_file() {
-                fs::remove_file(entry.path())?;
-                removed.push(entry.path());
+                abandoned.push(entry.path());
             }
         }
-        Ok(removed)
+        for path in &abandoned {
+            fs::remove_file(path)?;
+        }
+        Ok(abandoned)
     }
 
-    /// Every record that reads back; files that do not (a foreign file, a newer version)
-    /// are reported in the second list and left alone.
+    /// Renames the records earlier versions wrote under `<net>-<cid>-<ifname>.json` to
+    /// their collision-free names (rewritten 0600 and synced, then the old file removed),
+    /// so an upgraded daemon resumes their leases. A file is taken as such a record only
+    /// if the record it holds has exactly that old name. When the new name is already
+    /// taken, the record there is the newer one and the old file goes. Returns the
+    /// (old, new) paths moved.
+    pub fn migrate_legacy_names(&self) -> io::Result<Vec<(PathBuf, PathBuf)>> {
+        let mut moved = Vec::new();
+        for path in self.record_paths()? {
+            let Ok(record) = read_record(&path) else { continue };
+            let name = file_name_of(&path);
+            if name == record.key.file_name() || name != record.key.legacy_file_name() {
+                continue;
+            }
+            let target = self.dir.join(record.key.file_name());
+            if read_nofollow(&target)?.is_none() {
+                self.save(&record)?;
+            }
+            fs::remove_file(&path)?;
+            moved.push((path, target));
+        }
+        Ok(moved)
+    }
+
+    /// Every record that reads back; files that do not (a foreign file, a newer version,
+    /// a record under a name that is not its own) are reported in the second list and
+    /// left alone.
     pub fn load_all(&self) -> io::Result<(Vec<Record>, Vec<Unreadable>)> {
         let mut records = Vec::new();
         let mut unreadable = Vec::new();
-        for entry in fs::read_dir(&self.dir)? {
-            let path = entry?.path();
-            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            if name.starts_with('.') || !name.ends_with(".json") {
-                continue;
-            }
-            let parsed = fs::read(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|bytes| serde_json::from_slice::<Record>(&bytes).map_err(|e| e.to_string()))
-                .and_then(|r| {
-                    if r.version == RECORD_VERSION {
-                        Ok(r)
-                    } else {
-                        Err(format!("record version {} not understood", r.version))
-                    }
-                });
+        for path in self.record_paths()? {
+            let parsed = read_record(&path).and_then(|r| {
+                if file_name_of(&path) == r.key.file_name() {
+                    Ok(r)
+                } else {
+                    Err(format!("it holds the record of {}, named {}", r.key, r.key.file_name()))
+                }
+            });
             match parsed {
                 Ok(r) => records.push(r),
                 Err(e) => unreadable.push((path, e)),
@@ -135,6 +179,33 @@ impl Store {
         }
         Ok((records, unreadable))
     }
+
+    /// The files that may be records: `*.json`, not hidden.
+    fn record_paths(&self) -> io::Result<Vec<PathBuf>> {
+        let mut paths = Vec::new();
+        for entry in fs::read_dir(&self.dir)? {
+            let path = entry?.path();
+            let name = file_name_of(&path);
+            if !name.starts_with('.') && name.ends_with(".json") {
+                paths.push(path);
+            }
+        }
+        Ok(paths)
+    }
+}
+
+fn file_name_of(path: &Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// Reads one record (never through a link) and checks its version.
+fn read_record(path: &Path) -> Result<Record, String> {
+    let bytes = read_nofollow(path).map_err(|e| e.to_string())?.ok_or("it is gone")?;
+    let record = serde_json::from_slice::<Record>(&bytes).map_err(|e| e.to_string())?;
+    if record.version != RECORD_VERSION {
+        return Err(format!("record version {} not understood", record.version));
+    }
+    Ok(record)
 }
 
 #[cfg(test)]
@@ -193,5 +264,77 @@ mod tests {
         assert_eq!(store.load_all().unwrap().1.len(), 1, "reported as unreadable");
         store.remove(&key).unwrap();
         assert!(!dir.path().join(key.file_name()).exists());
+    }
+
+    fn key(network: &str, id: &str, ifname: &str) -> AttachmentKey {
+        AttachmentKey { network: network.into(), container_id: id.into(), ifname: ifname.into() }
+    }
+
+    fn mode_of(path: &Path) -> u32 {
+        use std::os::unix::fs::MetadataExt;
+        fs::symlink_metadata(path).unwrap().mode() & 0o7777
+    }
+
+    #[test]
+    fn attachments_whose_old_names_collide_keep_separate_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let (first, second) = (key("a-b", "c", "eth0"), key("a", "b-c", "eth0"));
+        assert_eq!(first.legacy_file_name(), second.legacy_file_name(), "the old scheme's collision");
+        assert_ne!(first.file_name(), second.file_name());
+        for k in [&first, &second] {
+            store.save(&Record { key: k.clone(), ..record("x") }).unwrap();
+        }
+        let (records, unreadable) = store.load_all().unwrap();
+        assert!(unreadable.is_empty(), "{unreadable:?}");
+        let mut keys: Vec<_> = records.into_iter().map(|r| r.key).collect();
+        keys.sort();
+        assert_eq!(keys, [second.clone(), first.clone()]);
+        store.remove(&first).unwrap();
+        assert_eq!(store.load_all().unwrap().0.len(), 1, "removing one leaves the other");
+    }
+
+    #[test]
+    fn interface_names_cannot_forge_a_separator() {
+        // An interface name may hold `+` and `%`: escaped, they never make another key's name.
+        let plain = key("n", "c", "x+y");
+        assert_eq!(plain.file_name(), "n+c+x%2By.json");
+        assert_ne!(key("n", "c", "%2By").file_name(), key("n", "c", "+y").file_name());
+        assert_eq!(key("my-net", "c1", "eth0").file_name(), "my-net+c1+eth0.json", "readable");
+    }
+
+    #[test]
+    fn records_are_private_whatever_the_directory_was() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("dhcp");
+        fs::create_dir(&dir).unwrap();
+        fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let store = Store::open(&dir).unwrap();
+        assert_eq!(mode_of(&dir), 0o700);
+        store.save(&record("a")).unwrap();
+        assert_eq!(mode_of(&dir.join(record("a").key.file_name())), 0o600);
+    }
+
+    #[test]
+    fn records_under_their_old_names_are_renamed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let old = record("c1");
+        let legacy = dir.path().join(old.key.legacy_file_name());
+        fs::write(&legacy, serde_json::to_vec(&old).unwrap()).unwrap();
+        fs::set_permissions(&legacy, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        // A record whose name is neither its old nor its new one is not moved, nor loaded.
+        let stray = dir.path().join("other.json");
+        fs::write(&stray, serde_json::to_vec(&record("c2")).unwrap()).unwrap();
+        let moved = store.migrate_legacy_names().unwrap();
+        let renamed = dir.path().join(old.key.file_name());
+        assert_eq!(moved, [(legacy.clone(), renamed.clone())]);
+        assert!(!legacy.exists());
+        assert_eq!(mode_of(&renamed), 0o600);
+        let (records, unreadable) = store.load_all().unwrap();
+        assert_eq!(records, [old]);
+        assert_eq!(unreadable.len(), 1);
+        assert_eq!(unreadable[0].0, stray);
+        assert!(store.migrate_legacy_names().unwrap().is_empty(), "nothing left to move");
     }
 }

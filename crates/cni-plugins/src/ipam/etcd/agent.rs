@@ -15,6 +15,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cni_os::socket::{Framing, Refusal, Server, Service};
 use serde_json::{json, Value};
 
 use super::allocator::{Allocation, Allocator};
@@ -71,31 +72,76 @@ pub fn release(socket: &Path, config: &[u8], handle: &str, timeout: Duration) ->
     exchange(socket, &json!({"op": "del", "config": config, "handle": handle}), timeout).map(|_| ())
 }
 
+/// How many network configurations the agent keeps an allocator (an etcd client and a
+/// cached block) for; past that the least recently used one is dropped (its in-flight
+/// requests finish on it). A node has a handful of networks; the cap only stops a client
+/// that sends ever new configurations from growing the agent without end.
+pub const MAX_CACHED_ALLOCATORS: usize = 64;
+
 /// The agent: one allocator (one etcd connection, one cached block) per network
-/// configuration it has been asked about; each connection served on its own thread, the
-/// concurrent ADDs of one network combined into shared transactions (see `batch`).
-#[derive(Default)]
+/// configuration it has been asked about, at most [`MAX_CACHED_ALLOCATORS`]; requests are
+/// served by the workspace's root-only request server (`cni_os::socket`: 1 MiB, one
+/// deadline per request, a fixed number of connections at once), and the concurrent ADDs
+/// of one network are combined into shared transactions (see `batch`).
 pub struct Agent {
-    allocators: Mutex<HashMap<String, Arc<Batcher>>>,
+    allocators: Mutex<AllocatorCache>,
+    capacity: usize,
+}
+
+#[derive(Default)]
+struct AllocatorCache {
+    by_config: HashMap<String, CachedAllocator>,
+    /// Counts uses; the entry with the smallest `last_used` is the least recently used.
+    clock: u64,
+}
+
+struct CachedAllocator {
+    batcher: Arc<Batcher>,
+    last_used: u64,
+}
+
+impl Default for Agent {
+    fn default() -> Agent {
+        Agent::with_capacity(MAX_CACHED_ALLOCATORS)
+    }
 }
 
 impl Agent {
+    /// An agent keeping at most `capacity` allocators (at least one).
+    pub fn with_capacity(capacity: usize) -> Agent {
+        Agent { allocators: Mutex::new(AllocatorCache::default()), capacity: capacity.max(1) }
+    }
+
+    /// How many allocators are cached now.
+    pub fn cached_allocators(&self) -> usize {
+        self.allocators.lock().unwrap_or_else(|p| p.into_inner()).by_config.len()
+    }
+
     fn allocator(&self, conf: EtcdIpamConfig) -> Result<Arc<Batcher>, EtcdIpamError> {
         let key = format!(
             "{}|{}|{:?}|{:?}|{}|{}|{:?}",
             conf.network, conf.node, conf.endpoints, conf.pools, conf.block_len, conf.prefix, conf.tls
         );
-        let mut allocators = self.allocators.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(existing) = allocators.get(&key) {
-            return Ok(existing.clone());
+        let mut cache = self.allocators.lock().unwrap_or_else(|p| p.into_inner());
+        cache.clock += 1;
+        let now = cache.clock;
+        if let Some(existing) = cache.by_config.get_mut(&key) {
+            existing.last_used = now;
+            return Ok(existing.batcher.clone());
         }
         let mut client = conf.client()?;
         // The agents of different nodes start at different members (all at the first one,
         // that member's loss would move every node at once).
         client.prefer(conf.node.bytes().map(usize::from).sum());
-        let allocator = Arc::new(Batcher::new(Allocator::new(conf, client)));
-        allocators.insert(key, allocator.clone());
-        Ok(allocator)
+        let batcher = Arc::new(Batcher::new(Allocator::new(conf, client)));
+        if cache.by_config.len() >= self.capacity {
+            let oldest = cache.by_config.iter().min_by_key(|(_, c)| c.last_used).map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                cache.by_config.remove(&oldest);
+            }
+        }
+        cache.by_config.insert(key, CachedAllocator { batcher: batcher.clone(), last_used: now });
+        Ok(batcher)
     }
 
     fn handle(&self, request: &Value) -> Result<Value, EtcdIpamError> {
@@ -114,28 +160,79 @@ impl Agent {
         }
     }
 
-    fn serve_connection(&self, stream: UnixStream) {
-        let mut line = String::new();
-        let Ok(reader_stream) = stream.try_clone() else { return };
-        if BufReader::new(reader_stream).read_line(&mut line).is_err() {
-            return;
+    /// Serves `listener` until it fails (the process normally ends first).
+    pub fn serve(self: Arc<Self>, listener: UnixListener) {
+        let server = Server::new(listener, Framing::Line, "etcd-ipam req");
+        if let Err(e) = server.serve(Arc::new(Requests(self))) {
+            eprintln!("etcd-ipam-agent: accepting connections: {e}");
         }
-        let answer = match serde_json::from_str::<Value>(&line) {
+    }
+}
+
+/// The agent as the request server sees it: one JSON line in, one out.
+struct Requests(Arc<Agent>);
+
+impl Service for Requests {
+    fn handle(&self, request: Vec<u8>) -> Vec<u8> {
+        let answer = match serde_json::from_slice::<Value>(&request) {
             Err(e) => json!({"code": 6, "msg": format!("etcd-ipam agent: request is not JSON: {e}")}),
-            Ok(request) => {
-                self.handle(&request).unwrap_or_else(|e| json!({"code": e.cni_code(), "msg": e.to_string()}))
-            }
+            Ok(request) => self
+                .0
+                .handle(&request)
+                .unwrap_or_else(|e| json!({"code": e.cni_code(), "msg": e.to_string()})),
         };
-        let mut out = answer.to_string();
-        out.push('\n');
-        let _ = (&stream).write_all(out.as_bytes());
+        line(&answer)
     }
 
-    /// Serves `listener` until the process ends.
-    pub fn serve(self: Arc<Self>, listener: UnixListener) {
-        for stream in listener.incoming().flatten() {
-            let agent = self.clone();
-            std::thread::spawn(move || agent.serve_connection(stream));
+    fn refuse(&self, why: &Refusal) -> Option<Vec<u8>> {
+        let code = match why {
+            Refusal::NotRoot { .. } => 4,
+            Refusal::TooLarge { .. } | Refusal::Deadline { .. } => 6,
+            Refusal::Io(_) => return None,
+        };
+        eprintln!("etcd-ipam-agent: refused a request: {why}");
+        Some(line(&json!({"code": code, "msg": format!("etcd-ipam agent: {why}")})))
+    }
+}
+
+fn line(answer: &Value) -> Vec<u8> {
+    let mut out = answer.to_string().into_bytes();
+    out.push(b'\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(network: &str) -> Value {
+        json!({"op": "del", "handle": "c/eth0", "config": {
+            "cniVersion": "1.0.0", "name": network, "type": "etcd-ipam",
+            "ipam": {"type": "etcd-ipam", "endpoints": ["http://127.0.0.1:9"], "node": "n",
+                     "pools": ["10.1.0.0/16"]}}})
+    }
+
+    #[test]
+    fn the_client_cache_is_bounded_and_keeps_the_recently_used() {
+        let agent = Agent::with_capacity(4);
+        for n in 0..4 {
+            agent
+                .allocator(
+                    EtcdIpamConfig::parse(request(&format!("net{n}"))["config"].to_string().as_bytes())
+                        .unwrap(),
+                )
+                .unwrap();
+        }
+        let first = EtcdIpamConfig::parse(request("net0")["config"].to_string().as_bytes()).unwrap();
+        let kept = agent.allocator(first.clone()).unwrap();
+        // A client sending ever new configurations: the cache never grows past its cap.
+        for n in 4..200 {
+            let conf =
+                EtcdIpamConfig::parse(request(&format!("net{n}"))["config"].to_string().as_bytes()).unwrap();
+            agent.allocator(conf).unwrap();
+            assert!(agent.cached_allocators() <= 4);
+            // net0 stays in use, so it is never the one dropped.
+            assert!(Arc::ptr_eq(&agent.allocator(first.clone()).unwrap(), &kept));
         }
     }
 }
