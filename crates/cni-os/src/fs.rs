@@ -161,6 +161,79 @@ pub fn require_own_dir(dir: &Path) -> io::Result<std::fs::Metadata> {
     Ok(meta)
 }
 
+/// Checks that `dir` is a real directory owned by this process's user (as
+/// [`require_own_dir`]) that nobody else may write into: no write bit for group or others.
+/// A directory others can write into lets them plant links and files where we read and
+/// write, or take names we are about to create; it is refused with an error naming it and
+/// its mode.
+pub fn require_exclusive_dir(dir: &Path) -> io::Result<std::fs::Metadata> {
+    let meta = require_own_dir(dir)?;
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{} is writable by group or others (mode {mode:04o}): refusing to use it", dir.display()),
+        ));
+    }
+    Ok(meta)
+}
+
+/// What [`clear_dir_in_place`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cleared {
+    /// No directory there (nothing, a file, a link; or another process cleared it first).
+    Nothing,
+    /// An empty directory was removed.
+    RemovedEmpty,
+    /// A directory with content was renamed to this path, beside it.
+    MovedAside(PathBuf),
+}
+
+/// Clears a directory that stands where one of our state files belongs (a careless hand, a
+/// botched restore), so the file can be made again. An empty directory is removed; one with
+/// content is renamed aside to `.<name>.damaged.<n>` in the same directory, never deleted:
+/// nothing in it is lost, and nothing is deleted on the word of whoever put it there.
+/// The rename never replaces anything. Meant for directories the caller owns exclusively
+/// ([`require_exclusive_dir`]). Concurrent callers are fine: the loser finds nothing.
+pub fn clear_dir_in_place(path: &Path) -> io::Result<Cleared> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => return Ok(Cleared::Nothing),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Cleared::Nothing),
+        Err(e) => return Err(e),
+    }
+    match std::fs::remove_dir(path) {
+        Ok(()) => return Ok(Cleared::RemovedEmpty),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Cleared::Nothing),
+        // Some file systems answer EEXIST rather than ENOTEMPTY for a non-empty directory.
+        Err(e)
+            if e.kind() == io::ErrorKind::DirectoryNotEmpty
+                || e.raw_os_error() == Some(rustix::io::Errno::EXIST.raw_os_error()) => {}
+        Err(e) => return Err(e),
+    }
+    let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+    // A bounded search for a free name: each earlier repair of the same name took one.
+    for n in 0..1000 {
+        let aside = path.with_file_name(format!(".{name}.damaged.{n}"));
+        match rustix::fs::renameat_with(
+            rustix::fs::CWD,
+            path,
+            rustix::fs::CWD,
+            &aside,
+            rustix::fs::RenameFlags::NOREPLACE,
+        ) {
+            Ok(()) => return Ok(Cleared::MovedAside(aside)),
+            Err(rustix::io::Errno::EXIST) => continue,
+            Err(rustix::io::Errno::NOENT) => return Ok(Cleared::Nothing),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        format!("{}: no free name to move it aside (1000 earlier repairs are still there)", path.display()),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,5 +359,56 @@ mod tests {
         let err = private_dir(&dir).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::PermissionDenied);
         assert!(err.to_string().contains("owned by uid 65534"), "{err}");
+    }
+    #[test]
+    fn an_exclusive_dir_is_ours_and_closed_to_other_writers() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("net");
+        std::fs::create_dir(&dir).unwrap();
+        for (mode, refused) in [(0o755, false), (0o700, false), (0o775, true), (0o757, true), (0o1777, true)]
+        {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+            let checked = require_exclusive_dir(&dir);
+            assert_eq!(checked.is_err(), refused, "mode {mode:o}");
+            if let Err(e) = checked {
+                assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+                assert!(e.to_string().contains(&format!("{}", dir.display())), "{e}");
+                assert!(e.to_string().contains(&format!("mode {mode:04o}")), "{e}");
+            }
+        }
+        let link = root.path().join("link");
+        symlink(&dir, &link).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(require_exclusive_dir(&link).is_err(), "a link to a good directory is still a link");
+    }
+
+    #[test]
+    fn a_dir_in_a_files_place_is_removed_when_empty_and_moved_aside_otherwise() {
+        let root = tempfile::tempdir().unwrap();
+        let path = root.path().join("lock");
+        assert_eq!(clear_dir_in_place(&path).unwrap(), Cleared::Nothing);
+        std::fs::write(&path, "").unwrap();
+        assert_eq!(clear_dir_in_place(&path).unwrap(), Cleared::Nothing, "a file is left alone");
+        std::fs::remove_file(&path).unwrap();
+
+        std::fs::create_dir(&path).unwrap();
+        assert_eq!(clear_dir_in_place(&path).unwrap(), Cleared::RemovedEmpty);
+        assert!(std::fs::symlink_metadata(&path).is_err());
+
+        for n in 0..2 {
+            std::fs::create_dir(&path).unwrap();
+            std::fs::write(path.join("content"), format!("kept {n}")).unwrap();
+            let aside = root.path().join(format!(".lock.damaged.{n}"));
+            assert_eq!(clear_dir_in_place(&path).unwrap(), Cleared::MovedAside(aside.clone()));
+            assert!(std::fs::symlink_metadata(&path).is_err());
+            assert_eq!(std::fs::read_to_string(aside.join("content")).unwrap(), format!("kept {n}"));
+        }
+
+        // A link to a directory is not a directory: neither it nor its target is touched.
+        let target = root.path().join("target");
+        std::fs::create_dir(&target).unwrap();
+        symlink(&target, &path).unwrap();
+        assert_eq!(clear_dir_in_place(&path).unwrap(), Cleared::Nothing);
+        assert!(target.is_dir());
     }
 }
