@@ -13,6 +13,7 @@
 //! - [`kernel_rig`]: runs a test binary's rig-only tests under Debian's kernel in QEMU.
 //! - [`kill`]: `kill -9` of a process group at a chosen moment; a seeded generator.
 //! - [`binaries`]: finds (building if needed) the workspace's binaries from a test.
+//! - [`unprivileged`]: runs a shell script as `nobody`, the local attacker.
 
 pub mod binaries;
 pub mod children;
@@ -25,3 +26,4 @@ pub mod runner;
 pub mod snapshot;
 pub mod test_plugin;
 pub mod traffic;
+pub mod unprivileged;
