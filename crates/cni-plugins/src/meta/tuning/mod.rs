@@ -136,7 +136,7 @@ impl Plugin for Tuning {
         let valid = req.valid_attachments()?;
         let mut errors = GcErrors::new();
         let data_dir = config::data_dir(req)?;
-        for path in state::stale_temp_files(&data_dir) {
+        for path in cni_os::fs::stale_temp_files(&data_dir) {
             errors.record(format!("temporary file {}", path.display()), state::remove(&path));
         }
         for (path, record) in state::list(&data_dir)? {
