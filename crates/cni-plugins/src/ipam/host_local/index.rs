@@ -218,14 +218,21 @@ impl Index {
     fn fingerprint(&self, range_sets: usize) -> String {
         let mut out = String::from(STAMP_HEADER);
         out.push_str(&format!("boot {}\n", boot_id()));
-        match fs::metadata(&self.network_dir) {
+        match fs::symlink_metadata(&self.network_dir) {
             Ok(m) => out.push_str(&format!("dir {} {}.{:09}\n", m.ino(), m.mtime(), m.mtime_nsec())),
             Err(_) => out.push_str("dir ?\n"),
         }
         for n in 0..range_sets {
             let path = self.network_dir.join(format!("{LAST_RESERVED_PREFIX}{n}"));
-            match (fs::metadata(&path), fs::read(&path)) {
-                (Ok(m), Ok(content)) => out.push_str(&format!(
+            // One no-follow open, then the open file's metadata: a link in the hint's
+            // place is never read through (it reads as absent).
+            let read = cni_os::fs::open_nofollow(&path).and_then(|mut file| {
+                let mut content = Vec::new();
+                std::io::Read::read_to_end(&mut file, &mut content)?;
+                Ok((file.metadata()?, content))
+            });
+            match read {
+                Ok((m, content)) => out.push_str(&format!(
                     "last {n} {} {}.{:09} {} {}\n",
                     m.ino(),
                     m.mtime(),
@@ -244,8 +251,8 @@ impl Index {
     /// stamp would otherwise be replaced by an empty one, forgetting every attachment).
     /// The table opened here serves the operation's lookups.
     pub fn is_complete(&self, range_sets: usize) -> bool {
-        match fs::read_to_string(self.dir.join(STAMP_FILE)) {
-            Ok(stamp) if stamp == self.fingerprint(range_sets) => {}
+        match cni_os::fs::read_nofollow(&self.dir.join(STAMP_FILE)) {
+            Ok(Some(stamp)) if stamp == self.fingerprint(range_sets).as_bytes() => {}
             _ => return false,
         }
         let path = self.table_path();
