@@ -171,3 +171,20 @@ fn a_directory_in_place_of_a_reservation_is_freed_by_del_and_by_gc() {
     ok(out);
     assert_eq!(host_local("ADD", "ps-ctr3", &conf).json()["ips"][0]["address"], "10.181.0.2/30");
 }
+
+#[test]
+fn links_in_place_of_the_index_files_are_never_written_through() {
+    let (data, victim) = data_dir_with_victim();
+    let conf = conf(data.path());
+    let index = data.path().join(NETWORK).join(".cni-rs-index");
+    ok(host_local("ADD", "ps-ctr1", &conf));
+    for name in ["table", "table.new", "stamp"] {
+        let _ = fs::remove_file(index.join(name));
+        std::os::unix::fs::symlink(&victim, index.join(name)).unwrap();
+    }
+    ok(host_local("DEL", "ps-ctr1", &conf));
+    assert_eq!(host_local("ADD", "ps-ctr2", &conf).json()["ips"][0]["address"], "10.181.0.2/30");
+    ok(host_local("DEL", "ps-ctr2", &conf));
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
+    assert!(!fs::symlink_metadata(index.join("table")).unwrap().file_type().is_symlink());
+}

@@ -52,7 +52,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv6Addr};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -285,7 +285,17 @@ impl Index {
     pub fn invalidate(&self) -> Result<(), HostLocalError> {
         let path = self.dir.join(STAMP_FILE);
         // Any byte but the header's first makes the stamp differ from every fingerprint.
-        let spoil = OpenOptions::new().write(true).open(&path).and_then(|mut stamp| stamp.write_all(b"-"));
+        let spoil = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .and_then(|mut stamp| stamp.write_all(b"-"));
+        // A link in the stamp's place is removed, never written through: no stamp means
+        // incomplete too.
+        let spoil = match spoil {
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => fs::remove_file(&path),
+            other => other,
+        };
         spoil
             .ignore_missing()
             .map(drop)

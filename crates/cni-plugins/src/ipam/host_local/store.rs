@@ -230,11 +230,16 @@ impl Store {
     /// directory or link in the lock's place is repaired.
     pub fn open(data_dir: &Path, network: &str) -> Result<Store, HostLocalError> {
         let dir = data_dir.join(network);
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(&dir)
-            .map_err(|e| HostLocalError::io(&dir, "creating the network directory", e))?;
+        // Not recursive at first: an existing directory then costs one mkdir and the check's
+        // lstat (a recursive create would stat it once more).
+        let created = match fs::DirBuilder::new().mode(0o755).create(&dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::DirBuilder::new().recursive(true).mode(0o755).create(&dir)
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+            created => created,
+        };
+        created.map_err(|e| HostLocalError::io(&dir, "creating the network directory", e))?;
         cni_os::fs::require_exclusive_dir(&dir)
             .map_err(|e| HostLocalError::io(&dir, "checking the network directory", e))?;
         let lock_path = dir.join(LOCK_FILE);
