@@ -226,10 +226,13 @@ impl Index {
             let path = self.network_dir.join(format!("{LAST_RESERVED_PREFIX}{n}"));
             // One no-follow open, then the open file's metadata: a link in the hint's
             // place is never read through (it reads as absent).
+            // The hint is one address: read at most 64 bytes (and, through `take`, without
+            // the size probe a plain read_to_end of a file makes).
             let read = cni_os::fs::open_nofollow(&path).and_then(|mut file| {
-                let mut content = Vec::new();
-                std::io::Read::read_to_end(&mut file, &mut content)?;
-                Ok((file.metadata()?, content))
+                let meta = file.metadata()?;
+                let mut content = Vec::with_capacity(64);
+                std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, 64), &mut content)?;
+                Ok((meta, content))
             });
             match read {
                 Ok((m, content)) => out.push_str(&format!(
