@@ -116,6 +116,28 @@ pub fn read_nofollow(path: &Path) -> io::Result<Option<Vec<u8>>> {
     Ok(Some(bytes))
 }
 
+/// Reads a whole file without following a link, refusing one longer than `limit` bytes
+/// (`InvalidData`, naming the file and the limit) after reading at most `limit + 1`: for
+/// state another user may have planted, which must not make us read without end.
+/// `Ok(None)` when there is none.
+pub fn read_nofollow_limited(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let file = match open_nofollow(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut bytes = Vec::new();
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is longer than {limit} bytes", path.display()),
+        ));
+    }
+    Ok(Some(bytes))
+}
+
 fn nofollow_flags() -> i32 {
     (OFlags::NOFOLLOW | OFlags::CLOEXEC).bits() as i32
 }
@@ -305,6 +327,21 @@ mod tests {
         assert!(read_nofollow(&link).is_err(), "a link is never followed");
         assert_eq!(read_nofollow(&dir.path().join("absent")).unwrap(), None);
         assert!(open_rw_nofollow(&link, 0o600).is_err());
+    }
+
+    #[test]
+    fn a_limited_read_stops_one_byte_past_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("record");
+        std::fs::write(&path, [b'x'; 10]).unwrap();
+        assert_eq!(read_nofollow_limited(&path, 10).unwrap().unwrap().len(), 10);
+        let err = read_nofollow_limited(&path, 9).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("longer than 9 bytes"), "{err}");
+        assert_eq!(read_nofollow_limited(&dir.path().join("absent"), 9).unwrap(), None);
+        let link = dir.path().join("link");
+        symlink(&path, &link).unwrap();
+        assert!(read_nofollow_limited(&link, 100).is_err(), "a link is never followed");
     }
 
     #[test]

@@ -106,16 +106,24 @@ pub fn record_path(data_dir: &Path, container_id: &str, ifname: &str) -> PathBuf
     data_dir.join(format!("{container_id}_{ifname}.json"))
 }
 
-/// Reads a record; `None` when there is none. An unreadable (corrupt) record, or something
-/// that is not a file in its place (a directory, a link), is treated as absent, with a note
+/// A record holds a few values per configured setting: a few hundred bytes. One larger than
+/// this was not written by ADD, and is not read to its end.
+const MAX_RECORD_BYTES: u64 = 1 << 20;
+
+/// Reads a record; `None` when there is none. An unreadable (corrupt, oversized) record, or
+/// something that is not a file in its place (a directory, a link), is treated as absent, with a note
 /// on stderr: it cannot be restored from, and must not block DEL. Sysctls the record may not
 /// restore are dropped ([`Originals::drop_refused_sysctls`]).
 pub fn load(path: &Path) -> Result<Option<Originals>, CniError> {
-    let bytes = match cni_os::fs::read_nofollow(path) {
+    let bytes = match cni_os::fs::read_nofollow_limited(path, MAX_RECORD_BYTES) {
         Ok(Some(b)) => b,
         Ok(None) => return Ok(None),
         Err(e) if matches!(e.raw_os_error(), Some(libc::EISDIR) | Some(libc::ELOOP)) => {
             eprintln!("tuning: ignoring {}: not a file", path.display());
+            return Ok(None);
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            eprintln!("tuning: ignoring {e}: ADD never writes such a record");
             return Ok(None);
         }
         Err(e) => return Err(CniError::io(format!("tuning: cannot read {}: {e}", path.display()))),
@@ -238,6 +246,15 @@ mod tests {
             [("net.core.somaxconn".into(), "128".into())]
         );
         assert_eq!(record.mtu, 1500, "the rest of the record still applies");
+    }
+
+    #[test]
+    fn an_oversized_record_is_not_read_to_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctr_eth0.json");
+        let padded = format!(r#"{{"mtu":1500,"mac":"{}"}}"#, " ".repeat(MAX_RECORD_BYTES as usize));
+        std::fs::write(&path, padded).unwrap();
+        assert_eq!(load(&path).unwrap(), None);
     }
 
     #[test]
