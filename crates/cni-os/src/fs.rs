@@ -116,17 +116,29 @@ pub fn read_nofollow(path: &Path) -> io::Result<Option<Vec<u8>>> {
     Ok(Some(bytes))
 }
 
-/// Reads a whole file without following a link, refusing one longer than `limit` bytes
-/// (`InvalidData`, naming the file and the limit) after reading at most `limit + 1`: for
-/// state another user may have planted, which must not make us read without end.
-/// `Ok(None)` when there is none.
+/// Reads a whole regular file without following a link, refusing one longer than `limit`
+/// bytes (`InvalidData`, naming the file and the limit) after reading at most `limit + 1`:
+/// for state another user may have planted, which must not make us read without end. A
+/// FIFO, device or socket in the file's place is refused (`InvalidInput`) without blocking:
+/// the open does not wait for a FIFO's writer. `Ok(None)` when there is none.
 pub fn read_nofollow_limited(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
     use std::io::Read;
-    let file = match open_nofollow(path) {
+    let opened = OpenOptions::new()
+        .read(true)
+        .custom_flags(nofollow_flags() | OFlags::NONBLOCK.bits() as i32)
+        .open(path);
+    let file = match opened {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
+    let file_type = file.metadata()?.file_type();
+    if !file_type.is_file() && !file_type.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
     let mut bytes = Vec::new();
     file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > limit {
@@ -342,6 +354,12 @@ mod tests {
         let link = dir.path().join("link");
         symlink(&path, &link).unwrap();
         assert!(read_nofollow_limited(&link, 100).is_err(), "a link is never followed");
+        // A FIFO with no writer would block a plain open for ever.
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        let err = read_nofollow_limited(&fifo, 100).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
     }
 
     #[test]

@@ -122,7 +122,8 @@ pub fn load(path: &Path) -> Result<Option<Originals>, CniError> {
             eprintln!("tuning: ignoring {}: not a file", path.display());
             return Ok(None);
         }
-        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+        // Oversized, or a FIFO, device or socket in the record's place.
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput) => {
             eprintln!("tuning: ignoring {e}: ADD never writes such a record");
             return Ok(None);
         }
@@ -255,6 +256,24 @@ mod tests {
         let padded = format!(r#"{{"mtu":1500,"mac":"{}"}}"#, " ".repeat(MAX_RECORD_BYTES as usize));
         std::fs::write(&path, padded).unwrap();
         assert_eq!(load(&path).unwrap(), None);
+    }
+
+    #[test]
+    fn a_fifo_in_a_records_place_does_not_block_del() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctr_eth0.json");
+        assert!(std::process::Command::new("mkfifo").arg(&path).status().unwrap().success());
+        // On a thread, so that a regression shows as a failure rather than a hung test (a
+        // limit for "never returns", not a speed claim).
+        let (done, wait) = std::sync::mpsc::channel();
+        let reader = path.clone();
+        std::thread::spawn(move || {
+            let _ = done.send(load(&reader).map(|record| record.is_none()).map_err(|e| e.msg));
+        });
+        let ignored = wait.recv_timeout(std::time::Duration::from_secs(20)).expect("load blocked on a FIFO");
+        assert_eq!(ignored, Ok(true));
+        remove_damaged(&path);
+        assert!(std::fs::symlink_metadata(&path).is_err());
     }
 
     #[test]
