@@ -212,6 +212,29 @@ pub fn require_exclusive_dir(dir: &Path) -> io::Result<std::fs::Metadata> {
     Ok(meta)
 }
 
+/// Checks that no other user can rename, remove or replace what `dir` holds: it is owned
+/// by root or by this process's user, and writable by group or others only with the sticky
+/// bit (as `/tmp`, where only an entry's owner may rename it). An exclusive directory
+/// ([`require_exclusive_dir`]) inside a parent others could write into could be swapped,
+/// between the check and its use, for one of theirs or for a link. Links to `dir` are
+/// followed (the check is about the directory it names).
+pub fn require_no_foreign_renames(dir: &Path) -> io::Result<()> {
+    let meta = std::fs::metadata(dir)?;
+    let me = crate::effective_uid();
+    let mode = meta.mode() & 0o7777;
+    let why = if meta.uid() != 0 && meta.uid() != me {
+        format!("is owned by uid {}", meta.uid())
+    } else if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        format!("is writable by group or others without the sticky bit (mode {mode:04o})")
+    } else {
+        return Ok(());
+    };
+    Err(io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!("{} {why}: another user could swap what it holds; refusing to use it", dir.display()),
+    ))
+}
+
 /// What [`clear_dir_in_place`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cleared {
@@ -435,6 +458,23 @@ mod tests {
         symlink(&dir, &link).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert!(require_exclusive_dir(&link).is_err(), "a link to a good directory is still a link");
+    }
+
+    #[test]
+    fn a_parent_others_could_rename_in_is_refused_unless_sticky() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("data");
+        std::fs::create_dir(&dir).unwrap();
+        for (mode, refused) in
+            [(0o755, false), (0o1777, false), (0o1770, false), (0o777, true), (0o775, true)]
+        {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+            let checked = require_no_foreign_renames(&dir);
+            assert_eq!(checked.is_err(), refused, "mode {mode:o}");
+            if let Err(e) = checked {
+                assert!(e.to_string().contains(&format!("without the sticky bit (mode {mode:04o})")), "{e}");
+            }
+        }
     }
 
     #[test]

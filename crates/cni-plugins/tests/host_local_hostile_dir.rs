@@ -188,3 +188,19 @@ fn links_in_place_of_the_index_files_are_never_written_through() {
     assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
     assert!(!fs::symlink_metadata(index.join("table")).unwrap().file_type().is_symlink());
 }
+
+#[test]
+fn a_data_directory_others_can_rename_in_is_refused_before_anything_is_made() {
+    let (data, _victim) = data_dir_with_victim();
+    // World-writable without the sticky bit: nobody could rename the network directory
+    // away between host-local's checks and its writes, and put a link in its place.
+    fs::set_permissions(data.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    let err = host_local("ADD", "ps-ctr1", &conf(data.path())).error();
+    assert_eq!(err.code, 5, "{err:?}");
+    assert!(err.msg.contains(&data.path().display().to_string()), "{}", err.msg);
+    assert!(err.msg.contains("without the sticky bit (mode 0777)"), "{}", err.msg);
+    assert!(!data.path().join(NETWORK).exists());
+    // With the sticky bit (as /tmp) only an entry's owner may rename it: accepted.
+    fs::set_permissions(data.path(), fs::Permissions::from_mode(0o1777)).unwrap();
+    ok(host_local("ADD", "ps-ctr1", &conf(data.path())));
+}

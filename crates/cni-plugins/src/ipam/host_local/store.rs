@@ -18,8 +18,10 @@
 //! in place.
 //!
 //! Stricter than the reference (docs/security.md): the network directory must be ours and
-//! writable by nobody else ([`cni_os::fs::require_exclusive_dir`]), or every operation is
-//! refused naming it; no file in it is opened through a symbolic link. host-local owns the
+//! writable by nobody else ([`cni_os::fs::require_exclusive_dir`]), in a data directory
+//! where nobody else can rename it ([`cni_os::fs::require_no_foreign_renames`]), or every
+//! operation is refused naming the directory; no file in it is opened through a symbolic
+//! link. host-local owns the
 //! directory, so what stands in the place of one of its files and is not that file (a
 //! directory, a link) is repaired, with a note on stderr: a link is removed (never
 //! followed), an empty directory removed and a directory with content moved aside
@@ -226,9 +228,15 @@ fn repair(path: &Path, what: &str) -> io::Result<()> {
 impl Store {
     /// Opens `<data_dir>/<network>`, creating it (0755, like the reference) and its lock
     /// file, and takes the exclusive lock, waiting for other plugins (ours or Go's). A
-    /// network directory that is not ours alone is refused (code 5, naming it); a
-    /// directory or link in the lock's place is repaired.
+    /// network directory that is not ours alone, or a data directory in which another user
+    /// could rename it, is refused (code 5, naming it); a directory or link in the lock's
+    /// place is repaired.
     pub fn open(data_dir: &Path, network: &str) -> Result<Store, HostLocalError> {
+        // The data directory first: absent is fine (made below), as it is then ours.
+        match cni_os::fs::require_no_foreign_renames(data_dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            checked => checked.map_err(|e| HostLocalError::io(data_dir, "checking the data directory", e))?,
+        }
         let dir = data_dir.join(network);
         // Not recursive at first: an existing directory then costs one mkdir and the check's
         // lstat (a recursive create would stat it once more).
