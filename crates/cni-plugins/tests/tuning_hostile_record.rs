@@ -1,8 +1,9 @@
 //! tuning's restore record against whoever can write its `dataDir` (issue 23, finding 7):
 //! a record asking DEL to "restore" a sysctl outside `net.` is refused by the same rule ADD
-//! applies to the configuration (and the rest of the record still applies); a planted key
-//! is not carried into the next ADD's record; the record's temporary file is created
-//! exclusively, never through a link. The plugin runs in a UTS namespace of its own, so
+//! applies to the configuration (and the rest of the record still applies); DEL restores
+//! nothing from a `dataDir` another user can write into; a planted key is not carried into
+//! the next ADD's record; the record's temporary file is created exclusively, never
+//! through a link. The plugin runs in a UTS namespace of its own, so
 //! even a plugin that wrote `kernel.domainname` could not change the host's. Needs root.
 
 mod common;
@@ -117,12 +118,9 @@ fn a_planted_record_cannot_make_del_write_a_sysctl_outside_net() {
     let s = Setup::new();
     let host_before = host_domainname();
     sysctl::write_in(s.ctr.netns(), SOMAXCONN, "1000").unwrap();
-    // dataDir writable by everyone (a careless setup): nobody plants the record DEL will
-    // restore from.
-    fs::set_permissions(s.data_dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    // A record in tuning's own directory asks for more than ADD ever records.
     let planted = json!({"sysctl": {"kernel.domainname": "ps-planted", SOMAXCONN: "1234"}});
-    let made = as_nobody(&format!("printf '%s' '{planted}' > '{}'", s.record().display()));
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    fs::write(s.record(), planted.to_string()).unwrap();
 
     let (out, domainname) = run_watching_domainname(&s.call("DEL", &s.conf(json!({}))));
     assert_eq!(domainname, "ps-before", "kernel.domainname was written");
@@ -134,6 +132,25 @@ fn a_planted_record_cannot_make_del_write_a_sysctl_outside_net() {
     // Idempotent.
     ok(s.call("DEL", &s.conf(json!({}))).run());
     assert_eq!(host_domainname(), host_before);
+}
+
+#[test]
+fn del_restores_nothing_from_a_data_dir_another_user_can_write() {
+    let s = Setup::new();
+    sysctl::write_in(s.ctr.netns(), SOMAXCONN, "1000").unwrap();
+    // dataDir opened to everyone after ADD made it private: nobody plants a record that
+    // passes the sysctl rule.
+    fs::set_permissions(s.data_dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    let planted = json!({"sysctl": {SOMAXCONN: "1234"}});
+    let made = as_nobody(&format!("printf '%s' '{planted}' > '{}'", s.record().display()));
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+
+    let out = s.call("DEL", &s.conf(json!({}))).run();
+    assert!(out.stderr.contains("not restoring anything from"), "{}", out.stderr);
+    assert!(out.stderr.contains("writable by group or others (mode 0777)"), "{}", out.stderr);
+    ok(out);
+    assert_eq!(sysctl::read_in(s.ctr.netns(), SOMAXCONN).unwrap(), "1000");
+    assert!(s.record().exists(), "nothing in the directory is touched");
 }
 
 #[test]

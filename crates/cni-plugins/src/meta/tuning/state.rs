@@ -157,6 +157,16 @@ pub fn store(path: &Path, record: &Originals) -> Result<(), CniError> {
     cni_os::fs::write_atomic(path, &data, 0o600, Durability::Unsynced).map_err(|e| io_err("write", e))
 }
 
+/// Whether DEL may restore from records in `data_dir`: ADD makes it a private directory of
+/// ours ([`store`]), so one that another user owns or can write into was changed since,
+/// and whatever it holds may be anyone's. An absent directory holds no record: fine.
+pub fn require_trusted_dir(data_dir: &Path) -> Result<(), std::io::Error> {
+    match cni_os::fs::require_exclusive_dir(data_dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        checked => checked.map(drop),
+    }
+}
+
 /// Every readable record in `data_dir` with its path (for GC).
 pub fn list(data_dir: &Path) -> Result<Vec<(PathBuf, Originals)>, CniError> {
     let listed = std::fs::read_dir(data_dir).ignore_missing();
