@@ -116,6 +116,40 @@ pub fn read_nofollow(path: &Path) -> io::Result<Option<Vec<u8>>> {
     Ok(Some(bytes))
 }
 
+/// Reads a whole regular file without following a link, refusing one longer than `limit`
+/// bytes (`InvalidData`, naming the file and the limit) after reading at most `limit + 1`:
+/// for state another user may have planted, which must not make us read without end. A
+/// FIFO, device or socket in the file's place is refused (`InvalidInput`) without blocking:
+/// the open does not wait for a FIFO's writer. `Ok(None)` when there is none.
+pub fn read_nofollow_limited(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let opened = OpenOptions::new()
+        .read(true)
+        .custom_flags(nofollow_flags() | OFlags::NONBLOCK.bits() as i32)
+        .open(path);
+    let file = match opened {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let file_type = file.metadata()?.file_type();
+    if !file_type.is_file() && !file_type.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is longer than {limit} bytes", path.display()),
+        ));
+    }
+    Ok(Some(bytes))
+}
+
 fn nofollow_flags() -> i32 {
     (OFlags::NOFOLLOW | OFlags::CLOEXEC).bits() as i32
 }
@@ -162,6 +196,102 @@ pub fn require_own_dir(dir: &Path) -> io::Result<std::fs::Metadata> {
         ));
     }
     Ok(meta)
+}
+
+/// Checks that `dir` is a real directory owned by this process's user (as
+/// [`require_own_dir`]) that nobody else may write into: no write bit for group or others.
+/// A directory others can write into lets them plant links and files where we read and
+/// write, or take names we are about to create; it is refused with an error naming it and
+/// its mode.
+pub fn require_exclusive_dir(dir: &Path) -> io::Result<std::fs::Metadata> {
+    let meta = require_own_dir(dir)?;
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{} is writable by group or others (mode {mode:04o}): refusing to use it", dir.display()),
+        ));
+    }
+    Ok(meta)
+}
+
+/// Checks that no other user can rename, remove or replace what `dir` holds: it is owned
+/// by root or by this process's user, and writable by group or others only with the sticky
+/// bit (as `/tmp`, where only an entry's owner may rename it). An exclusive directory
+/// ([`require_exclusive_dir`]) inside a parent others could write into could be swapped,
+/// between the check and its use, for one of theirs or for a link. Links to `dir` are
+/// followed (the check is about the directory it names).
+pub fn require_no_foreign_renames(dir: &Path) -> io::Result<()> {
+    let meta = std::fs::metadata(dir)?;
+    let me = crate::effective_uid();
+    let mode = meta.mode() & 0o7777;
+    let why = if meta.uid() != 0 && meta.uid() != me {
+        format!("is owned by uid {}", meta.uid())
+    } else if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        format!("is writable by group or others without the sticky bit (mode {mode:04o})")
+    } else {
+        return Ok(());
+    };
+    Err(io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!("{} {why}: another user could swap what it holds; refusing to use it", dir.display()),
+    ))
+}
+
+/// What [`clear_dir_in_place`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cleared {
+    /// No directory there (nothing, a file, a link; or another process cleared it first).
+    Nothing,
+    /// An empty directory was removed.
+    RemovedEmpty,
+    /// A directory with content was renamed to this path, beside it.
+    MovedAside(PathBuf),
+}
+
+/// Clears a directory that stands where one of our state files belongs (a careless hand, a
+/// botched restore), so the file can be made again. An empty directory is removed; one with
+/// content is renamed aside to `.<name>.damaged.<n>` in the same directory, never deleted:
+/// nothing in it is lost, and nothing is deleted on the word of whoever put it there.
+/// The rename never replaces anything. Meant for directories the caller owns exclusively
+/// ([`require_exclusive_dir`]). Concurrent callers are fine: the loser finds nothing.
+pub fn clear_dir_in_place(path: &Path) -> io::Result<Cleared> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => return Ok(Cleared::Nothing),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Cleared::Nothing),
+        Err(e) => return Err(e),
+    }
+    match std::fs::remove_dir(path) {
+        Ok(()) => return Ok(Cleared::RemovedEmpty),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Cleared::Nothing),
+        // Some file systems answer EEXIST rather than ENOTEMPTY for a non-empty directory.
+        Err(e)
+            if e.kind() == io::ErrorKind::DirectoryNotEmpty
+                || e.raw_os_error() == Some(rustix::io::Errno::EXIST.raw_os_error()) => {}
+        Err(e) => return Err(e),
+    }
+    let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+    // A bounded search for a free name: each earlier repair of the same name took one.
+    for n in 0..1000 {
+        let aside = path.with_file_name(format!(".{name}.damaged.{n}"));
+        match rustix::fs::renameat_with(
+            rustix::fs::CWD,
+            path,
+            rustix::fs::CWD,
+            &aside,
+            rustix::fs::RenameFlags::NOREPLACE,
+        ) {
+            Ok(()) => return Ok(Cleared::MovedAside(aside)),
+            Err(rustix::io::Errno::EXIST) => continue,
+            Err(rustix::io::Errno::NOENT) => return Ok(Cleared::Nothing),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        format!("{}: no free name to move it aside (1000 earlier repairs are still there)", path.display()),
+    ))
 }
 
 #[cfg(test)]
@@ -238,6 +368,27 @@ mod tests {
     }
 
     #[test]
+    fn a_limited_read_stops_one_byte_past_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("record");
+        std::fs::write(&path, [b'x'; 10]).unwrap();
+        assert_eq!(read_nofollow_limited(&path, 10).unwrap().unwrap().len(), 10);
+        let err = read_nofollow_limited(&path, 9).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("longer than 9 bytes"), "{err}");
+        assert_eq!(read_nofollow_limited(&dir.path().join("absent"), 9).unwrap(), None);
+        let link = dir.path().join("link");
+        symlink(&path, &link).unwrap();
+        assert!(read_nofollow_limited(&link, 100).is_err(), "a link is never followed");
+        // A FIFO with no writer would block a plain open for ever.
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        let err = read_nofollow_limited(&fifo, 100).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+    }
+
+    #[test]
     fn temp_names_carry_the_writer_and_stale_ones_are_found() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.b.json");
@@ -289,5 +440,73 @@ mod tests {
         let err = private_dir(&dir).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::PermissionDenied);
         assert!(err.to_string().contains("owned by uid 65534"), "{err}");
+    }
+    #[test]
+    fn an_exclusive_dir_is_ours_and_closed_to_other_writers() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("net");
+        std::fs::create_dir(&dir).unwrap();
+        for (mode, refused) in [(0o755, false), (0o700, false), (0o775, true), (0o757, true), (0o1777, true)]
+        {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+            let checked = require_exclusive_dir(&dir);
+            assert_eq!(checked.is_err(), refused, "mode {mode:o}");
+            if let Err(e) = checked {
+                assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+                assert!(e.to_string().contains(&format!("{}", dir.display())), "{e}");
+                assert!(e.to_string().contains(&format!("mode {mode:04o}")), "{e}");
+            }
+        }
+        let link = root.path().join("link");
+        symlink(&dir, &link).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(require_exclusive_dir(&link).is_err(), "a link to a good directory is still a link");
+    }
+
+    #[test]
+    fn a_parent_others_could_rename_in_is_refused_unless_sticky() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("data");
+        std::fs::create_dir(&dir).unwrap();
+        for (mode, refused) in
+            [(0o755, false), (0o1777, false), (0o1770, false), (0o777, true), (0o775, true)]
+        {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+            let checked = require_no_foreign_renames(&dir);
+            assert_eq!(checked.is_err(), refused, "mode {mode:o}");
+            if let Err(e) = checked {
+                assert!(e.to_string().contains(&format!("without the sticky bit (mode {mode:04o})")), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_dir_in_a_files_place_is_removed_when_empty_and_moved_aside_otherwise() {
+        let root = tempfile::tempdir().unwrap();
+        let path = root.path().join("lock");
+        assert_eq!(clear_dir_in_place(&path).unwrap(), Cleared::Nothing);
+        std::fs::write(&path, "").unwrap();
+        assert_eq!(clear_dir_in_place(&path).unwrap(), Cleared::Nothing, "a file is left alone");
+        std::fs::remove_file(&path).unwrap();
+
+        std::fs::create_dir(&path).unwrap();
+        assert_eq!(clear_dir_in_place(&path).unwrap(), Cleared::RemovedEmpty);
+        assert!(std::fs::symlink_metadata(&path).is_err());
+
+        for n in 0..2 {
+            std::fs::create_dir(&path).unwrap();
+            std::fs::write(path.join("content"), format!("kept {n}")).unwrap();
+            let aside = root.path().join(format!(".lock.damaged.{n}"));
+            assert_eq!(clear_dir_in_place(&path).unwrap(), Cleared::MovedAside(aside.clone()));
+            assert!(std::fs::symlink_metadata(&path).is_err());
+            assert_eq!(std::fs::read_to_string(aside.join("content")).unwrap(), format!("kept {n}"));
+        }
+
+        // A link to a directory is not a directory: neither it nor its target is touched.
+        let target = root.path().join("target");
+        std::fs::create_dir(&target).unwrap();
+        symlink(&target, &path).unwrap();
+        assert_eq!(clear_dir_in_place(&path).unwrap(), Cleared::Nothing);
+        assert!(target.is_dir());
     }
 }

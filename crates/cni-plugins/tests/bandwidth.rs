@@ -77,13 +77,40 @@ fn del_after_the_container_is_gone_removes_the_ifb() {
     assert!(env.host.netlink().unwrap().link_by_name(&ifb.name).unwrap().is_none());
 }
 
+/// A pod author's `runtimeConfig.bandwidth` (pod annotations in Kubernetes) cannot lift
+/// the administrator's limit: the kernel's tbf has the configured rate, and the pod's
+/// egress limit is not taken either (the configuration wins as a whole, as in the
+/// reference).
 #[test]
-fn runtime_config_limits_replace_configured_ones() {
+fn runtime_config_cannot_lift_a_configured_limit() {
     let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
     let c = &env.containers[0];
     let prev = attach("1.1.0", &env.host, c, "cnhbr2", "10.153.0.2/24");
     let mut bw_conf = conf("1.1.0", json!({"ingressRate": 1_000_000, "ingressBurst": 100_000}), Some(&prev));
-    bw_conf["capabilities"] = json!({"bandwidth": true});
+    bw_conf["runtimeConfig"] = json!({"bandwidth": {
+        "ingressRate": 40_000_000_000u64, "ingressBurst": 400_000_000,
+        "egressRate": 40_000_000_000u64, "egressBurst": 400_000_000}});
+    let out = call("bandwidth", "ADD", &env.host, Some(c), &bw_conf).run();
+    let result = out.json();
+    assert!(out.stderr.contains("ignoring runtimeConfig.bandwidth"), "{}", out.stderr);
+    assert_eq!(result["interfaces"].as_array().unwrap().len(), 3, "no egress limit, no IFB: {result}");
+    let veth = host_veth(&env.host, &prev);
+    let root = env.host.netlink().unwrap().root_qdisc(veth.index).unwrap().unwrap();
+    assert_eq!(root.kind, QdiscKind::Tbf(tbf(1_000_000, 100_000)));
+    // As tc reports it: 1 Mbit/s is 125,000 bytes per second.
+    let shown = tc_qdiscs(&env.host);
+    let tbf_on_veth = shown.iter().find(|q| q["dev"] == veth.name.as_str() && q["kind"] == "tbf");
+    assert_eq!(tbf_on_veth.map(|q| q["options"]["rate"].clone()), Some(json!(125_000)), "{shown:?}");
+    assert!(ifbs(&mut env.host.netlink().unwrap()).is_empty());
+}
+
+/// Without limit keys in the configuration, the runtime's limits apply.
+#[test]
+fn runtime_config_limits_apply_when_none_are_configured() {
+    let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
+    let c = &env.containers[0];
+    let prev = attach("1.1.0", &env.host, c, "cnhbrc", "10.162.0.2/24");
+    let mut bw_conf = conf("1.1.0", json!({}), Some(&prev));
     bw_conf["runtimeConfig"] = json!({"bandwidth": {"ingressRate": 4_000_000, "ingressBurst": 40_000}});
     let result = common::add("bandwidth", &env.host, c, &bw_conf);
     assert_eq!(result["interfaces"].as_array().unwrap().len(), 3, "no egress limit, no IFB: {result}");

@@ -14,6 +14,7 @@
 //! - [`kill`]: `kill -9` of a process group at a chosen moment; a seeded generator.
 //! - [`socket_attack`]: a daemon's request socket attacked (as nobody, oversized, slow-loris).
 //! - [`binaries`]: finds (building if needed) the workspace's binaries from a test.
+//! - [`unprivileged`]: runs a shell script as `nobody`, the local attacker.
 
 pub mod binaries;
 pub mod children;
@@ -29,3 +30,4 @@ pub mod snapshot;
 pub mod socket_attack;
 pub mod test_plugin;
 pub mod traffic;
+pub mod unprivileged;

@@ -49,6 +49,7 @@ pub struct PluginCall {
     env: Vec<(String, String)>,
     stdin: Vec<u8>,
     netns_fd_path: Option<PathBuf>,
+    own_uts_namespace: bool,
 }
 
 impl PluginCall {
@@ -68,6 +69,7 @@ impl PluginCall {
             ],
             stdin: Vec::new(),
             netns_fd_path: None,
+            own_uts_namespace: false,
         }
     }
 
@@ -121,6 +123,15 @@ impl PluginCall {
         self
     }
 
+    /// Runs the plugin in a UTS namespace of its own (a copy of the test's hostname and
+    /// domain name): a test that checks whether a plugin writes `kernel.domainname` or
+    /// `kernel.hostname` then cannot change the host's, whatever the plugin does. Read
+    /// the plugin's namespace through `/proc/<pid>/ns/uts` from [`PluginCall::run_paused`].
+    pub fn own_uts_namespace(mut self) -> PluginCall {
+        self.own_uts_namespace = true;
+        self
+    }
+
     /// The process this call runs, not started yet (stdin, stdout and stderr piped), and
     /// the namespace file its `pre_exec` enters, which must stay open until it is spawned.
     pub fn command(&self) -> (Command, Option<std::fs::File>) {
@@ -148,6 +159,17 @@ impl PluginCall {
                 });
             }
         }
+        if self.own_uts_namespace {
+            // SAFETY: unshare(2) is async-signal-safe and only touches the child.
+            unsafe {
+                cmd.pre_exec(|| {
+                    if libc::unshare(libc::CLONE_NEWUTS) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         (cmd, ns_file)
     }
 
@@ -157,9 +179,18 @@ impl PluginCall {
     }
 
     pub fn run(&self) -> PluginOutput {
+        self.run_paused(|_| {})
+    }
+
+    /// Runs the call, calling `before_input` with the plugin's pid once the process runs
+    /// and before it is given its stdin. A plugin reads its stdin before it does anything,
+    /// so `before_input` acts before the plugin does: it can plant files named after the
+    /// plugin's pid (its temporary files), or open the plugin's namespaces.
+    pub fn run_paused(&self, before_input: impl FnOnce(u32)) -> PluginOutput {
         let (mut cmd, ns_file) = self.command();
         let started = std::time::Instant::now();
         let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot run {}: {e}", self.binary.display()));
+        before_input(child.id());
         let stdin = std::mem::take(&mut child.stdin);
         if let Some(mut pipe) = stdin {
             let _ = pipe.write_all(&self.stdin);

@@ -7,26 +7,13 @@ mod common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::process::{Command, Output};
 
+use cni_testkit::unprivileged::{as_nobody, NOBODY};
 use common::{images, mynet_entry, Bed};
 use kurma_net::{Host, HostOptions, NetworkConfig};
 use serde_json::json;
 
 const PREFIX: &str = "kmt";
-const NOBODY: u32 = 65534;
-
-/// Runs the shell `script` as nobody:nogroup with no supplementary groups (util-linux's
-/// setpriv). Through a shell on purpose: setpriv itself still holds root's capabilities
-/// when it calls execve, so a path it executes directly is looked up with them; the
-/// shell, like any process of that user, has none.
-fn as_nobody(script: &str) -> Output {
-    Command::new("setpriv")
-        .args([&format!("--reuid={NOBODY}"), &format!("--regid={NOBODY}"), "--clear-groups", "--"])
-        .args(["/bin/sh", "-c", script])
-        .output()
-        .expect("setpriv (util-linux) runs")
-}
 
 /// The shell netplugin as an ACI, retouched as a hostile image would be: `/opt/probe/id`
 /// is the host's `id` with the setuid bit, owned by root; `/opt/network/add` belongs to

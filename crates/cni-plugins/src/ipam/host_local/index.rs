@@ -52,7 +52,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv6Addr};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -218,14 +218,24 @@ impl Index {
     fn fingerprint(&self, range_sets: usize) -> String {
         let mut out = String::from(STAMP_HEADER);
         out.push_str(&format!("boot {}\n", boot_id()));
-        match fs::metadata(&self.network_dir) {
+        match fs::symlink_metadata(&self.network_dir) {
             Ok(m) => out.push_str(&format!("dir {} {}.{:09}\n", m.ino(), m.mtime(), m.mtime_nsec())),
             Err(_) => out.push_str("dir ?\n"),
         }
         for n in 0..range_sets {
             let path = self.network_dir.join(format!("{LAST_RESERVED_PREFIX}{n}"));
-            match (fs::metadata(&path), fs::read(&path)) {
-                (Ok(m), Ok(content)) => out.push_str(&format!(
+            // One no-follow open, then the open file's metadata: a link in the hint's
+            // place is never read through (it reads as absent).
+            // The hint is one address: read at most 64 bytes (and, through `take`, without
+            // the size probe a plain read_to_end of a file makes).
+            let read = cni_os::fs::open_nofollow(&path).and_then(|mut file| {
+                let meta = file.metadata()?;
+                let mut content = Vec::with_capacity(64);
+                std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, 64), &mut content)?;
+                Ok((meta, content))
+            });
+            match read {
+                Ok((m, content)) => out.push_str(&format!(
                     "last {n} {} {}.{:09} {} {}\n",
                     m.ino(),
                     m.mtime(),
@@ -244,8 +254,8 @@ impl Index {
     /// stamp would otherwise be replaced by an empty one, forgetting every attachment).
     /// The table opened here serves the operation's lookups.
     pub fn is_complete(&self, range_sets: usize) -> bool {
-        match fs::read_to_string(self.dir.join(STAMP_FILE)) {
-            Ok(stamp) if stamp == self.fingerprint(range_sets) => {}
+        match cni_os::fs::read_nofollow(&self.dir.join(STAMP_FILE)) {
+            Ok(Some(stamp)) if stamp == self.fingerprint(range_sets).as_bytes() => {}
             _ => return false,
         }
         let path = self.table_path();
@@ -278,7 +288,17 @@ impl Index {
     pub fn invalidate(&self) -> Result<(), HostLocalError> {
         let path = self.dir.join(STAMP_FILE);
         // Any byte but the header's first makes the stamp differ from every fingerprint.
-        let spoil = OpenOptions::new().write(true).open(&path).and_then(|mut stamp| stamp.write_all(b"-"));
+        let spoil = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .and_then(|mut stamp| stamp.write_all(b"-"));
+        // A link in the stamp's place is removed, never written through: no stamp means
+        // incomplete too.
+        let spoil = match spoil {
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => fs::remove_file(&path),
+            other => other,
+        };
         spoil
             .ignore_missing()
             .map(drop)

@@ -121,21 +121,17 @@ pub fn allocate(
 /// What DEL did.
 #[derive(Debug, Default)]
 pub struct Released {
-    /// Addresses whose file was removed.
+    /// Addresses whose file (or what stood in its place) was removed.
     pub released: Vec<IpAddr>,
-    /// Addresses of the attachment that could not be released (a directory has the
-    /// address's name), and why. DEL carries on past them: failing would make the
-    /// runtime retry a DEL that cannot succeed.
-    pub skipped: Vec<(IpAddr, String)>,
 }
 
 /// DEL: releases every address held by (container_id, ifname). `known_ips` (the
 /// prevResult's addresses, if any) are checked first; then the index. Files that name
-/// another attachment are left alone. A file that names nobody (empty, garbage) or only a
-/// prefix of this attachment's record (cut short by a crash) is released when the
-/// prevResult or a trusted index entry says the address is this attachment's: otherwise
-/// it would stay reserved for good (GC releases it too, but not every runtime runs GC).
-/// Idempotent.
+/// another attachment are left alone. A file that names nobody (empty, garbage, a link), a
+/// directory in the file's place, or a file holding only a prefix of this attachment's
+/// record (cut short by a crash) is released when the prevResult or a trusted index entry
+/// says the address is this attachment's: otherwise it would stay reserved for good (GC
+/// releases it too, but not every runtime runs GC). Idempotent.
 pub fn release(
     conf: &HostLocalConfig,
     container_id: &str,
@@ -155,7 +151,7 @@ pub fn release(
         candidates.extend(session.held_by(container_id, ifname)?);
         let mut outcome = Released::default();
         for ip in candidates {
-            if outcome.released.contains(&ip) || outcome.skipped.iter().any(|(s, _)| *s == ip) {
+            if outcome.released.contains(&ip) {
                 continue;
             }
             let ours = match store.reservation(ip)? {
@@ -163,11 +159,7 @@ pub fn release(
                 Reservation::Held(holder) => {
                     holder.is(container_id, ifname) || holder.is_truncation_of(container_id, ifname)
                 }
-                Reservation::Unreadable => true,
-                Reservation::NotAFile => {
-                    outcome.skipped.push((ip, format!("{} is not a file", store.ip_path(ip).display())));
-                    continue;
-                }
+                Reservation::Unreadable | Reservation::NotAFile => true,
             };
             if ours && store.release(ip)? {
                 outcome.released.push(ip);
@@ -210,14 +202,12 @@ pub struct GcOutcome {
     pub released: Vec<IpAddr>,
     /// Addresses whose file could not be removed, and why; GC carried on past them.
     pub failures: Vec<(IpAddr, HostLocalError)>,
-    /// Entries named like an address that are not files (directories): the address stays
-    /// taken, and GC reports it rather than remove what it did not create.
-    pub not_files: Vec<IpAddr>,
 }
 
 /// GC: releases every allocation of the network whose holder is not in `valid`, including
-/// empty or garbage files. A legacy file
-/// (container ID only) stays if any valid attachment has that container ID.
+/// empty or garbage files, links and directories in an address file's place (held by
+/// nobody). A legacy file (container ID only) stays if any valid attachment has that
+/// container ID.
 pub fn gc(conf: &HostLocalConfig, valid: &[Attachment]) -> Result<GcOutcome, HostLocalError> {
     let valid: HashSet<&Attachment> = valid.iter().collect();
     let is_valid = |holder: &Holder| match &holder.ifname {
@@ -230,8 +220,8 @@ pub fn gc(conf: &HostLocalConfig, valid: &[Attachment]) -> Result<GcOutcome, Hos
         let mut outcome = GcOutcome::default();
         let mut kept = Vec::new();
         let scan = store.scan()?;
-        outcome.not_files = scan.not_files;
-        for (ip, holder) in scan.files {
+        let not_files = scan.not_files.into_iter().map(|ip| (ip, None));
+        for (ip, holder) in scan.files.into_iter().chain(not_files) {
             if holder.as_ref().is_some_and(is_valid) {
                 kept.push((ip, holder));
                 continue;

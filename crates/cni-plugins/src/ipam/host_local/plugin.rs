@@ -110,12 +110,7 @@ impl Plugin for HostLocal {
     fn del(&self, req: &Request) -> Result<(), CniError> {
         let conf = load(req)?;
         let known = prev_result_ips(req, &conf);
-        let outcome = super::release(&conf, &req.container_id, &req.ifname, &known)?;
-        // Reported, not returned: the runtime could only retry, and retrying cannot turn a
-        // directory into a file. GC reports these in its error list.
-        for (ip, why) in outcome.skipped {
-            eprintln!("host-local: DEL left address {ip} reserved: {why}");
-        }
+        super::release(&conf, &req.container_id, &req.ifname, &known)?;
         Ok(())
     }
 
@@ -127,15 +122,10 @@ impl Plugin for HostLocal {
 
     fn gc(&self, req: &Request) -> Result<(), CniError> {
         let conf = load(req)?;
-        let GcOutcome { failures, not_files, .. } = super::gc(&conf, &req.valid_attachments()?)?;
+        let GcOutcome { failures, .. } = super::gc(&conf, &req.valid_attachments()?)?;
         let mut errors = GcErrors::new();
         for (ip, failure) in failures {
             errors.push(format!("address {ip}"), failure.into());
-        }
-        for ip in not_files {
-            let path = conf.data_dir.join(&conf.network).join(ip.to_string());
-            let msg = format!("{} is not a file; remove it by hand to free the address", path.display());
-            errors.push(format!("address {ip}"), CniError::new(codes::IO, msg));
         }
         Ok(errors.into_result()?)
     }

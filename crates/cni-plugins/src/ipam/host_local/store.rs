@@ -15,13 +15,26 @@
 //!
 //! Writes follow the reference: an address file is created with `O_CREAT|O_EXCL` (the
 //! reservation is atomic: exactly one creator wins) and `last_reserved_ip.<n>` is rewritten
-//! in place. Every reader and writer holds the directory's lock, so nobody sees a file
+//! in place.
+//!
+//! Stricter than the reference (docs/security.md): the network directory must be ours and
+//! writable by nobody else ([`cni_os::fs::require_exclusive_dir`]), in a data directory
+//! where nobody else can rename it ([`cni_os::fs::require_no_foreign_renames`]), or every
+//! operation is refused naming the directory; no file in it is opened through a symbolic
+//! link. host-local owns the
+//! directory, so what stands in the place of one of its files and is not that file (a
+//! directory, a link) is repaired, with a note on stderr: a link is removed (never
+//! followed), an empty directory removed and a directory with content moved aside
+//! ([`cni_os::fs::clear_dir_in_place`]). The lock, the hints and a reservation the
+//! attachment's DEL or GC releases are repaired that way; an address's entry that is not a
+//! file counts as taken until then. Every reader and writer holds the directory's lock, so nobody sees a file
 //! half-written. Nothing is fsynced, deliberately: a reservation only means something while
 //! the machine is up (a crash of the kernel ends every container that held one), and the
 //! page cache outlives any crash of the plugin itself. A plugin killed between create and
 //! write leaves an empty file; DEL releases it through the prevResult and GC through its
 //! unknown holder. Skipping the sync saves 0.5–1.5 ms per ADD on ext4.
 
+use cni_os::fs::Cleared;
 use cni_types::IoResultExt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -103,8 +116,7 @@ pub enum Reservation {
     /// and write, or garbage): reserved, by no one a DEL could match.
     Unreadable,
     /// Something other than a file (a directory) has the address's name: the address is
-    /// taken, but nothing of ours to release. Reported and skipped, never removed: we did
-    /// not create it.
+    /// taken by no one; [`Store::release`] clears it when DEL or GC frees the address.
     NotAFile,
 }
 
@@ -125,6 +137,16 @@ pub struct Store {
     _lock: File,
 }
 
+/// Opens the lock file read-only like the reference (flock needs no write access),
+/// creating it with the reference's mode 0750, never through a link. It stays empty.
+fn open_lock(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .mode(0o750)
+        .open(path)
+}
+
 fn flock_exclusive(file: &File) -> io::Result<()> {
     loop {
         // SAFETY: flock on a descriptor we own; no memory is passed to the kernel.
@@ -139,12 +161,12 @@ fn flock_exclusive(file: &File) -> io::Result<()> {
     }
 }
 
-/// Replaces the content of the file at `path` in place, creating it if needed. The file is
-/// shortened only when the new content is shorter: on ext4 every truncation is a journaled
-/// orphan-list update (0.15–0.3 ms measured), while rewriting bytes of an existing block is
-/// a page-cache write.
+/// Replaces the content of the file at `path` in place, creating it if needed, never
+/// through a link (`ELOOP` if one is in its place). The file is shortened only when the
+/// new content is shorter: on ext4 every truncation is a journaled orphan-list update
+/// (0.15–0.3 ms measured), while rewriting bytes of an existing block is a page-cache write.
 pub fn rewrite_in_place(path: &Path, content: &[u8]) -> io::Result<()> {
-    let mut file = OpenOptions::new().write(true).create(true).truncate(false).mode(0o644).open(path)?;
+    let mut file = cni_os::fs::open_rw_nofollow(path, 0o644)?;
     file.write_all(content)?;
     let len = content.len() as u64;
     if file.metadata()?.len() > len {
@@ -153,10 +175,11 @@ pub fn rewrite_in_place(path: &Path, content: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Reads a small regular file with as few system calls as possible (open, read, close):
-/// scans and index rebuilds read one such file per allocation.
+/// Reads a small regular file with as few system calls as possible (open, read, close),
+/// never through a link (`ELOOP`): scans and index rebuilds read one such file per
+/// allocation.
 pub fn read_small(path: &Path) -> io::Result<Vec<u8>> {
-    let mut file = File::open(path)?;
+    let mut file = cni_os::fs::open_nofollow(path)?;
     let mut content = Vec::new();
     let mut buf = [0u8; 512];
     loop {
@@ -169,25 +192,74 @@ pub fn read_small(path: &Path) -> io::Result<Vec<u8>> {
     }
 }
 
+/// Whether an error says a directory (`EISDIR`) or a link (`ELOOP`, from a no-follow open)
+/// stands where a file was expected.
+fn is_not_a_file(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EISDIR) | Some(libc::ELOOP))
+}
+
+/// Clears what stands in the place of one of our files (a link, a directory) so the file
+/// can be made again, and says on stderr what was done. Only inside a network directory
+/// that passed [`cni_os::fs::require_exclusive_dir`]: nobody else put it there.
+fn repair(path: &Path, what: &str) -> io::Result<()> {
+    let meta = match fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let done = if meta.file_type().is_symlink() {
+        // Unlinking removes the link itself, never what it points at.
+        fs::remove_file(path).ignore_missing()?.map(|()| "removed the symbolic link".to_string())
+    } else {
+        match cni_os::fs::clear_dir_in_place(path)? {
+            Cleared::Nothing => None,
+            Cleared::RemovedEmpty => Some("removed the empty directory".to_string()),
+            Cleared::MovedAside(aside) => {
+                Some(format!("moved the directory and its content aside to {}", aside.display()))
+            }
+        }
+    };
+    if let Some(done) = done {
+        eprintln!("host-local: repaired {}: {what} was not a file; {done}", path.display());
+    }
+    Ok(())
+}
+
 impl Store {
     /// Opens `<data_dir>/<network>`, creating it (0755, like the reference) and its lock
-    /// file, and takes the exclusive lock, waiting for other plugins (ours or Go's).
+    /// file, and takes the exclusive lock, waiting for other plugins (ours or Go's). A
+    /// network directory that is not ours alone, or a data directory in which another user
+    /// could rename it, is refused (code 5, naming it); a directory or link in the lock's
+    /// place is repaired.
     pub fn open(data_dir: &Path, network: &str) -> Result<Store, HostLocalError> {
+        // The data directory first: absent is fine (made below), as it is then ours.
+        match cni_os::fs::require_no_foreign_renames(data_dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            checked => checked.map_err(|e| HostLocalError::io(data_dir, "checking the data directory", e))?,
+        }
         let dir = data_dir.join(network);
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(&dir)
-            .map_err(|e| HostLocalError::io(&dir, "creating the network directory", e))?;
+        // Not recursive at first: an existing directory then costs one mkdir and the check's
+        // lstat (a recursive create would stat it once more).
+        let created = match fs::DirBuilder::new().mode(0o755).create(&dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::DirBuilder::new().recursive(true).mode(0o755).create(&dir)
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+            created => created,
+        };
+        created.map_err(|e| HostLocalError::io(&dir, "creating the network directory", e))?;
+        cni_os::fs::require_exclusive_dir(&dir)
+            .map_err(|e| HostLocalError::io(&dir, "checking the network directory", e))?;
         let lock_path = dir.join(LOCK_FILE);
-        // Opened read-only like the reference (flock needs no write access); created with
-        // the reference's mode 0750. It stays empty.
-        let lock = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_CREAT | libc::O_CLOEXEC)
-            .mode(0o750)
-            .open(&lock_path)
-            .map_err(|e| HostLocalError::io(&lock_path, "opening the lock file", e))?;
+        let lock_err = |e| HostLocalError::io(&lock_path, "opening the lock file", e);
+        let lock = match open_lock(&lock_path) {
+            Err(e) if is_not_a_file(&e) => {
+                repair(&lock_path, "the lock").map_err(lock_err)?;
+                open_lock(&lock_path)
+            }
+            opened => opened,
+        }
+        .map_err(lock_err)?;
         flock_exclusive(&lock)
             .map_err(|e| HostLocalError::io(&lock_path, "locking the network directory", e))?;
         Ok(Store { dir, _lock: lock })
@@ -212,8 +284,7 @@ impl Store {
         let target = self.ip_path(ip);
         let content = format!("{}{LINE_BREAK}{ifname}", container_id.trim());
         let io_err = |e| HostLocalError::io(&target, "reserving the address", e);
-        let created =
-            OpenOptions::new().write(true).create_new(true).mode(0o644).open(&target).ignore_exists();
+        let created = cni_os::fs::create_exclusive(&target, 0o644).ignore_exists();
         let Some(mut file) = created.map_err(io_err)? else { return Ok(false) };
         if let Err(e) = file.write_all(content.as_bytes()) {
             let _ = fs::remove_file(&target);
@@ -231,6 +302,8 @@ impl Store {
                 Ok(Holder::parse(&content).map_or(Reservation::Unreadable, Reservation::Held))
             }
             Err(e) if e.raw_os_error() == Some(libc::EISDIR) => Ok(Reservation::NotAFile),
+            // A link names nobody: reserved, like an unreadable file, until released.
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Ok(Reservation::Unreadable),
             Err(e) => Err(HostLocalError::io(path, "reading the address file", e)),
         }
     }
@@ -245,13 +318,20 @@ impl Store {
         fs::symlink_metadata(self.ip_path(ip)).is_ok()
     }
 
-    /// Frees `ip`; returns whether a file was removed.
+    /// Frees `ip`; returns whether something was removed. A directory in the address
+    /// file's place is cleared ([`repair`]): otherwise the address would stay taken for
+    /// good.
     pub fn release(&self, ip: IpAddr) -> Result<bool, HostLocalError> {
         let path = self.ip_path(ip);
-        fs::remove_file(&path)
-            .ignore_missing()
-            .map(|removed| removed.is_some())
-            .map_err(|e| HostLocalError::io(path, "releasing the address", e))
+        let io_err = |e| HostLocalError::io(&path, "releasing the address", e);
+        match fs::remove_file(&path).ignore_missing() {
+            Ok(removed) => Ok(removed.is_some()),
+            Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+                repair(&path, "the address's reservation").map_err(io_err)?;
+                Ok(true)
+            }
+            Err(e) => Err(io_err(e)),
+        }
     }
 
     /// The address last reserved from range set `range_set`, if recorded and readable.
@@ -262,14 +342,18 @@ impl Store {
 
     /// Records where the next search of range set `range_set` starts, in place like the
     /// reference. A write cut short reads as "no hint", and the search then starts at the
-    /// range's beginning: still correct, since the address files decide what is free.
+    /// range's beginning: still correct, since the address files decide what is free. A
+    /// directory or link in the file's place is repaired first, never written through.
     pub fn set_last_reserved(&self, range_set: usize, ip: IpAddr) -> Result<(), HostLocalError> {
         let path = self.last_reserved_path(range_set);
-        match rewrite_in_place(&path, ip.to_string().as_bytes()) {
-            // A directory in its place (not ours to remove) only costs the next search its
-            // starting point, as an unreadable hint does: no reason to refuse the ADD.
-            Err(e) if e.raw_os_error() == Some(libc::EISDIR) => Ok(()),
-            other => other.map_err(|e| HostLocalError::io(&path, "recording the last reserved address", e)),
+        let io_err = |e| HostLocalError::io(&path, "recording the last reserved address", e);
+        let content = ip.to_string();
+        match rewrite_in_place(&path, content.as_bytes()) {
+            Err(e) if is_not_a_file(&e) => {
+                repair(&path, "the last reserved address").map_err(io_err)?;
+                rewrite_in_place(&path, content.as_bytes()).map_err(io_err)
+            }
+            other => other.map_err(io_err),
         }
     }
 
@@ -287,6 +371,8 @@ impl Store {
             match read_small(&entry.path()) {
                 Ok(content) => found.files.push((ip, Holder::parse(&content))),
                 Err(e) if e.raw_os_error() == Some(libc::EISDIR) => found.not_files.push(ip),
+                // A link names nobody, like garbage content.
+                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => found.files.push((ip, None)),
                 // Released by nobody else (we hold the lock); anything else unreadable is
                 // left to the operations that touch that one address.
                 Err(_) => continue,

@@ -101,7 +101,10 @@ fn header(capacity: u64, used: u64) -> [u8; SLOT] {
 impl SlotTable {
     /// Opens the table at `path`; `None` if there is none or it is not one.
     pub fn open(path: &Path) -> io::Result<Option<SlotTable>> {
-        let Some(mut file) = OpenOptions::new().read(true).write(true).open(path).ignore_missing()? else {
+        // Never through a link: an error, after which the index is rebuilt and the rebuild's
+        // rename replaces the link.
+        let opened = OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW).open(path);
+        let Some(mut file) = opened.ignore_missing()? else {
             return Ok(None);
         };
         let mut first = [0u8; SLOT];
@@ -143,11 +146,14 @@ impl SlotTable {
         if temp.symlink_metadata().is_ok_and(|m| m.is_dir()) {
             std::fs::remove_dir_all(&temp)?;
         }
+        // A link in `table.new`'s place fails the open (and is removed below), never
+        // followed.
         let written = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&temp)
             .and_then(|mut f| f.write_all(&slots))
             .and_then(|()| std::fs::rename(&temp, path));

@@ -2,10 +2,14 @@
 //! touched.
 //!
 //! Limits come from the plugin's own keys or from `runtimeConfig.bandwidth` (the
-//! `bandwidth` capability, e.g. a Kubernetes pod's annotations). When the runtime sends
-//! limits they replace the configured ones as a whole: the runtime speaks for this one
-//! container, the configuration for every container of the network. (The reference plugin
-//! lets configured keys win; we follow the project-wide precedence, runtimeConfig last.)
+//! `bandwidth` capability). The runtime value is untrusted: in Kubernetes it is built from
+//! the pod's annotations, which the pod's author writes. So the administrator's keys win,
+//! exactly as in the reference plugin: as soon as the configuration has any of the four
+//! limit keys (whatever their values, even 0, even for the other direction), the runtime
+//! value is ignored as a whole; it is used only when the configuration has none of them.
+//! (The reference decides the same way: its configured limits are a struct that JSON
+//! decoding creates when any of its keys is present, and only a missing one lets the
+//! runtime's through.) An ignored runtime value is noted on stderr.
 
 use cni_sdk::{CniError, Request};
 use serde::Deserialize;
@@ -30,6 +34,9 @@ impl BandwidthConf {
         self.ingress.is_none() && self.egress.is_none()
     }
 }
+
+/// The limit keys, the same in the configuration and in runtimeConfig.
+const LIMIT_KEYS: [&str; 4] = ["ingressRate", "ingressBurst", "egressRate", "egressBurst"];
 
 /// The keys as JSON has them (the same names in the configuration and in runtimeConfig).
 #[derive(Debug, Default, Deserialize)]
@@ -89,10 +96,29 @@ pub fn load(req: &Request) -> Result<BandwidthConf, CniError> {
         None | Some(serde_json::Value::Null) => None,
         Some(value) => Some(cni_sdk::config::parse_value("runtimeConfig.bandwidth", value)?),
     };
-    let conf = from_entry(&configured, "")?;
+    let admin_sets_limits = LIMIT_KEYS.iter().any(|key| req.conf.extra.contains_key(*key));
+    choose(admin_sets_limits, &configured, runtime.as_ref())
+}
+
+/// The administrator's limits when the configuration has any limit key, else the
+/// runtime's (validated either way, and only the one that applies).
+fn choose(
+    admin_sets_limits: bool,
+    configured: &Entry,
+    runtime: Option<&Entry>,
+) -> Result<BandwidthConf, CniError> {
     match runtime {
-        Some(entry) if !entry.is_empty() => from_entry(&entry, "runtimeConfig.bandwidth."),
-        _ => Ok(conf),
+        Some(runtime) if admin_sets_limits => {
+            if !runtime.is_empty() {
+                eprintln!(
+                    "bandwidth: ignoring runtimeConfig.bandwidth: the network configuration sets \
+                     limits, and those are the ones applied"
+                );
+            }
+            from_entry(configured, "")
+        }
+        Some(runtime) => from_entry(runtime, "runtimeConfig.bandwidth."),
+        None => from_entry(configured, ""),
     }
 }
 
@@ -123,6 +149,31 @@ mod tests {
         assert!(err.msg.contains("ingressBurst: must be set when ingressRate is set"), "{}", err.msg);
         let err = parse(r#"{"egressBurst":1000}"#).unwrap_err();
         assert!(err.msg.contains("egressRate: must be set when egressBurst is set"), "{}", err.msg);
+    }
+
+    fn entry(json: &str) -> Entry {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn the_runtime_value_applies_only_when_the_configuration_sets_no_limit_key() {
+        let admin = entry(r#"{"ingressRate":1000000,"ingressBurst":100000}"#);
+        let pod = entry(
+            r#"{"ingressRate":40000000000,"ingressBurst":40000000,"egressRate":8000,"egressBurst":800}"#,
+        );
+        // The configuration wins as a whole: the pod gets no egress limit of its own either.
+        let conf = choose(true, &admin, Some(&pod)).unwrap();
+        assert_eq!(conf.ingress, Some(Limit { rate_bits: 1_000_000, burst_bits: 100_000 }));
+        assert_eq!(conf.egress, None);
+        // Keys present with 0 still count as set (the reference's rule): nothing is shaped.
+        assert!(choose(true, &entry(r#"{"ingressRate":0}"#), Some(&pod)).unwrap().is_unlimited());
+        // No limit key configured: the runtime's limits apply.
+        let conf = choose(false, &Entry::default(), Some(&pod)).unwrap();
+        assert_eq!(conf.egress, Some(Limit { rate_bits: 8_000, burst_bits: 800 }));
+        // An ignored runtime value is not validated: it cannot fail the ADD either.
+        assert!(choose(true, &admin, Some(&entry(r#"{"egressRate":5}"#))).is_ok());
+        let err = choose(false, &Entry::default(), Some(&entry(r#"{"egressRate":5}"#))).unwrap_err();
+        assert!(err.msg.contains("runtimeConfig.bandwidth.egressBurst"), "{}", err.msg);
     }
 
     #[test]

@@ -141,21 +141,43 @@ fn parse_txqlen(field: &str, len: i64) -> Result<u32, CniError> {
         .map_err(|_| CniError::invalid_config(format!("tuning: {field}: txQLen {len} must be 0 or more")))
 }
 
-/// Turns a configured key into the key to write, refusing anything outside `net.`.
-/// The reference replaces the first `IFNAME` only; so do we.
+/// Why tuning refuses to write a sysctl.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SysctlRefusal {
+    /// The key is not under `net.` (or is not a key at all).
+    NotNet,
+    /// The value has a newline or NUL, which would smuggle a second write into the file.
+    BadValue,
+}
+
+/// The one rule for every sysctl tuning writes: the configuration's at ADD and a record's
+/// at DEL (a record on disk is only as trustworthy as the directory it lies in). `key` is
+/// the key as written (`IFNAME` already replaced). Only keys under `/proc/sys/net/` pass:
+/// they belong to the container's network namespace, where kernel.* or vm.* would reach
+/// the host.
+pub fn check_net_sysctl(key: &str, value: &str) -> Result<(), SysctlRefusal> {
+    let path = cni_net::sysctl::key_to_path(key).map_err(|_| SysctlRefusal::NotNet)?;
+    if !path.starts_with("/proc/sys/net/") || path == Path::new("/proc/sys/net") {
+        return Err(SysctlRefusal::NotNet);
+    }
+    if value.contains(['\n', '\0']) {
+        return Err(SysctlRefusal::BadValue);
+    }
+    Ok(())
+}
+
+/// Turns a configured key into the key to write, refusing what [`check_net_sysctl`]
+/// refuses. The reference replaces the first `IFNAME` only; so do we.
 fn sysctl_setting(configured_key: &str, value: &str, ifname: &str) -> Result<SysctlSetting, CniError> {
     let key = configured_key.replacen("IFNAME", ifname, 1);
-    let refused = || CniError::invalid_config(format!("tuning: invalid net sysctl key {configured_key:?}"));
-    let path = cni_net::sysctl::key_to_path(&key).map_err(|_| refused())?;
-    if !path.starts_with("/proc/sys/net/") || path == Path::new("/proc/sys/net") {
-        return Err(refused());
-    }
-    // One value per key: a newline or NUL would smuggle a second write into the file.
-    if value.contains(['\n', '\0']) {
-        return Err(CniError::invalid_config(format!(
-            "tuning: invalid value {value:?} for sysctl {configured_key:?}: it contains a newline or NUL"
-        )));
-    }
+    check_net_sysctl(&key, value).map_err(|refusal| {
+        CniError::invalid_config(match refusal {
+            SysctlRefusal::NotNet => format!("tuning: invalid net sysctl key {configured_key:?}"),
+            SysctlRefusal::BadValue => format!(
+                "tuning: invalid value {value:?} for sysctl {configured_key:?}: it contains a newline or NUL"
+            ),
+        })
+    })?;
     Ok(SysctlSetting { configured_key: configured_key.to_string(), key, value: value.to_string() })
 }
 
@@ -290,6 +312,24 @@ mod tests {
         }
         assert!(sysctl_setting("net/core/somaxconn", "1", "eth0").is_ok());
         assert_eq!(sysctl_setting("net.core.somaxconn", "1\n0", "eth0").unwrap_err().code, 7);
+    }
+
+    #[test]
+    fn the_same_rule_refuses_what_a_planted_record_asks_for() {
+        for key in [
+            "kernel.domainname",
+            "kernel.core_pattern",
+            "kernel/core_pattern",
+            "/kernel/core_pattern",
+            "net/../kernel/core_pattern",
+            "vm.overcommit_memory",
+            "net",
+            "",
+        ] {
+            assert_eq!(check_net_sysctl(key, "x"), Err(SysctlRefusal::NotNet), "{key}");
+        }
+        assert_eq!(check_net_sysctl("net.core.somaxconn", "1\0"), Err(SysctlRefusal::BadValue));
+        assert_eq!(check_net_sysctl("net.ipv4.conf.eth0.100.arp_filter", "1"), Ok(()));
     }
 
     #[test]

@@ -104,7 +104,14 @@ impl Plugin for Tuning {
 
     /// Restores what ADD recorded. No record, no namespace, no interface: nothing to do.
     fn del(&self, req: &Request) -> Result<(), CniError> {
-        let path = record_path(req, &config::data_dir(req)?);
+        let data_dir = config::data_dir(req)?;
+        if let Err(e) = state::require_trusted_dir(&data_dir) {
+            // Nothing in it can be told from a plant: restore nothing, touch nothing, and
+            // succeed (a retry could not do better).
+            eprintln!("tuning: not restoring anything from {}: {e}", data_dir.display());
+            return Ok(());
+        }
+        let path = record_path(req, &data_dir);
         let Some(record) = state::load(&path)? else {
             // Absent, or damaged beyond use: a damaged one goes, so it neither lingers nor
             // blocks the next ADD.
@@ -136,7 +143,7 @@ impl Plugin for Tuning {
         let valid = req.valid_attachments()?;
         let mut errors = GcErrors::new();
         let data_dir = config::data_dir(req)?;
-        for path in state::stale_temp_files(&data_dir) {
+        for path in cni_os::fs::stale_temp_files(&data_dir) {
             errors.record(format!("temporary file {}", path.display()), state::remove(&path));
         }
         for (path, record) in state::list(&data_dir)? {

@@ -4,16 +4,24 @@
 //! reference plugin's layout (`mac`, `promisc`, `mtu`, `allmulti`, `txQLen`), so a record
 //! written by the Go plugin is restored by ours and the other way round. We add `sysctl`
 //! (original values by key, which the Go plugin ignores): DEL restores sysctls too.
-//! Writes are atomic (temp file, rename): no reader ever sees half a record. They are not
-//! fsynced: a record describes interfaces that do not survive the machine, and its home
-//! (/run) is normally a tmpfs that does not either. (The syncs cost ~1 ms per ADD where
-//! /run is on disk.)
+//! Writes go through [`cni_os::fs::write_atomic`] (a temporary file created exclusively,
+//! never through a link, 0600, renamed into place) in a private directory
+//! ([`cni_os::fs::private_dir`]: 0700, ours, not a link): no reader ever sees half a record.
+//! They are not fsynced: a record describes interfaces that do not survive the machine, and
+//! its home (/run) is normally a tmpfs that does not either. (The syncs cost ~1 ms per ADD
+//! where /run is on disk.)
+//!
+//! A record is read without following a link, and trusted no further than its directory:
+//! every sysctl it asks to restore must pass the rule ADD applies to the configuration
+//! ([`check_net_sysctl`]); one that does not (a planted `kernel.core_pattern`) is dropped
+//! with a note on stderr, never written, and the rest of the record still applies.
 
+use super::config::check_net_sysctl;
+use cni_os::fs::{Cleared, Durability};
 use cni_sdk::CniError;
 use cni_types::IoResultExt;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Original values, one field per thing ADD changed.
@@ -75,6 +83,22 @@ impl Originals {
             self.sysctl.insert(key, value);
         }
     }
+
+    /// Removes the sysctls that ADD would refuse to write (anything outside `net.`, a value
+    /// with a newline); returns their keys. ADD never records such a key, so one in a
+    /// record was put there by someone else.
+    pub fn drop_refused_sysctls(&mut self) -> Vec<String> {
+        let refused: Vec<String> = self
+            .sysctl
+            .iter()
+            .filter(|(key, value)| check_net_sysctl(key, value).is_err())
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in &refused {
+            self.sysctl.remove(key);
+        }
+        refused
+    }
 }
 
 /// The record file of one attachment.
@@ -82,21 +106,40 @@ pub fn record_path(data_dir: &Path, container_id: &str, ifname: &str) -> PathBuf
     data_dir.join(format!("{container_id}_{ifname}.json"))
 }
 
-/// Reads a record; `None` when there is none. An unreadable (corrupt) record is treated as
-/// absent, with a note on stderr: it cannot be restored from, and must not block DEL.
+/// A record holds a few values per configured setting: a few hundred bytes. One larger than
+/// this was not written by ADD, and is not read to its end.
+const MAX_RECORD_BYTES: u64 = 1 << 20;
+
+/// Reads a record; `None` when there is none. An unreadable (corrupt, oversized) record, or
+/// something that is not a file in its place (a directory, a link), is treated as absent, with a note
+/// on stderr: it cannot be restored from, and must not block DEL. Sysctls the record may not
+/// restore are dropped ([`Originals::drop_refused_sysctls`]).
 pub fn load(path: &Path) -> Result<Option<Originals>, CniError> {
-    let bytes = match std::fs::read(path).ignore_missing() {
+    let bytes = match cni_os::fs::read_nofollow_limited(path, MAX_RECORD_BYTES) {
         Ok(Some(b)) => b,
         Ok(None) => return Ok(None),
-        // A directory in the record's place holds nothing to restore from either.
-        Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EISDIR) | Some(libc::ELOOP)) => {
             eprintln!("tuning: ignoring {}: not a file", path.display());
+            return Ok(None);
+        }
+        // Oversized, or a FIFO, device or socket in the record's place.
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput) => {
+            eprintln!("tuning: ignoring {e}: ADD never writes such a record");
             return Ok(None);
         }
         Err(e) => return Err(CniError::io(format!("tuning: cannot read {}: {e}", path.display()))),
     };
-    match serde_json::from_slice(&bytes) {
-        Ok(record) => Ok(Some(record)),
+    match serde_json::from_slice::<Originals>(&bytes) {
+        Ok(mut record) => {
+            for key in record.drop_refused_sysctls() {
+                eprintln!(
+                    "tuning: {}: not restoring sysctl {key:?}: only net.* sysctls with a one-line \
+                     value may be written",
+                    path.display()
+                );
+            }
+            Ok(Some(record))
+        }
         Err(e) => {
             eprintln!("tuning: ignoring unreadable record {}: {e}", path.display());
             Ok(None)
@@ -104,48 +147,24 @@ pub fn load(path: &Path) -> Result<Option<Originals>, CniError> {
     }
 }
 
-/// Writes a record atomically (0600, directory 0700).
+/// Writes a record atomically (0600, in a private 0700 directory of ours).
 pub fn store(path: &Path, record: &Originals) -> Result<(), CniError> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let io_err =
         |what: &str, e: std::io::Error| CniError::io(format!("tuning: {what} {}: {e}", path.display()));
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| io_err("create directory for", e))?;
-    let tmp = path.with_extension(format!("{TEMP_INFIX}{}", std::process::id()));
+    cni_os::fs::private_dir(dir).map_err(|e| io_err("prepare the directory of", e))?;
     let data = serde_json::to_vec_pretty(record).expect("record serialises");
-    let write = || -> std::io::Result<()> {
-        let mut file =
-            std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-        file.write_all(&data)?;
-        std::fs::rename(&tmp, path)
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io_err("write", e)
-    })
+    cni_os::fs::write_atomic(path, &data, 0o600, Durability::Unsynced).map_err(|e| io_err("write", e))
 }
 
-/// A record is written as `<name>.tmp.<pid of the writer>` first.
-const TEMP_INFIX: &str = "tmp.";
-
-/// The temporary files in `data_dir` whose writer no longer runs: a plugin killed between
-/// writing a record and renaming it into place left them (found by the kill9 suite).
-/// One whose pid is in use again is left for a later GC.
-pub fn stale_temp_files(data_dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(data_dir) else { return Vec::new() };
-    entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|path| {
-            let writer = path.extension().and_then(|x| x.to_str()).and_then(|pid| pid.parse::<u32>().ok());
-            let is_temp = path.file_stem().and_then(|s| s.to_str()).is_some_and(|s| s.ends_with(".tmp"));
-            is_temp && writer.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
-        })
-        .collect()
+/// Whether DEL may restore from records in `data_dir`: ADD makes it a private directory of
+/// ours ([`store`]), so one that another user owns or can write into was changed since,
+/// and whatever it holds may be anyone's. An absent directory holds no record: fine.
+pub fn require_trusted_dir(data_dir: &Path) -> Result<(), std::io::Error> {
+    match cni_os::fs::require_exclusive_dir(data_dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        checked => checked.map(drop),
+    }
 }
 
 /// Every readable record in `data_dir` with its path (for GC).
@@ -166,12 +185,17 @@ pub fn list(data_dir: &Path) -> Result<Vec<(PathBuf, Originals)>, CniError> {
     Ok(records)
 }
 
-/// Removes whatever unreadable thing has a record's name (garbage, an empty directory), so
-/// that it does not linger and a later ADD can write the record. Best effort, reported on
-/// stderr: DEL must not fail over a record that could not be used anyway.
+/// Removes whatever unreadable thing has a record's name (garbage, a link, a directory:
+/// removed when empty, moved aside otherwise), so that it does not linger and a later ADD
+/// can write the record. Best effort, reported on stderr: DEL must not fail over a record
+/// that could not be used anyway.
 pub fn remove_damaged(path: &Path) {
     let removed = match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_dir() => std::fs::remove_dir(path),
+        Ok(meta) if meta.is_dir() => cni_os::fs::clear_dir_in_place(path).map(|cleared| {
+            if let Cleared::MovedAside(aside) = cleared {
+                eprintln!("tuning: moved the directory {} aside to {}", path.display(), aside.display());
+            }
+        }),
         Ok(_) => std::fs::remove_file(path),
         Err(_) => return,
     };
@@ -221,14 +245,58 @@ mod tests {
     }
 
     #[test]
-    fn temp_files_of_dead_writers_are_stale() {
+    fn a_record_never_restores_what_add_would_refuse_to_write() {
         let dir = tempfile::tempdir().unwrap();
-        let dead = dir.path().join(format!("c_eth0.{TEMP_INFIX}{}", u32::MAX));
-        let alive = dir.path().join(format!("c_eth0.{TEMP_INFIX}{}", std::process::id()));
-        for path in [&dead, &alive, &dir.path().join("c_eth0.json"), &dir.path().join("x.123")] {
-            std::fs::write(path, b"{}").unwrap();
-        }
-        assert_eq!(stale_temp_files(dir.path()), vec![dead]);
+        let path = dir.path().join("ctr_eth0.json");
+        let planted = r#"{"mtu":1500,"sysctl":{"kernel.core_pattern":"|/tmp/x","kernel/domainname":"x",
+            "net.core.somaxconn":"128","net.ipv4.conf.eth0.arp_filter":"1\n2"}}"#;
+        std::fs::write(&path, planted).unwrap();
+        let record = load(&path).unwrap().unwrap();
+        assert_eq!(
+            record.sysctl.into_iter().collect::<Vec<_>>(),
+            [("net.core.somaxconn".into(), "128".into())]
+        );
+        assert_eq!(record.mtu, 1500, "the rest of the record still applies");
+    }
+
+    #[test]
+    fn an_oversized_record_is_not_read_to_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctr_eth0.json");
+        let padded = format!(r#"{{"mtu":1500,"mac":"{}"}}"#, " ".repeat(MAX_RECORD_BYTES as usize));
+        std::fs::write(&path, padded).unwrap();
+        assert_eq!(load(&path).unwrap(), None);
+    }
+
+    #[test]
+    fn a_fifo_in_a_records_place_does_not_block_del() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctr_eth0.json");
+        assert!(std::process::Command::new("mkfifo").arg(&path).status().unwrap().success());
+        // On a thread, so that a regression shows as a failure rather than a hung test (a
+        // limit for "never returns", not a speed claim).
+        let (done, wait) = std::sync::mpsc::channel();
+        let reader = path.clone();
+        std::thread::spawn(move || {
+            let _ = done.send(load(&reader).map(|record| record.is_none()).map_err(|e| e.msg));
+        });
+        let ignored = wait.recv_timeout(std::time::Duration::from_secs(20)).expect("load blocked on a FIFO");
+        assert_eq!(ignored, Ok(true));
+        remove_damaged(&path);
+        assert!(std::fs::symlink_metadata(&path).is_err());
+    }
+
+    #[test]
+    fn a_link_in_a_records_place_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = dir.path().join("elsewhere.json");
+        std::fs::write(&elsewhere, r#"{"mtu":1500}"#).unwrap();
+        let path = dir.path().join("ctr_eth0.json");
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        assert_eq!(load(&path).unwrap(), None);
+        remove_damaged(&path);
+        assert!(std::fs::symlink_metadata(&path).is_err());
+        assert!(elsewhere.exists(), "the link went, not what it pointed at");
     }
 
     #[test]
