@@ -11,8 +11,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The uid and gid of `nobody`.
-pub const NOBODY: u32 = 65534;
+use crate::unprivileged::command_as_nobody;
+
+pub use crate::unprivileged::NOBODY;
 
 /// What an unprivileged client got from the daemon.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,9 +54,8 @@ while True:
     data += chunk
 print("reply:" + data.decode(errors="replace"), end="")
 "#;
-    let out = Command::new("setpriv")
-        .args([&format!("--reuid={NOBODY}"), &format!("--regid={NOBODY}"), "--clear-groups", "--"])
-        .args(["/usr/bin/python3", "-c", CLIENT])
+    let out = command_as_nobody("/usr/bin/python3")
+        .args(["-c", CLIENT])
         .arg(socket)
         .arg(request)
         .output()

@@ -11,9 +11,14 @@ pub const NOBODY: u32 = 65534;
 /// when it calls execve, so a path it executes directly is looked up with them; the shell,
 /// like any process of that user, has none.
 pub fn as_nobody(script: &str) -> Output {
-    Command::new("setpriv")
+    command_as_nobody("/bin/sh").args(["-c", script]).output().expect("setpriv (util-linux) runs")
+}
+
+/// `program` (an absolute path), to be run as nobody:nogroup with no supplementary groups.
+pub fn command_as_nobody(program: &str) -> Command {
+    let mut command = Command::new("setpriv");
+    command
         .args([&format!("--reuid={NOBODY}"), &format!("--regid={NOBODY}"), "--clear-groups", "--"])
-        .args(["/bin/sh", "-c", script])
-        .output()
-        .expect("setpriv (util-linux) runs")
+        .arg(program);
+    command
 }
