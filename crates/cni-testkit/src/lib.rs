@@ -16,7 +16,6 @@
 
 pub mod binaries;
 pub mod children;
-pub mod config_keys;
 pub mod damage;
 pub mod docs;
 pub mod host_local;

@@ -284,6 +284,7 @@ mod tests {
             stdin: conf.as_bytes().to_vec(),
             conf: serde_json::from_str(&conf).unwrap(),
             version: cni_sdk::Version::V1_0_0,
+            trace: None,
         }
     }
 
