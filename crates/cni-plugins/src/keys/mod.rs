@@ -138,6 +138,27 @@ pub fn common_keys() -> BTreeSet<String> {
     keys
 }
 
+/// The keys of a conflist's top level, which libcni reads: the names
+/// `cni_types::NetConfList` serialises with every field set (a flattened catch-all hides
+/// them from a trace; the literal below stops compiling when a field is added).
+pub fn list_keys() -> BTreeSet<String> {
+    let every_field = cni_types::NetConfList {
+        cni_version: "1.1.0".into(),
+        cni_versions: vec!["1.1.0".into()],
+        name: "n".into(),
+        disable_check: true,
+        disable_gc: true,
+        load_only_inlined_plugins: true,
+        plugins: vec![Default::default()],
+        extra: Default::default(),
+    };
+    let serde_json::Value::Object(map) = serde_json::to_value(every_field).expect("NetConfList serialises")
+    else {
+        unreachable!("a struct serialises to an object")
+    };
+    map.keys().cloned().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +178,22 @@ mod tests {
         assert!(plugin_capabilities("bandwidth").unwrap().contains("bandwidth"));
         assert!(plugin_capabilities("bridge").unwrap().contains("mac"));
         assert!(plugin_capabilities("loopback").unwrap().is_empty());
+    }
+
+    #[test]
+    fn list_keys_name_every_list_field() {
+        let keys = list_keys();
+        for key in [
+            "cniVersion",
+            "cniVersions",
+            "name",
+            "disableCheck",
+            "disableGC",
+            "loadOnlyInlinedPlugins",
+            "plugins",
+        ] {
+            assert!(keys.contains(key), "{key}: {keys:?}");
+        }
     }
 
     #[test]
