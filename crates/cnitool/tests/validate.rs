@@ -222,3 +222,56 @@ fn against_the_go_plugins_directory() {
     let (code, found) = validate(&newer, ours.path().to_str().unwrap());
     assert_eq!((code, found), (0, vec![]));
 }
+
+/// A conflist from someone else (a pull request a CI job validates): keys with terminal
+/// escapes are printed escaped, a huge key gets no did-you-mean, a huge file is not
+/// loaded, and a network defined twice is reported where libcni would ignore it.
+#[test]
+fn hostile_files_are_reported_safely() {
+    let plugins = our_plugins();
+    let dir = tempfile::Builder::new().prefix("va-hostile").tempdir().unwrap();
+    let long_key = "k".repeat(100_000);
+    let conflist = json!({"cniVersion": "1.0.0", "name": "va-hostile", "plugins": [
+        {"type": "bridge", "bridge": "va-br0", "\u{1b}[2Jmtu": 1, long_key.clone(): 1,
+         "ipam": {"type": "host-local", "subnet": "10.90.0.0/24"}},
+    ]});
+    std::fs::write(dir.path().join("10-hostile.conflist"), serde_json::to_vec(&conflist).unwrap()).unwrap();
+    let shadowed = json!({"cniVersion": "1.0.0", "name": "va-hostile", "plugins": [{"type": "loopback"}]});
+    std::fs::write(dir.path().join("20-shadowed.conflist"), serde_json::to_vec(&shadowed).unwrap()).unwrap();
+    let mut huge =
+        b"{\"cniVersion\":\"1.0.0\",\"name\":\"va-huge\",\"plugins\":[{\"type\":\"loopback\"}],\"pad\":\""
+            .to_vec();
+    huge.resize(2 << 20, b'x');
+    huge.extend_from_slice(b"\"}");
+    std::fs::write(dir.path().join("30-huge.conflist"), huge).unwrap();
+
+    let (code, found) = validate(dir.path(), plugins.path().to_str().unwrap());
+    assert_eq!(code, 1);
+    let about: Vec<(String, Value)> = found
+        .iter()
+        .map(|f| (f["file"].as_str().unwrap().rsplit('/').next().unwrap().to_string(), f["key"].clone()))
+        .collect();
+    let key = |k: &str| json!(k);
+    assert_eq!(
+        about,
+        vec![
+            ("10-hostile.conflist".into(), key("\u{1b}[2Jmtu")),
+            ("10-hostile.conflist".into(), key(&long_key)),
+            ("20-shadowed.conflist".into(), key("name")),
+            ("30-huge.conflist".into(), Value::Null),
+        ]
+    );
+    assert_eq!(found[1]["suggestion"], Value::Null, "no did-you-mean for a 100000-byte key");
+    assert_eq!(found[2]["severity"], "warning");
+    assert!(found[2]["message"].as_str().unwrap().contains("10-hostile.conflist"));
+    assert!(found[3]["message"].as_str().unwrap().contains("not loaded"));
+
+    let out = Command::new(CNITOOL)
+        .arg("validate")
+        .arg(dir.path())
+        .env("CNI_PATH", plugins.path())
+        .output()
+        .unwrap();
+    assert!(!out.stdout.contains(&0x1b), "an escape byte reached the terminal");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("`\\u{1b}[2Jmtu`"));
+}

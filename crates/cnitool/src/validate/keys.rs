@@ -92,9 +92,16 @@ fn walk_object(
     }
 }
 
+/// Keys longer than this get no did-you-mean.
+const MAX_SUGGESTED_KEY: usize = 64;
+
 /// The sibling key closest to `key` by edit distance (case-insensitive), if close enough
 /// to be a typo of it.
 fn nearest<'a>(key: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    // No key is this long: a typo of one is not either, and the distance costs its length.
+    if key.len() > MAX_SUGGESTED_KEY {
+        return None;
+    }
     let key_lower = key.to_ascii_lowercase();
     let limit = match key.chars().count() {
         0..=4 => 1,

@@ -18,6 +18,10 @@ use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+/// A configuration file larger than this is not loaded: real ones are a few KiB, and a
+/// file a CI job validates may come from anyone.
+const MAX_FILE_BYTES: u64 = 1 << 20;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Severity {
     Error,
@@ -79,15 +83,24 @@ impl Finding {
         if let Some(suggestion) = self.suggestion.as_ref().filter(|_| self.severity != Severity::Note) {
             line.push_str(&format!(" (did you mean `{suggestion}`?)"));
         }
-        line
+        printable(&line)
     }
+}
+
+/// `text` with control characters escaped: keys and values come from the file, and a
+/// terminal must not take them for escape sequences.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .collect()
 }
 
 /// `cnitool validate <target>`: `target` is a conflist/conf file, a directory of them, or
 /// the name of a network in NETCONFPATH. Prints the findings; fails when one is an error.
 pub fn validate(ctx: &Context, target: &str) -> Result<(), Failure> {
     let files = target_files(ctx, target)?;
-    let mut validator = Validator { ctx, versions: BTreeMap::new(), findings: Vec::new() };
+    let mut validator =
+        Validator { ctx, versions: BTreeMap::new(), networks: BTreeMap::new(), findings: Vec::new() };
     for file in &files {
         validator.file(file);
     }
@@ -115,11 +128,13 @@ pub fn validate(ctx: &Context, target: &str) -> Result<(), Failure> {
 }
 
 /// The files to check: the file itself, a directory's configuration files (as libcni
-/// finds them), or the file a network name is loaded from.
+/// finds them, in its order), or the file a network name is loaded from.
 fn target_files(ctx: &Context, target: &str) -> Result<Vec<PathBuf>, Failure> {
     let path = Path::new(target);
     if path.is_dir() {
-        let files = libcni::conf_files(path, &["conflist", "conf", "json"])?;
+        // In libcni's order of precedence: lists first, then single-plugin files.
+        let mut files = libcni::conf_files(path, &["conflist"])?;
+        files.extend(libcni::conf_files(path, &["conf", "json"])?);
         if files.is_empty() {
             return Err(Failure(format!("{target}: no *.conflist, *.conf or *.json files")));
         }
@@ -139,12 +154,19 @@ struct Validator<'a> {
     ctx: &'a Context,
     /// Each plugin type's VERSION answer (or why there is none), asked once.
     versions: BTreeMap<String, Result<VersionInfo, String>>,
+    /// The file each network name was first loaded from: libcni uses that one.
+    networks: BTreeMap<String, String>,
     findings: Vec<Finding>,
 }
 
 impl Validator<'_> {
     fn file(&mut self, file: &Path) {
         let name = file.display().to_string();
+        if let Some(size) = std::fs::metadata(file).ok().map(|m| m.len()).filter(|s| *s > MAX_FILE_BYTES) {
+            let message = format!("{size} bytes: larger than {MAX_FILE_BYTES}, not loaded");
+            self.push(&name, None, None, Severity::Error, None, message, None);
+            return;
+        }
         let list = match NetworkConfigList::from_file(file) {
             Ok(list) => list,
             Err(e) => {
@@ -152,6 +174,13 @@ impl Validator<'_> {
                 return;
             }
         };
+        if let Some(first) = self.networks.get(list.name()) {
+            let message =
+                format!("network {:?} is also defined by {first}, which libcni loads instead", list.name());
+            self.push(&name, Some(&list), None, Severity::Warning, Some("name".into()), message, None);
+        } else {
+            self.networks.insert(list.name().to_string(), name.clone());
+        }
         if file.extension().is_some_and(|e| e == "conflist") {
             self.list_keys(&name, &list);
         }
