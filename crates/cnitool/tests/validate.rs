@@ -275,3 +275,30 @@ fn hostile_files_are_reported_safely() {
     assert!(!out.stdout.contains(&0x1b), "an escape byte reached the terminal");
     assert!(String::from_utf8_lossy(&out.stdout).contains("`\\u{1b}[2Jmtu`"));
 }
+
+/// Every fixture validated inside a throwaway namespace (with an `eth0`, the master the
+/// macvlan, ipvlan and vlan fixtures name) leaves its links, addresses, routes, rules,
+/// qdiscs and nftables ruleset exactly as they were: the dry stages touch nothing.
+#[test]
+fn validating_changes_nothing_in_the_network() {
+    cni_testkit::ns::require_root();
+    let plugins = our_plugins();
+    let ns = cni_testkit::ns::TestNetns::with_prefix("va").unwrap();
+    let ip = |args: &[&str]| assert!(ns.command("ip").args(args).status().unwrap().success(), "ip {args:?}");
+    ip(&["link", "add", "eth0", "type", "veth", "peer", "name", "va-peer"]);
+    ip(&["addr", "add", "10.91.0.1/24", "dev", "eth0"]);
+    ip(&["link", "set", "eth0", "up"]);
+    let scope = cni_testkit::snapshot::Scope::new().netns("va", &ns);
+    let before = scope.take();
+    let out = ns
+        .command(CNITOOL)
+        .args(["validate", "--json"])
+        .arg(fixtures())
+        .env("CNI_PATH", plugins.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let found: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(found.len() >= 25, "{found:#?}");
+    assert_eq!(before.diff(&scope.take()), Vec::<String>::new());
+}
