@@ -5,6 +5,8 @@
 //! plugins it lacks are reported missing, the versions it lacks unsupported, and a
 //! plugin that is not ours gets only the CNI_PATH and version checks.
 
+#![cfg(feature = "plugin-checks")]
+
 use cni_testkit::binaries::workspace_binary;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};

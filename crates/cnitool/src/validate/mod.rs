@@ -3,12 +3,13 @@
 //! runs are the plugins themselves, asked VERSION.
 //!
 //! For every plugin: is it in CNI_PATH (its IPAM plugin too), does it speak the list's
-//! version. For plugins that are ours (`cni_plugins::registry`), also: keys no code reads
+//! version. For plugins that are ours ([`ours`]: cni-plugins' registry), also: keys no code reads
 //! (with a did-you-mean), the plugin's own ADD config stage (wrong types, values out of
 //! range, with the plugin's CNI error), and capabilities enabled that the plugin never
 //! reads. A foreign plugin's keys and values are not judged: its types are not known here.
 
 mod keys;
+mod ours;
 
 use crate::commands::{print_json, Context, Failure};
 use cni_types::VersionInfo;
@@ -192,7 +193,8 @@ impl Validator<'_> {
     /// Unknown keys at the top of a conflist (its plugins are checked one by one).
     fn list_keys(&mut self, file: &str, list: &NetworkConfigList) {
         let Ok(Value::Object(top)) = serde_json::from_slice::<Value>(&list.bytes) else { return };
-        let known = Known { keys: cni_plugins::keys::list_keys(), open: ["plugins".to_string()].into() };
+        let Some(list_keys) = ours::list_keys() else { return };
+        let known = Known { keys: list_keys, open: ["plugins".to_string()].into() };
         for note in keys::check(&top, &known) {
             self.key_note(file, list, None, "libcni", note);
         }
@@ -207,8 +209,8 @@ impl Validator<'_> {
         if let Some(ipam_type) = ipam_type {
             self.presence_and_version(file, list, &at, ipam_type, Some("ipam.type"));
         }
-        let Some(own_keys) = cni_plugins::keys::plugin_keys(&plugin_type) else { return };
-        let ipam_keys = ipam_type.and_then(cni_plugins::keys::plugin_keys);
+        let Some(own_keys) = ours::plugin_keys(&plugin_type) else { return };
+        let ipam_keys = ipam_type.and_then(ours::plugin_keys);
         self.keys(file, list, &at, conf, own_keys, ipam_keys, ipam_type.is_some());
         self.config_stage(file, list, &at, conf, &plugin_type);
         self.capabilities(file, list, &at, conf, &plugin_type, ipam_type);
@@ -256,12 +258,12 @@ impl Validator<'_> {
         list: &NetworkConfigList,
         at: &Option<(usize, String)>,
         conf: &Map<String, Value>,
-        own: cni_plugins::keys::Keys,
-        ipam: Option<cni_plugins::keys::Keys>,
+        own: ours::Keys,
+        ipam: Option<ours::Keys>,
         has_ipam: bool,
     ) {
         let mut known = Known { keys: own.keys, open: own.open };
-        known.keys.extend(cni_plugins::keys::common_keys());
+        known.keys.extend(ours::common_keys());
         // Filled in by the runtime, or a convention other tools put anything under.
         known.open.extend(["capabilities", "args", "runtimeConfig", "prevResult"].map(String::from));
         match ipam {
@@ -324,7 +326,7 @@ impl Validator<'_> {
         let mut conf = conf.clone();
         conf.insert("name".into(), json!(list.name()));
         conf.insert("cniVersion".into(), json!(list.version.as_str()));
-        if let Some(Err(e)) = cni_plugins::dry_run::check_add(plugin_type, &conf, list.version) {
+        if let Some(Err(e)) = ours::check_add(plugin_type, &conf, list.version) {
             let details = if e.details.is_empty() { String::new() } else { format!(" ({})", e.details) };
             let message = format!("refused by the plugin (code {}): {}{details}", e.code, e.msg);
             self.push(file, Some(list), at.clone(), Severity::Error, None, message, None);
@@ -343,9 +345,8 @@ impl Validator<'_> {
         ipam_type: Option<&str>,
     ) {
         let Some(Value::Object(enabled)) = conf.get("capabilities") else { return };
-        let mut read: BTreeSet<String> =
-            cni_plugins::keys::plugin_capabilities(plugin_type).unwrap_or_default();
-        match ipam_type.map(cni_plugins::keys::plugin_capabilities) {
+        let mut read: BTreeSet<String> = ours::capabilities(plugin_type).unwrap_or_default();
+        match ipam_type.map(ours::capabilities) {
             Some(Some(ipam)) => read.extend(ipam),
             // A foreign IPAM plugin may read any capability.
             Some(None) => return,
