@@ -12,6 +12,7 @@
 //! - [`damage`]: state files emptied, cut short, garbage, or a directory in their place.
 //! - [`kernel_rig`]: runs a test binary's rig-only tests under Debian's kernel in QEMU.
 //! - [`kill`]: `kill -9` of a process group at a chosen moment; a seeded generator.
+//! - [`json_pointer`]: set or remove a key of a JSON document by JSON pointer.
 //! - [`binaries`]: finds (building if needed) the workspace's binaries from a test.
 
 pub mod binaries;
@@ -19,6 +20,7 @@ pub mod children;
 pub mod damage;
 pub mod docs;
 pub mod host_local;
+pub mod json_pointer;
 pub mod kernel_rig;
 pub mod kill;
 pub mod ns;

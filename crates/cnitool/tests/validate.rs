@@ -304,3 +304,103 @@ fn validating_changes_nothing_in_the_network() {
     assert!(found.len() >= 25, "{found:#?}");
     assert_eq!(before.diff(&scope.take()), Vec::<String>::new());
 }
+
+/// Corpus cases a plugin refuses only when it looks at the host (a link that is absent,
+/// an MTU above the master's, a sysctl the kernel lacks) or only past its configuration
+/// stage: validate, which looks at nothing, cannot see them. Exactly these are missed; a
+/// configuration stage that learns one makes this test ask for the entry's removal.
+const SEEN_ONLY_AT_ADD: &[(&str, &str)] = &[
+    ("host-device", "device absent"),
+    ("host-device", "device with a slash"),
+    ("vlan", "master absent"),
+    ("vlan", "master with NUL"),
+    ("macvlan", "master absent"),
+    ("macvlan", "master with a slash"),
+    ("macvlan", "mtu above the master's"),
+    ("ipvlan", "master absent"),
+    ("ipvlan", "master with a slash"),
+    ("tap", "bridge absent"),
+    ("tuning", "sysctl key dot-dot"),
+    ("tuning", "sysctl key unknown"),
+    ("bridge", "ipam missing"),
+];
+
+/// The configuration-only cases of the plugins' bad-input corpus
+/// (`crates/cni-plugins/tests/bad_input/`: an ADD refused with code 7 for a changed key,
+/// no environment, raw stdin or runtime-supplied `prevResult`/`runtimeConfig` involved),
+/// each as the one plugin of a conflist: validate reports an error naming what the
+/// plugin's own refusal names.
+#[test]
+fn the_bad_input_corpus_configuration_cases_are_all_found() {
+    let plugins = our_plugins();
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cni-plugins/tests/bad_input");
+    let data = tempfile::Builder::new().prefix("va-data").tempdir().unwrap();
+    let dir = tempfile::Builder::new().prefix("va-corpus").tempdir().unwrap();
+    let load = |file: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(corpus.join(file)).unwrap()).unwrap()
+    };
+    let mut checked = 0;
+    let mut missed = Vec::new();
+    for entry in std::fs::read_dir(&corpus).unwrap() {
+        let file = entry.unwrap().file_name().into_string().unwrap();
+        let table = load(&file);
+        if table["base"].is_null() {
+            continue; // a shared table, applied through a plugin's `include`
+        }
+        let mut cases = table["cases"].as_array().unwrap().clone();
+        for include in table["include"].as_array().into_iter().flatten() {
+            cases.extend(load(include.as_str().unwrap())["cases"].as_array().unwrap().clone());
+        }
+        let plugin_type = table["base"]["type"].as_str().unwrap().to_string();
+        for case in cases {
+            let config_only =
+                ["env", "unset", "stdin", "generate", "except"].iter().all(|k| case.get(*k).is_none());
+            let add = case.get("verb").is_none_or(|v| v == "ADD");
+            let changed = case["set"].as_object().into_iter().flatten().map(|(k, _)| k.as_str());
+            let changed: Vec<&str> = changed
+                .chain(case["remove"].as_array().into_iter().flatten().filter_map(Value::as_str))
+                .collect();
+            let from_runtime =
+                changed.iter().any(|p| p.starts_with("/prevResult") || p.starts_with("/runtimeConfig"));
+            if !(config_only && add && case["code"] == 7) || from_runtime {
+                continue;
+            }
+            let base = table["base"].to_string().replace("@DATA@", data.path().to_str().unwrap());
+            let mut conf: Value = serde_json::from_str(&base).unwrap();
+            for (pointer, value) in case["set"].as_object().into_iter().flatten() {
+                cni_testkit::json_pointer::set(&mut conf, pointer, value.clone());
+            }
+            for pointer in case["remove"].as_array().into_iter().flatten() {
+                cni_testkit::json_pointer::remove(&mut conf, pointer.as_str().unwrap());
+            }
+            let list = json!({"cniVersion": conf["cniVersion"], "name": conf["name"], "plugins": [conf]});
+            let path = dir.path().join("case.conflist");
+            std::fs::write(&path, serde_json::to_vec(&list).unwrap()).unwrap();
+            let (code, found) = validate(&path, plugins.path().to_str().unwrap());
+            let wanted: Vec<String> = case["msg"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|m| m.as_str().unwrap().to_lowercase())
+                .collect();
+            let named = found.iter().any(|f| {
+                let text = format!("{} {}", f["message"], f["key"]).to_lowercase();
+                f["severity"] == "error" && wanted.iter().all(|w| text.contains(w))
+            });
+            checked += 1;
+            let name = case["name"].as_str().unwrap().to_string();
+            if code != 1 || !named {
+                missed.push((plugin_type.clone(), name));
+            } else {
+                let listed = SEEN_ONLY_AT_ADD.iter().any(|(t, n)| *t == plugin_type && *n == name);
+                assert!(!listed, "{plugin_type}: {name:?} is found now: remove it from SEEN_ONLY_AT_ADD");
+            }
+        }
+    }
+    assert!(checked >= 200, "only {checked} configuration cases in the corpus");
+    missed.sort();
+    let mut expected: Vec<(String, String)> =
+        SEEN_ONLY_AT_ADD.iter().map(|(t, n)| (t.to_string(), n.to_string())).collect();
+    expected.sort();
+    assert_eq!(missed, expected, "corpus cases validate misses, of {checked}");
+}
