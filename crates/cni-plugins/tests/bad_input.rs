@@ -26,7 +26,7 @@ use cni_testkit::ns::TestNetns;
 use cni_testkit::runner::{PluginCall, PluginOutput};
 use cni_testkit::snapshot::Scope;
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
