@@ -155,6 +155,11 @@ fn text_output_usage_and_exit_statuses() {
     let out = run(&["validate", "/nonexistent/va.conflist"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no such file or directory"));
+    // With --json the reason is a finding too.
+    let (code, found) = validate(Path::new("/nonexistent/va.conflist"), plugins.path().to_str().unwrap());
+    assert_eq!(code, 1);
+    assert_eq!(shape(&found[0]), json!({"severity": "error", "plugin": null, "key": null}));
+    assert!(found[0]["message"].as_str().unwrap().contains("no such file or directory"));
 }
 
 /// Against Debian's Go plugins: types ours has and Go lacks are missing, a 1.1.0 list is

@@ -99,7 +99,21 @@ fn printable(text: &str) -> String {
 /// `cnitool validate <target>`: `target` is a conflist/conf file, a directory of them, or
 /// the name of a network in NETCONFPATH. Prints the findings; fails when one is an error.
 pub fn validate(ctx: &Context, target: &str) -> Result<(), Failure> {
-    let files = target_files(ctx, target)?;
+    let files = target_files(ctx, target).inspect_err(|Failure(message)| {
+        // A CI job reading the JSON gets the reason there too, not only on stderr.
+        if ctx.options.json {
+            let finding = Finding {
+                file: target.to_string(),
+                network: None,
+                plugin: None,
+                severity: Severity::Error,
+                key: None,
+                message: message.clone(),
+                suggestion: None,
+            };
+            print_json(&json!([finding.to_json()]));
+        }
+    })?;
     let mut validator =
         Validator { ctx, versions: BTreeMap::new(), networks: BTreeMap::new(), findings: Vec::new() };
     for file in &files {
