@@ -1,7 +1,7 @@
 //! The drift test between the plugins' configuration types and `docs/plugins/`.
 //!
 //! Each plugin's accepted keys are read from the serde types its code parses stdin into
-//! ([`cni_testkit::config_keys`] records the field names serde asks for, nested ones
+//! ([`crate::keys`] records the field names serde asks for, nested ones
 //! included); a value the code parses out of a sub-object (`runtimeConfig.bandwidth`,
 //! `args.cni`) is traced at that path, mirroring the `parse_value` call. The keys every
 //! plugin shares (`cniVersion`, `name`, `type`, `ipam.type`, `dns`, ...) are documented once,
@@ -16,111 +16,9 @@
 //! Not covered: CNI_ARGS names (read from the environment by name, documented in each
 //! page's CNI_ARGS section).
 
-use cni_testkit::config_keys::{config_keys, Keys};
+use crate::keys::{common_keys, plugin_keys, Keys};
 use cni_testkit::docs;
-use serde::de::DeserializeOwned;
 use std::collections::BTreeSet;
-
-/// `T`'s keys below `prefix`, which is itself a key (the code parses the value there).
-fn keys_at<T: DeserializeOwned>(prefix: &str) -> Keys {
-    let inner = config_keys::<T>();
-    let join = |path: String| match path.as_str() {
-        "" => prefix.to_string(),
-        p if p.starts_with("[]") => format!("{prefix}{p}"),
-        p => format!("{prefix}.{p}"),
-    };
-    let mut keys: BTreeSet<String> = inner.keys.into_iter().map(join).collect();
-    keys.insert(prefix.to_string());
-    Keys { keys, open: inner.open.into_iter().map(join).collect() }
-}
-
-fn keys_of(parts: Vec<Keys>) -> Keys {
-    let mut all = Keys::default();
-    for part in parts {
-        all.merge(part);
-    }
-    all
-}
-
-/// The MAC address sources `cni_sdk::args::requested_mac` reads (with CNI_ARGS `MAC`).
-fn requested_mac() -> Vec<Keys> {
-    vec![keys_at::<String>("runtimeConfig.mac"), keys_at::<String>("args.cni.mac")]
-}
-
-/// The address sources `cni_sdk::args::requested_ips` and static read (with CNI_ARGS `IP`).
-fn requested_ips() -> Vec<Keys> {
-    vec![keys_at::<Vec<String>>("runtimeConfig.ips"), keys_at::<Vec<String>>("args.cni.ips")]
-}
-
-/// The keys a plugin's code parses its stdin into; `None` for a plugin this table misses.
-fn plugin_keys(name: &str) -> Option<Keys> {
-    use crate::{interface as i, ipam, meta as m};
-    let parts = match name {
-        "bandwidth" => vec![
-            config_keys::<m::bandwidth::config::Entry>(),
-            keys_at::<m::bandwidth::config::Entry>("runtimeConfig.bandwidth"),
-        ],
-        "bridge" => [vec![config_keys::<i::bridge::config::BridgeConf>()], requested_mac()].concat(),
-        "dhcp" => vec![config_keys::<ipam::dhcp::plugin::NetConf>()],
-        "dnsname" => vec![
-            config_keys::<m::dnsname::config::RawConf>(),
-            keys_at::<serde_json::Value>("runtimeConfig.aliases"),
-        ],
-        "dummy" | "loopback" => vec![],
-        "etcd-ipam" => vec![config_keys::<ipam::etcd::config::RawNetConf>()],
-        "firewall" => vec![config_keys::<m::firewall::config::RawConf>()],
-        "host-device" => vec![
-            config_keys::<i::host_device::select::HostDeviceConf>(),
-            keys_at::<String>("runtimeConfig.deviceID"),
-        ],
-        "host-local" => vec![config_keys::<ipam::host_local::config::RawNetConf>()],
-        "ipvlan" => vec![config_keys::<i::ipvlan::IpvlanConf>()],
-        "macvlan" => [vec![config_keys::<i::macvlan::MacvlanConf>()], requested_mac()].concat(),
-        "portmap" => vec![config_keys::<m::portmap::config::RawConf>()],
-        "ptp" => vec![config_keys::<i::ptp::PtpConf>()],
-        "sbr" => vec![config_keys::<m::sbr::SbrConf>()],
-        "static" => [vec![config_keys::<ipam::static_ipam::NetConf>()], requested_ips()].concat(),
-        "tap" => [vec![config_keys::<i::tap::TapConf>()], requested_mac()].concat(),
-        "tuning" => [
-            vec![
-                config_keys::<m::tuning::config::RawConf>(),
-                keys_at::<m::tuning::config::Overrides>("args.cni"),
-            ],
-            requested_mac(),
-        ]
-        .concat(),
-        "vlan" => vec![config_keys::<i::vlan::VlanConf>()],
-        "vrf" => vec![config_keys::<m::vrf::VrfConf>()],
-        _ => return None,
-    };
-    Some(keys_of(parts))
-}
-
-/// The keys every plugin's configuration has, documented once in the index page: the
-/// names `cni_types::NetConf` serialises (its flattened catch-all hides them from a
-/// deserializing trace; the literal below stops compiling when a field is added), with
-/// the `dns` object's keys and the `ipam` object's own (`ipam.type`).
-fn common_keys() -> BTreeSet<String> {
-    let every_field = cni_types::NetConf {
-        cni_version: "1.1.0".into(),
-        name: "n".into(),
-        plugin_type: "t".into(),
-        capabilities: Some(Default::default()),
-        ipam: Some(Default::default()),
-        dns: Some(Default::default()),
-        args: Some(serde_json::Value::Null),
-        runtime_config: Some(Default::default()),
-        prev_result: Some(serde_json::Value::Null),
-        extra: Default::default(),
-    };
-    let serde_json::Value::Object(map) = serde_json::to_value(every_field).unwrap() else { unreachable!() };
-    let mut keys: BTreeSet<String> = map.keys().cloned().collect();
-    keys.extend(keys_at::<cni_types::Dns>("dns").keys);
-    let ipam = cni_types::IpamConf { ipam_type: "t".into(), extra: Default::default() };
-    let serde_json::Value::Object(map) = serde_json::to_value(ipam).unwrap() else { unreachable!() };
-    keys.extend(map.keys().map(|k| format!("ipam.{k}")));
-    keys
-}
 
 /// What differs between the code's keys and a page's, as readable lines (empty: none).
 fn drift(
@@ -160,7 +58,7 @@ fn every_plugin_page_documents_exactly_the_keys_the_code_accepts() {
     let mut problems = Vec::new();
     for entry in crate::registry::plugins() {
         let Some(code) = plugin_keys(entry.name) else {
-            problems.push(format!("{}: no key source in docs_drift::plugin_keys", entry.name));
+            problems.push(format!("{}: no key source in keys::plugin_keys", entry.name));
             continue;
         };
         match read_page(&format!("{}.md", entry.name)) {
@@ -249,19 +147,9 @@ fn every_example_is_a_valid_conflist_using_only_real_keys() {
             conf["cniVersion"] = list["cniVersion"].clone();
             let plugin_type = conf["type"].as_str().unwrap_or_default().to_string();
             let ipam_type = conf["ipam"]["type"].as_str().map(str::to_string);
-            let req = cni_sdk::Request {
-                command: cni_sdk::Command::Add,
-                container_id: "ctr".into(),
-                netns: "/run/netns/op-none".into(),
-                ifname: "eth0".into(),
-                args: cni_types::args::CniArgs::parse("IgnoreUnknown=1;K8S_POD_NAME=web").unwrap(),
-                path: vec![],
-                stdin: serde_json::to_vec(&conf).unwrap(),
-                conf: serde_json::from_value(conf.clone()).unwrap(),
-                version: cni_sdk::Version::parse(list["cniVersion"].as_str().unwrap_or_default()).unwrap(),
-                trace: None,
-            };
-            match crate::fuzzing::config_stage_with_ipam(&plugin_type, &req) {
+            let version = cni_sdk::Version::parse(list["cniVersion"].as_str().unwrap_or_default()).unwrap();
+            let serde_json::Value::Object(conf) = conf else { unreachable!("a plugin object") };
+            match crate::dry_run::check_add(&plugin_type, &conf, version) {
                 None => {
                     problems.push(format!("{page_name}: example plugin type {plugin_type:?} is not ours"))
                 }

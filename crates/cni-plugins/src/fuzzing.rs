@@ -1,7 +1,7 @@
-//! The dry part of every plugin, for the `plugin_entry` fuzz target in `fuzz/` (not an API:
-//! hidden from the docs and free to change). A fuzzer may run each plugin's parsing and
-//! validation of a request, but never the netlink, nftables and file work behind it: this
-//! is the stage before any of that, by the plugin's registry name.
+//! The dry part of every plugin, for the `plugin_entry` fuzz target in `fuzz/` and for
+//! [`crate::dry_run`] (what `cnitool validate` calls). A fuzzer may run each plugin's
+//! parsing and validation of a request, but never the netlink, nftables and file work
+//! behind it: this is the stage before any of that, by the plugin's registry name.
 
 use cni_sdk::{CniError, Request};
 

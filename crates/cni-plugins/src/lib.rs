@@ -4,13 +4,16 @@
 //!
 //! - [`interface`]: interface plugins (loopback, bridge, ptp, ...);
 //! - [`ipam`]: address management (host-local, static, ...);
-//! - [`meta`]: chained plugins (portmap, firewall, tuning, ...).
+//! - [`meta`]: chained plugins (portmap, firewall, tuning, ...);
+//! - [`keys`]: the configuration keys each plugin accepts, read from its types.
 
 pub mod common;
+pub mod dry_run;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod interface;
 pub mod ipam;
+pub mod keys;
 pub mod meta;
 pub mod registry;
 

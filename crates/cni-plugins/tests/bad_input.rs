@@ -21,11 +21,12 @@
 mod common;
 
 use cni_net::netlink::{AddressFlags, LinkSpec, VethSpec};
+use cni_testkit::json_pointer;
 use cni_testkit::ns::TestNetns;
 use cni_testkit::runner::{PluginCall, PluginOutput};
 use cni_testkit::snapshot::Scope;
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -181,40 +182,6 @@ impl Fixture {
     }
 }
 
-/// Sets `value` at JSON pointer `pointer`, making missing parent objects.
-fn set_pointer(root: &mut Value, pointer: &str, value: Value) {
-    let mut parts: Vec<String> =
-        pointer.split('/').skip(1).map(|p| p.replace("~1", "/").replace("~0", "~")).collect();
-    let last = parts.pop().expect("a pointer names a key");
-    let mut node = root;
-    for part in parts {
-        node = match node {
-            Value::Array(items) => &mut items[part.parse::<usize>().unwrap()],
-            _ => node
-                .as_object_mut()
-                .unwrap_or_else(|| panic!("{pointer}: not an object"))
-                .entry(part)
-                .or_insert_with(|| Value::Object(Map::new())),
-        };
-    }
-    match node {
-        // One past the end appends, as in JSON Patch.
-        Value::Array(items) => match last.parse::<usize>().unwrap() {
-            i if i == items.len() => items.push(value),
-            i => items[i] = value,
-        },
-        _ => {
-            node.as_object_mut().unwrap_or_else(|| panic!("{pointer}: not an object")).insert(last, value);
-        }
-    }
-}
-
-fn remove_pointer(root: &mut Value, pointer: &str) {
-    let (parent, key) = pointer.rsplit_once('/').unwrap();
-    let parent = root.pointer_mut(parent).unwrap_or_else(|| panic!("{pointer}: no parent"));
-    assert!(parent.as_object_mut().unwrap().remove(key).is_some(), "{pointer}: nothing to remove");
-}
-
 /// The stdin of a case.
 fn stdin_of(case: &Case, conf: &Value) -> Vec<u8> {
     if let Some(raw) = &case.stdin {
@@ -331,10 +298,10 @@ fn go_outcome(
 fn conf_of(fx: &Fixture, base: &Value, case: &Case) -> Value {
     let mut conf = base.clone();
     for (pointer, value) in &case.set {
-        set_pointer(&mut conf, pointer, fx.fill(value));
+        json_pointer::set(&mut conf, pointer, fx.fill(value));
     }
     for pointer in &case.remove {
-        remove_pointer(&mut conf, pointer);
+        json_pointer::remove(&mut conf, pointer);
     }
     conf
 }

@@ -13,15 +13,16 @@
 //! - [`kernel_rig`]: runs a test binary's rig-only tests under Debian's kernel in QEMU.
 //! - [`kill`]: `kill -9` of a process group at a chosen moment; a seeded generator.
 //! - [`socket_attack`]: a daemon's request socket attacked (as nobody, oversized, slow-loris).
+//! - [`json_pointer`]: set or remove a key of a JSON document by JSON pointer.
 //! - [`binaries`]: finds (building if needed) the workspace's binaries from a test.
 //! - [`unprivileged`]: runs a shell script as `nobody`, the local attacker.
 
 pub mod binaries;
 pub mod children;
-pub mod config_keys;
 pub mod damage;
 pub mod docs;
 pub mod host_local;
+pub mod json_pointer;
 pub mod kernel_rig;
 pub mod kill;
 pub mod ns;

@@ -14,7 +14,9 @@ Usage:
   cnitool status   <network> [<netns>]   ask every plugin whether it is ready for ADDs
   cnitool list     [<network>]           print the cached attachments, with their IPs, as JSON
   cnitool inspect  <container>           print everything cached about one container's attachments
-  cnitool validate <network>             check every plugin exists and speaks the list's version
+  cnitool validate <conflist|dir|network> [--json]
+                                         report unknown keys, bad values, missing plugins,
+                                         unsupported versions, unread capabilities
   cnitool version  [<plugin-type>]       print a plugin's VERSION answer, or cnitool's own
   cnitool demo     [<network>]           attach a throwaway namespace, prove it works, detach
   cnitool completions <shell>            print a completion script for bash, zsh or fish
@@ -25,6 +27,7 @@ Options:
       --cache-dir DIR   result cache directory (env CNI_CACHE_DIR; default /var/lib/cni)
       --timeout SECS    time limit of the whole operation (default 60)
       --keep ID[:IF]    gc: keep this attachment (container ID, interface; repeatable)
+      --json            validate: print the findings as a JSON array
   -h, --help            show help
 
 Environment:
@@ -51,7 +54,7 @@ pub fn command_help(command: &str) -> Option<&'static str> {
         "list" => "Usage: cnitool list [<network>] [--cache-dir DIR]\n\nPrints the cached attachments (all, or those of <network>) as a JSON array: network,\ncontainer ID, interface, namespace, the addresses of the cached result (`ips`), the\nCNI_ARGS and capability arguments, and the result itself.\n",
         "inspect" => "Usage: cnitool inspect <container> [--cache-dir DIR]\n\nPrints, as a JSON array, every cached attachment of one container: what `list` shows,\nplus the network configuration it was made with and the cache file. <container> is a\ncontainer ID, an unambiguous prefix of one, or a namespace path (as given to add).\n",
         "completions" => "Usage: cnitool completions <bash|zsh|fish>\n\nPrints a completion script for the shell: commands, options, help topics, shells.\n  bash: source <(cnitool completions bash)\n  zsh:  cnitool completions zsh > \"${fpath[1]}/_cnitool\"\n  fish: cnitool completions fish > ~/.config/fish/completions/cnitool.fish\n",
-        "validate" => "Usage: cnitool validate <network>\n\nAsks every plugin of <network> for its versions and checks it supports the list's\nversion; prints the network, its version and the capabilities its plugins enable.\n",
+        "validate" => "Usage: cnitool validate <conflist file | directory | network> [--json]\n\nLoads the configuration file(s) as libcni does (a directory: every *.conflist, *.conf,\n*.json in it; a bare name: that network in NETCONFPATH) and reports, per plugin:\n  error    the plugin or its IPAM plugin is not in CNI_PATH, or does not support the\n           list's cniVersion (each plugin is asked VERSION: the only thing run);\n  error    a key the plugin does not read, with a did-you-mean (cni-rs plugins);\n  error    a value the plugin refuses (its own ADD validation, run dry: wrong types,\n           out of range), with the plugin's CNI error (cni-rs plugins);\n  warning  a capability enabled that the plugin never reads (cni-rs plugins);\n  note     a key spelt in another case than documented (accepted).\nPlugins that are not cni-rs's get the CNI_PATH and version checks only. Nothing on the\nnetwork is touched. --json prints the findings as a JSON array of objects (file,\nnetwork, pluginIndex, pluginType, severity, key, message, suggestion).\nExit status: 0 no errors (warnings and notes allowed), 1 errors, 2 usage.\n",
         "version" => "Usage: cnitool version [<plugin-type>]\n\nWith a plugin type: runs VERSION on that plugin (found in CNI_PATH) and prints its\nanswer. Without: prints cnitool's version and the spec versions it speaks.\n",
         "demo" => "Usage: cnitool demo [<network>]\n\nCreates a throwaway container namespace and a throwaway host-side namespace, attaches\nthe container to <network> (from NETCONFPATH) or to an embedded default network\n(bridge + host-local + portmap + firewall + tuning, like podman's), prints the result,\nproves connectivity with a TCP connection from the container to the host side of the\nbridge (and through the port mapping), runs CHECK, detaches and removes everything.\nThe machine's own network is never touched. Needs root. Plugins come from CNI_PATH,\nelse from the cni-plugins binary next to cnitool, else /opt/cni/bin.\n",
         "help" => "Usage: cnitool help [<command>]\n",
@@ -70,7 +73,7 @@ pub enum Command {
     List { network: Option<String> },
     Inspect { container: String },
     Completions { shell: Shell },
-    Validate { network: String },
+    Validate { target: String },
     Version { plugin_type: Option<String> },
     Demo { network: Option<String> },
 }
@@ -106,7 +109,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("status", "ask every plugin whether it is ready"),
     ("list", "print the cached attachments with their IPs"),
     ("inspect", "print everything cached about one container"),
-    ("validate", "check every plugin exists and speaks the list's version"),
+    ("validate", "report unknown keys, bad values, missing plugins, unsupported versions"),
     ("version", "print a plugin's VERSION answer, or cnitool's own"),
     ("demo", "attach a throwaway namespace, prove it works, detach"),
     ("completions", "print a completion script for bash, zsh or fish"),
@@ -119,6 +122,7 @@ pub const OPTIONS: &[(&[&str], bool, &str)] = &[
     (&["--cache-dir"], true, "result cache directory"),
     (&["--timeout"], true, "time limit of the whole operation, in seconds"),
     (&["--keep"], true, "gc: keep this attachment (ID[:IF])"),
+    (&["--json"], false, "validate: print the findings as a JSON array"),
     (&["-h", "--help"], false, "show help"),
 ];
 
@@ -130,6 +134,8 @@ pub struct Options {
     pub timeout: Option<Duration>,
     /// gc: attachments to keep, as (container ID, interface name or None for the default).
     pub keep: Vec<(String, Option<String>)>,
+    /// validate: findings as JSON.
+    pub json: bool,
 }
 
 /// The parsed command line.
@@ -155,6 +161,7 @@ pub fn parse(args: &[String]) -> Result<Invocation, String> {
         };
         match flag {
             "-h" | "--help" => help = true,
+            "--json" => options.json = true,
             "-i" | "--ifname" => options.ifname = Some(value(flag)?),
             "--cache-dir" => options.cache_dir = Some(value(flag)?),
             "--timeout" => {
@@ -237,7 +244,7 @@ fn parse_command(name: &str, args: &[String]) -> Result<Command, String> {
         }
         "validate" => {
             arity(1, 1)?;
-            Command::Validate { network: arg(0) }
+            Command::Validate { target: arg(0) }
         }
         "version" => {
             arity(0, 1)?;

@@ -125,20 +125,6 @@ pub fn status(ctx: &Context, network: &str) -> Result<(), Failure> {
     Ok(ctx.cni.status_network_list(&list)?)
 }
 
-pub fn validate(ctx: &Context, network: &str) -> Result<(), Failure> {
-    let list = ctx.load(network)?;
-    let capabilities = ctx.cni.validate_network_list(&list)?;
-    let plugins: Vec<&str> = (0..list.plugins().len()).map(|i| list.plugin_type(i)).collect();
-    print_json(&json!({
-        "network": list.name(),
-        "cniVersion": list.version.as_str(),
-        "plugins": plugins,
-        "capabilities": capabilities,
-        "source": list.source.as_ref().map(|p| p.display().to_string()),
-    }));
-    Ok(())
-}
-
 pub fn version(ctx: &Context, plugin_type: Option<&str>) -> Result<(), Failure> {
     let info = match plugin_type {
         Some(plugin_type) => ctx.cni.get_version_info(plugin_type)?,

@@ -2,9 +2,10 @@
 //! in `cli` so that they offer exactly what the parser accepts.
 //!
 //! They complete commands, options, the topics of `help`, the shells of `completions`,
-//! directories after `--cache-dir`, and the namespace path (a file) of `add`, `check` and
-//! `del`. Network names and container IDs are not completed: that would run cnitool, and
-//! read the cache, on every key press.
+//! directories after `--cache-dir`, the namespace path (a file) of `add`, `check` and
+//! `del`, and the configuration file or directory of `validate`. Network names and
+//! container IDs are not completed: that would run cnitool, and read the cache, on every
+//! key press.
 
 use crate::cli::{Shell, COMMANDS, OPTIONS};
 
@@ -58,6 +59,7 @@ _cnitool() {{
         "" | help) ((positional == 0)) && COMPREPLY=($(compgen -W "$commands" -- "$cur")) ;;
         completions) ((positional == 0)) && COMPREPLY=($(compgen -W "{shells}" -- "$cur")) ;;
         add | check | del) ((positional == 1)) && COMPREPLY=($(compgen -f -- "$cur")) ;;
+        validate) ((positional == 0)) && COMPREPLY=($(compgen -f -- "$cur")) ;;
     esac
 }}
 complete -F _cnitool cnitool
@@ -115,6 +117,7 @@ _cnitool() {{
         help) (( CURRENT == 2 )) && _describe -t commands 'cnitool command' commands ;;
         completions) (( CURRENT == 2 )) && _values 'shell' {shells} ;;
         add|check|del) (( CURRENT == 3 )) && _files ;;
+        validate) (( CURRENT == 2 )) && _files ;;
       esac ;;
   esac
 }}
@@ -161,7 +164,7 @@ fn fish() -> String {
         "complete -c cnitool -n '__fish_seen_subcommand_from completions' -a '{}'\n",
         Shell::NAMES.join(" ")
     ));
-    out.push_str("complete -c cnitool -n '__fish_seen_subcommand_from add check del' -F\n");
+    out.push_str("complete -c cnitool -n '__fish_seen_subcommand_from add check del validate' -F\n");
     out
 }
 

@@ -10,6 +10,7 @@ mod commands;
 mod completions;
 #[cfg(feature = "demo")]
 mod demo;
+mod validate;
 
 use cli::{Command, Invocation};
 use commands::{Context, Failure};
@@ -54,7 +55,7 @@ fn run(command: Command, ctx: &Context) -> Result<(), Failure> {
             print!("{}", completions::script(shell));
             Ok(())
         }
-        Command::Validate { network } => commands::validate(ctx, &network),
+        Command::Validate { target } => validate::validate(ctx, &target),
         Command::Version { plugin_type } => commands::version(ctx, plugin_type.as_deref()),
         #[cfg(feature = "demo")]
         Command::Demo { network } => demo::demo(ctx, network.as_deref()),

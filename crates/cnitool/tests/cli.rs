@@ -106,8 +106,9 @@ fn add_check_del_list_with_the_test_plugin() {
     assert_eq!(listed[0]["containerId"], container_id(netns));
     assert_eq!(listed[0]["ifName"], "net1");
     assert_eq!(listed[0]["cniArgs"], json!([["IgnoreUnknown", "1"], ["K8S_POD_NAME", "web"]]));
-    let validated: Value = serde_json::from_str(&ok(cnitool(&["validate", "tnet"]))).unwrap();
-    assert_eq!(validated["capabilities"], json!(["portMappings"]));
+    // The test plugin is not ours: validate checks only that it is there and speaks 1.1.0.
+    let validated: Value = serde_json::from_str(&ok(cnitool(&["validate", "tnet", "--json"]))).unwrap();
+    assert_eq!(validated, json!([]));
     let version: Value = serde_json::from_str(&ok(cnitool(&["version", "cni-test-plugin"]))).unwrap();
     assert_eq!(version["cniVersion"], "1.1.0");
     ok(cnitool(&["del", "tnet", netns, "-i", "net1"]));

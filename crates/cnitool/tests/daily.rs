@@ -134,6 +134,9 @@ fn the_bash_completion_offers_what_the_parser_accepts() {
     // The namespace path of add: files.
     let netns = bash_complete("cnitool add net /proc/self/ns/ne");
     assert_eq!(netns, ["/proc/self/ns/net"]);
+    // The configuration of validate: files, and its --json option.
+    assert_eq!(bash_complete("cnitool validate /proc/self/ns/ne"), ["/proc/self/ns/net"]);
+    assert_eq!(bash_complete("cnitool validate --js"), ["--json"]);
     // A finished command line gets nothing more.
     assert!(bash_complete("cnitool completions bash ").is_empty());
 }

@@ -1,0 +1,78 @@
+//! What validate knows of cni-rs's own plugins. With the `plugin-checks` feature (on by
+//! default) that is cni-plugins' key lists and dry configuration stages; without it,
+//! nothing: every plugin is treated as foreign (CNI_PATH and version checks only) and
+//! cnitool links no plugin code.
+
+pub use imp::*;
+
+#[cfg(feature = "plugin-checks")]
+mod imp {
+    use cni_types::{CniError, Version};
+    use serde_json::{Map, Value};
+    use std::collections::BTreeSet;
+
+    pub use cni_plugins::keys::Keys;
+
+    /// The keys plugin `plugin_type` reads beyond the common ones; `None`: not ours.
+    pub fn plugin_keys(plugin_type: &str) -> Option<Keys> {
+        cni_plugins::keys::plugin_keys(plugin_type)
+    }
+
+    /// The keys every plugin object has (`cniVersion`, `name`, `type`, `ipam.type`, ...).
+    pub fn common_keys() -> BTreeSet<String> {
+        cni_plugins::keys::common_keys()
+    }
+
+    /// The keys of a conflist's top level.
+    pub fn list_keys() -> Option<BTreeSet<String>> {
+        Some(cni_plugins::keys::list_keys())
+    }
+
+    /// The capabilities plugin `plugin_type` reads; `None`: not ours.
+    pub fn capabilities(plugin_type: &str) -> Option<BTreeSet<String>> {
+        cni_plugins::keys::plugin_capabilities(plugin_type)
+    }
+
+    /// The plugin's own ADD validation, run dry; `None`: not ours.
+    pub fn check_add(
+        plugin_type: &str,
+        conf: &Map<String, Value>,
+        version: Version,
+    ) -> Option<Result<(), CniError>> {
+        cni_plugins::dry_run::check_add(plugin_type, conf, version)
+    }
+}
+
+#[cfg(not(feature = "plugin-checks"))]
+mod imp {
+    use cni_types::{CniError, Version};
+    use serde_json::{Map, Value};
+    use std::collections::BTreeSet;
+
+    /// The shape of cni-plugins' key lists (never made here).
+    #[derive(Default)]
+    pub struct Keys {
+        pub keys: BTreeSet<String>,
+        pub open: BTreeSet<String>,
+    }
+
+    pub fn plugin_keys(_: &str) -> Option<Keys> {
+        None
+    }
+
+    pub fn common_keys() -> BTreeSet<String> {
+        BTreeSet::new()
+    }
+
+    pub fn list_keys() -> Option<BTreeSet<String>> {
+        None
+    }
+
+    pub fn capabilities(_: &str) -> Option<BTreeSet<String>> {
+        None
+    }
+
+    pub fn check_add(_: &str, _: &Map<String, Value>, _: Version) -> Option<Result<(), CniError>> {
+        None
+    }
+}
