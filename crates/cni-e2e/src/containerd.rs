@@ -46,19 +46,18 @@ impl Containerd {
     /// Starts containerd with the plugin directory from the environment and imports the
     /// test image.
     pub fn start() -> Containerd {
-        Containerd::launch(&conflist(), CTR_CHAIN, false)
+        Containerd::launch(PluginDir::from_env(), &conflist(), CTR_CHAIN, false)
     }
 
-    /// Starts containerd with its CRI plugin, `conflist` as the only network in its CNI
-    /// config directory and `chain` (the plugins the conflist names, and loopback) required
-    /// in the plugin directory from the environment; imports the test image for it.
-    pub fn start_cri(conflist: &str, chain: &[&str]) -> Containerd {
-        Containerd::launch(conflist, chain, true)
+    /// Starts containerd with its CRI plugin on `plugins`, `conflist` as the only network
+    /// in its CNI config directory and `chain` (the plugins the conflist names, and
+    /// loopback) required in `plugins`; imports the test image for it.
+    pub fn start_cri(plugins: PluginDir, conflist: &str, chain: &[&str]) -> Containerd {
+        Containerd::launch(plugins, conflist, chain, true)
     }
 
-    fn launch(conflist: &str, chain: &[&str], cri: bool) -> Containerd {
+    fn launch(plugins: PluginDir, conflist: &str, chain: &[&str], cri: bool) -> Containerd {
         require_root();
-        let plugins = PluginDir::from_env();
         plugins.require(chain);
         let dir = tempfile::Builder::new().prefix("cne-containerd-").tempdir().expect("containerd temp dir");
         let conf_dir = dir.path().join("net.d");

@@ -1,11 +1,11 @@
 //! Kubernetes' path (issue 24): containerd's CRI plugin driven over the CRI gRPC API as
 //! kubelet drives it — RunPodSandbox / PodSandboxStatus / StopPodSandbox /
-//! RemovePodSandbox — on the plugin directory under test (ours by default,
-//! `CNI_E2E_PLUGIN_DIR=/usr/lib/cni` for the Go reference). containerd runs its built-in
-//! loopback network and the test's conflist (bridge + host-local, portmap, firewall, tuning,
-//! bandwidth) with what the CRI path sends: Go-cased capability arguments, K8S_POD_* args,
-//! DEL rounds without a netns on the second stop. Needs root, containerd, runc,
-//! busybox-static; fails loudly without them.
+//! RemovePodSandbox. Every scenario runs twice, on our plugins (`ours`) and on the Go
+//! reference plugins in `/usr/lib/cni` (`go`), so that a failure on ours is ours. containerd
+//! runs its built-in loopback network and the test's conflist (bridge + host-local, portmap,
+//! firewall, tuning, bandwidth) with what the CRI path sends: Go-cased capability
+//! arguments, K8S_POD_* args, DEL rounds without a netns on the second stop. Needs root,
+//! containerd, runc, busybox-static; fails loudly without them.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -14,13 +14,15 @@ use std::time::{Duration, Instant};
 
 use cni_e2e::containerd::Containerd;
 use cni_e2e::oracle::{host_local_allocations, HostSnapshot};
+use cni_e2e::plugin_dir::PluginDir;
 use cni_net::NetNs;
 use cni_testkit::traffic::{tcp_echo, tcp_echo_server};
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
     DnsConfig, NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxMetadata, PodSandboxStatusRequest,
-    PortMapping, Protocol, RemovePodSandboxRequest, RunPodSandboxRequest, StopPodSandboxRequest,
+    PortMapping, Protocol, RemovePodSandboxRequest, RunPodSandboxRequest, StatusRequest,
+    StopPodSandboxRequest,
 };
 use serde_json::{json, Value};
 use tonic::transport::{Channel, Endpoint, Uri};
@@ -33,7 +35,45 @@ const HOST_PORT: u16 = 18080;
 /// Every plugin the conflist names, and loopback (containerd's own network).
 const CHAIN: &[&str] = &["bridge", "host-local", "portmap", "firewall", "tuning", "bandwidth", "loopback"];
 
+/// The plugin sets every scenario runs on.
+fn ours() -> PluginDir {
+    PluginDir::install_ours()
+}
+
+fn go() -> PluginDir {
+    PluginDir::at(std::path::Path::new("/usr/lib/cni"), "go")
+}
+
+/// A `#[test]` per plugin set for each scenario, in a module named after it.
+macro_rules! on_both_plugin_sets {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            #[test]
+            fn ours() {
+                super::$scenario(super::ours());
+            }
+            #[test]
+            fn go() {
+                super::$scenario(super::go());
+            }
+        }
+    )*};
+}
+
+on_both_plugin_sets!(
+    pod_lifecycle,
+    failed_add_is_cleaned_up,
+    host_network_pod,
+    twenty_pods_at_once,
+    containerd_restart
+);
+
 fn conflist() -> String {
+    conflist_with_tuning(json!({"type": "tuning"}))
+}
+
+/// The conflist with `tuning` as its tuning plugin.
+fn conflist_with_tuning(tuning: Value) -> String {
     json!({
         "cniVersion": "1.0.0",
         "name": NETWORK,
@@ -43,7 +83,7 @@ fn conflist() -> String {
                       "routes": [{"dst": "0.0.0.0/0"}]}},
             {"type": "portmap", "capabilities": {"portMappings": true}},
             {"type": "firewall"},
-            {"type": "tuning"},
+            tuning,
             {"type": "bandwidth", "capabilities": {"bandwidth": true}}
         ]
     })
@@ -70,7 +110,23 @@ impl Cri {
                 }),
             ))
             .expect("connect to containerd's CRI socket");
-        Cri { runtime, client: RuntimeServiceClient::new(channel) }
+        let mut cri = Cri { runtime, client: RuntimeServiceClient::new(channel) };
+        cri.wait_until_ready();
+        cri
+    }
+
+    /// Waits until the CRI plugin answers `Status` (it serves a while after containerd's
+    /// own API does, after a restart too), as kubelet waits for its runtime.
+    fn wait_until_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let answer = self.runtime.block_on(self.client.status(StatusRequest { verbose: false }));
+            match answer {
+                Ok(_) => return,
+                Err(e) if Instant::now() > deadline => panic!("the CRI plugin never became ready: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
     }
 
     fn run_pod(&mut self, config: PodSandboxConfig) -> Result<String, tonic::Status> {
@@ -87,6 +143,18 @@ impl Cri {
         let info =
             response.info.get("info").map(|text| serde_json::from_str(text).unwrap()).unwrap_or(Value::Null);
         (network.ip, network.additional_ips.into_iter().map(|ip| ip.ip).collect(), info)
+    }
+
+    /// Runs `configs` as concurrent RunPodSandbox calls (kubelet's pod workers do); returns
+    /// the sandbox IDs in order.
+    fn run_pods(&mut self, configs: Vec<PodSandboxConfig>) -> Vec<String> {
+        let calls = configs.into_iter().map(|config| {
+            let mut client = self.client.clone();
+            let request = RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() };
+            async move { client.run_pod_sandbox(request).await.map(|r| r.into_inner().pod_sandbox_id) }
+        });
+        let tasks: Vec<_> = calls.map(|call| self.runtime.spawn(call)).collect();
+        tasks.into_iter().map(|task| self.runtime.block_on(task).unwrap().expect("RunPodSandbox")).collect()
     }
 
     fn stop(&mut self, id: &str) {
@@ -141,6 +209,20 @@ fn pod(name: &str) -> PodSandboxConfig {
     }
 }
 
+/// A pod with nothing but its own network namespace.
+fn plain_pod(name: &str) -> PodSandboxConfig {
+    PodSandboxConfig { port_mappings: Vec::new(), annotations: HashMap::new(), ..pod(name) }
+}
+
+/// A pod in the host's network namespace (`hostNetwork: true`).
+fn host_network(name: &str) -> PodSandboxConfig {
+    // No hostname either: the pod shares the host's UTS namespace (kubelet sends none).
+    let mut config = PodSandboxConfig { hostname: String::new(), ..plain_pod(name) };
+    let options = config.linux.as_mut().and_then(|l| l.security_context.as_mut()).unwrap();
+    options.namespace_options.as_mut().unwrap().network = NamespaceMode::Node as i32;
+    config
+}
+
 /// The sandbox's network namespace, through its pause process (the verbose status's pid).
 fn pod_netns(info: &Value) -> NetNs {
     let pid = info["pid"].as_u64().unwrap_or_else(|| panic!("no sandbox pid in {info}"));
@@ -170,20 +252,41 @@ fn cni_cache_entries(containerd: &Containerd) -> Vec<PathBuf> {
     std::fs::read_dir(dir).map(|entries| entries.flatten().map(|e| e.path()).collect()).unwrap_or_default()
 }
 
-#[test]
-fn cri_pod_lifecycle_networks_the_pod_and_leaves_nothing() {
-    let containerd = Containerd::start_cri(&conflist(), CHAIN);
-    let label = containerd.plugins_label().to_string();
+/// containerd on `plugins` with `conflist`, a CRI client, and the host as a first pod's full
+/// round leaves it (the bridge and per-network chains stay between pods): the baseline
+/// every later pod must return the host to.
+fn rig(plugins: PluginDir, conflist: &str) -> (Containerd, Cri, HostSnapshot) {
+    let containerd = Containerd::start_cri(plugins, conflist, CHAIN);
     let mut cri = Cri::connect(&containerd);
-    let data_dir = containerd.host_local_data_dir();
-
-    // A first pod's full round makes what the network keeps between pods (the bridge,
-    // per-network chains): the baseline every later pod must return to.
+    let label = containerd.plugins_label().to_string();
     let warm_up =
         cri.run_pod(pod("cne-warm")).unwrap_or_else(|e| panic!("[{label}] {e}\n{}", containerd.log()));
     cri.stop(&warm_up);
     cri.remove(&warm_up);
     let baseline = HostSnapshot::take(containerd.host());
+    (containerd, cri, baseline)
+}
+
+/// Nothing of any pod is left: the host as `baseline`, no pod links, reservations, cached
+/// results or qdiscs.
+fn assert_nothing_left(containerd: &Containerd, baseline: &HostSnapshot) {
+    let label = containerd.plugins_label();
+    let after = HostSnapshot::take(containerd.host());
+    assert_eq!(&after, baseline, "[{label}] left behind:\n{}", after.diff(baseline));
+    assert!(pod_links(&after).is_empty(), "[{label}] {:?}", pod_links(&after));
+    let left = host_local_allocations(&containerd.host_local_data_dir(), NETWORK);
+    assert!(left.is_empty(), "[{label}] reservations left: {left:?}");
+    let cached = cni_cache_entries(containerd);
+    assert!(cached.is_empty(), "[{label}] cache left: {cached:?}");
+    assert!(tbf_rates(containerd).is_empty(), "[{label}] qdiscs left");
+}
+
+/// critest's network checks and more on one pod: pod IP, DNS, hostname, podIP:80 and the
+/// hostPort, bandwidth annotations; stop twice then remove leaves nothing.
+fn pod_lifecycle(plugins: PluginDir) {
+    let (containerd, mut cri, baseline) = rig(plugins, &conflist());
+    let label = containerd.plugins_label().to_string();
+    let data_dir = containerd.host_local_data_dir();
 
     let started = Instant::now();
     let id = cri.run_pod(pod("cne-web")).unwrap_or_else(|e| panic!("[{label}] {e}\n{}", containerd.log()));
@@ -230,11 +333,81 @@ fn cri_pod_lifecycle_networks_the_pod_and_leaves_nothing() {
     cri.stop(&id);
     cri.stop(&id);
     cri.remove(&id);
+    assert_nothing_left(&containerd, &baseline);
+}
+
+/// An ADD that fails late in the chain (tuning, after bridge, host-local, portmap and
+/// firewall did their work): RunPodSandbox fails and containerd's DEL of every network
+/// takes all of it away.
+fn failed_add_is_cleaned_up(plugins: PluginDir) {
+    let failing = conflist_with_tuning(
+        json!({"type": "tuning", "sysctl": {"net.ipv4.conf.eth0.cne_no_such_key": "1"}}),
+    );
+    let containerd = Containerd::start_cri(plugins, &failing, CHAIN);
+    let label = containerd.plugins_label().to_string();
+    let mut cri = Cri::connect(&containerd);
+    let before = HostSnapshot::take(containerd.host());
+    let err = cri.run_pod(pod("cne-fail")).expect_err("RunPodSandbox succeeded with a failing chain");
+    assert!(err.message().contains("cne_no_such_key"), "[{label}] {err:?}");
     let after = HostSnapshot::take(containerd.host());
-    assert_eq!(after, baseline, "[{label}] left behind:\n{}", after.diff(&baseline));
-    assert!(pod_links(&after).is_empty(), "{:?}", pod_links(&after));
-    let left = host_local_allocations(&data_dir, NETWORK);
+    assert!(pod_links(&after).is_empty(), "[{label}] links left: {:?}", pod_links(&after));
+    let pod_ip = format!("{SUBNET_PREFIX}2");
+    if label == "go" {
+        // The reference's firewall DEL finds the pod's addresses only in a prevResult, and
+        // a failed ADD never cached one: its accept rules for the address stay (ours are
+        // keyed by the attachment and go). Everything else must be gone.
+        let leaked: Vec<&str> = after.iptables.lines().filter(|l| l.contains(&pod_ip)).collect();
+        assert!(leaked.iter().all(|l| l.starts_with("-A CNI-FORWARD")), "[go] rules left: {leaked:?}");
+        eprintln!("cni-e2e [go]: a failed ADD leaves the firewall's rules: {leaked:?}");
+    } else {
+        assert!(!after.rules_mention(&pod_ip), "[{label}] rules left:\n{}", after.diff(&before));
+    }
+    assert!(!after.rules_mention(&HOST_PORT.to_string()), "[{label}] hostPort rules left");
+    let left = host_local_allocations(&containerd.host_local_data_dir(), NETWORK);
     assert!(left.is_empty(), "[{label}] reservations left: {left:?}");
-    assert!(cni_cache_entries(&containerd).is_empty(), "cache left: {:?}", cni_cache_entries(&containerd));
-    assert!(tbf_rates(&containerd).is_empty());
+    assert!(cni_cache_entries(&containerd).is_empty(), "[{label}] cache left");
+    assert!(tbf_rates(&containerd).is_empty(), "[{label}] qdiscs left");
+}
+
+/// A hostNetwork pod gets no CNI call at all.
+fn host_network_pod(plugins: PluginDir) {
+    let (containerd, mut cri, baseline) = rig(plugins, &conflist());
+    let id = cri.run_pod(host_network("cne-hostnet")).unwrap();
+    assert!(host_local_allocations(&containerd.host_local_data_dir(), NETWORK).is_empty());
+    assert!(cni_cache_entries(&containerd).is_empty(), "a hostNetwork pod was networked");
+    assert_eq!(HostSnapshot::take(containerd.host()), baseline);
+    cri.stop(&id);
+    cri.remove(&id);
+    assert_nothing_left(&containerd, &baseline);
+}
+
+/// 20 RunPodSandbox calls at once: 20 distinct addresses, each reserved; all gone after.
+fn twenty_pods_at_once(plugins: PluginDir) {
+    let (containerd, mut cri, baseline) = rig(plugins, &conflist());
+    let label = containerd.plugins_label().to_string();
+    let started = Instant::now();
+    let ids = cri.run_pods((0..20).map(|i| plain_pod(&format!("cne-many-{i}"))).collect());
+    eprintln!("cni-e2e [{label}]: 20 concurrent RunPodSandbox took {:?}", started.elapsed());
+    let ips: BTreeSet<String> = ids.iter().map(|id| cri.status(id).0).collect();
+    assert_eq!(ips.len(), 20, "[{label}] addresses not distinct: {ips:?}");
+    assert_eq!(host_local_allocations(&containerd.host_local_data_dir(), NETWORK), ips);
+    for id in &ids {
+        cri.stop(id);
+        cri.remove(id);
+    }
+    assert_nothing_left(&containerd, &baseline);
+}
+
+/// containerd killed (SIGKILL) and restarted with pods running; stopping them afterwards
+/// still tears everything down (from libcni's cache on disk).
+fn containerd_restart(plugins: PluginDir) {
+    let (mut containerd, mut cri, baseline) = rig(plugins, &conflist());
+    let ids = vec![cri.run_pod(pod("cne-survivor")).unwrap(), cri.run_pod(plain_pod("cne-other")).unwrap()];
+    containerd.kill_and_restart();
+    let mut cri = Cri::connect(&containerd);
+    for id in &ids {
+        cri.stop(id);
+        cri.remove(id);
+    }
+    assert_nothing_left(&containerd, &baseline);
 }
