@@ -30,6 +30,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 const NETWORK: &str = "cne-cri";
 const SUBNET_PREFIX: &str = "10.89.78.";
 const GATEWAY: &str = "10.89.78.1";
+const SUBNET6_PREFIX: &str = "fd89:78::";
 const BRIDGE: &str = "cne-cri0";
 const HOST_PORT: u16 = 18080;
 /// Every plugin the conflist names, and loopback (containerd's own network).
@@ -65,7 +66,8 @@ on_both_plugin_sets!(
     failed_add_is_cleaned_up,
     host_network_pod,
     twenty_pods_at_once,
-    containerd_restart
+    containerd_restart,
+    dual_stack,
 );
 
 fn conflist() -> String {
@@ -74,13 +76,27 @@ fn conflist() -> String {
 
 /// The conflist with `tuning` as its tuning plugin.
 fn conflist_with_tuning(tuning: Value) -> String {
+    conflist_with(tuning, false)
+}
+
+/// The conflist with an IPv6 range (and default route) after the IPv4 one.
+fn dual_stack_conflist() -> String {
+    conflist_with(json!({"type": "tuning"}), true)
+}
+
+fn conflist_with(tuning: Value, dual_stack: bool) -> String {
+    let mut ranges = vec![json!([{"subnet": format!("{SUBNET_PREFIX}0/24")}])];
+    let mut routes = vec![json!({"dst": "0.0.0.0/0"})];
+    if dual_stack {
+        ranges.push(json!([{"subnet": format!("{SUBNET6_PREFIX}/64")}]));
+        routes.push(json!({"dst": "::/0"}));
+    }
     json!({
         "cniVersion": "1.0.0",
         "name": NETWORK,
         "plugins": [
             {"type": "bridge", "bridge": BRIDGE, "isGateway": true, "ipMasq": true, "hairpinMode": true,
-             "ipam": {"type": "host-local", "ranges": [[{"subnet": format!("{SUBNET_PREFIX}0/24")}]],
-                      "routes": [{"dst": "0.0.0.0/0"}]}},
+             "ipam": {"type": "host-local", "ranges": ranges, "routes": routes}},
             {"type": "portmap", "capabilities": {"portMappings": true}},
             {"type": "firewall"},
             tuning,
@@ -300,6 +316,18 @@ fn pod_lifecycle(plugins: PluginDir) {
     assert_eq!(result[0]["IP"], ip, "[{label}] cniResult: {}", info["cniResult"]);
     assert!(host_local_allocations(&data_dir, NETWORK).contains(&ip), "{ip} not reserved");
 
+    // What the plugins were sent, as libcni cached it: Go-cased capability arguments and
+    // kubelet's CNI_ARGS (the case our plugins must take as the Go ones do).
+    let cached: Value =
+        std::fs::read(containerd.host().private_path(&format!("/var/lib/cni/results/{NETWORK}-{id}-eth0")))
+            .map(|bytes| serde_json::from_slice(&bytes).unwrap())
+            .expect("libcni's cached result for eth0");
+    let sent = &cached["capabilityArgs"];
+    assert_eq!(sent["portMappings"][0]["HostPort"], HOST_PORT, "{sent}");
+    assert_eq!(sent["bandwidth"]["IngressRate"], 1_000_000, "{sent}");
+    let args = cached["cniArgs"].to_string();
+    assert!(args.contains("K8S_POD_NAME") && args.contains("IgnoreUnknown"), "{args}");
+
     // DNS and hostname as the pod asked.
     let sandbox_dir = containerd.cri_sandbox_dir(&id);
     let resolv = std::fs::read_to_string(sandbox_dir.join("resolv.conf")).unwrap();
@@ -409,5 +437,23 @@ fn containerd_restart(plugins: PluginDir) {
         cri.stop(id);
         cri.remove(id);
     }
+    assert_nothing_left(&containerd, &baseline);
+}
+
+/// A dual-stack network: the pod IP is the IPv4 address, the IPv6 one is in
+/// `additional_ips`; both reserved, both released.
+fn dual_stack(plugins: PluginDir) {
+    let (containerd, mut cri, baseline) = rig(plugins, &dual_stack_conflist());
+    let label = containerd.plugins_label().to_string();
+    let id = cri.run_pod(plain_pod("cne-dual")).unwrap();
+    let (ip, additional, _) = cri.status(&id);
+    assert!(ip.starts_with(SUBNET_PREFIX), "[{label}] pod IP {ip:?}");
+    assert_eq!(additional.len(), 1, "[{label}] {additional:?}");
+    assert!(additional[0].starts_with(SUBNET6_PREFIX), "[{label}] {additional:?}");
+    let reserved = host_local_allocations(&containerd.host_local_data_dir(), NETWORK);
+    assert_eq!(reserved, BTreeSet::from([ip, additional[0].clone()]), "[{label}]");
+    cri.stop(&id);
+    cri.stop(&id);
+    cri.remove(&id);
     assert_nothing_left(&containerd, &baseline);
 }
