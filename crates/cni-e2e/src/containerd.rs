@@ -27,6 +27,9 @@ pub const SUBNET: &str = "10.89.77.0/24";
 /// What `ctr run --cni` needs: the conflist's chain plus the loopback network it adds.
 pub const CTR_CHAIN: &[&str] = &["bridge", "host-local", "portmap", "loopback"];
 
+/// The CRI plugin's CNI conf template, in the daemon's directory.
+pub const CRI_CONF_TEMPLATE: &str = "cni-conf-template.json";
+
 /// The containerd namespace the CRI plugin keeps its images, sandboxes and containers in.
 pub const CRI_NAMESPACE: &str = "k8s.io";
 
@@ -46,23 +49,26 @@ impl Containerd {
     /// Starts containerd with the plugin directory from the environment and imports the
     /// test image.
     pub fn start() -> Containerd {
-        Containerd::launch(PluginDir::from_env(), &conflist(), CTR_CHAIN, false)
+        Containerd::launch(PluginDir::from_env(), Some(&conflist()), CTR_CHAIN, false)
     }
 
     /// Starts containerd with its CRI plugin on `plugins`, `conflist` as the only network
-    /// in its CNI config directory and `chain` (the plugins the conflist names, and
-    /// loopback) required in `plugins`; imports the test image for it.
-    pub fn start_cri(plugins: PluginDir, conflist: &str, chain: &[&str]) -> Containerd {
+    /// in its CNI config directory (none: the network waits for `UpdateRuntimeConfig` and
+    /// [`CRI_CONF_TEMPLATE`]) and `chain` (the plugins the conflist names, and loopback)
+    /// required in `plugins`; imports the test image for it.
+    pub fn start_cri(plugins: PluginDir, conflist: Option<&str>, chain: &[&str]) -> Containerd {
         Containerd::launch(plugins, conflist, chain, true)
     }
 
-    fn launch(plugins: PluginDir, conflist: &str, chain: &[&str], cri: bool) -> Containerd {
+    fn launch(plugins: PluginDir, conflist: Option<&str>, chain: &[&str], cri: bool) -> Containerd {
         require_root();
         plugins.require(chain);
         let dir = tempfile::Builder::new().prefix("cne-containerd-").tempdir().expect("containerd temp dir");
         let conf_dir = dir.path().join("net.d");
         fs::create_dir(&conf_dir).expect("create the CNI config dir");
-        fs::write(conf_dir.join("10-cne.conflist"), conflist).expect("write the conflist");
+        if let Some(conflist) = conflist {
+            fs::write(conf_dir.join("10-cne.conflist"), conflist).expect("write the conflist");
+        }
         let host = EngineHost::new(plugins.path(), &conf_dir);
         let namespace = if cri { CRI_NAMESPACE } else { "default" };
         let daemon = spawn_daemon(&host, dir.path(), cri);
@@ -85,6 +91,12 @@ impl Containerd {
     /// The daemon's gRPC socket (CRI clients connect to it directly).
     pub fn socket(&self) -> PathBuf {
         self.dir.path().join("containerd.sock")
+    }
+
+    /// Writes the CRI plugin's CNI conf template (a Go template: `{{.PodCIDR}}`), which
+    /// `UpdateRuntimeConfig` with a pod CIDR turns into the conflist.
+    pub fn write_conf_template(&self, template: &str) {
+        fs::write(self.dir.path().join(CRI_CONF_TEMPLATE), template).expect("write the conf template");
     }
 
     /// Where the CRI plugin keeps a sandbox's files (`resolv.conf`, `hostname`).
@@ -232,8 +244,9 @@ fn daemon_config(dir: &Path, cri: bool) -> String {
              stream_server_address = \"127.0.0.1\"\n  stream_server_port = \"0\"\n  \
              disable_apparmor = true\n  enable_selinux = false\n  restrict_oom_score_adj = true\n\
              [plugins.\"io.containerd.grpc.v1.cri\".cni]\n  bin_dir = \"/opt/cni/bin\"\n  \
-             conf_dir = \"/etc/cni/net.d\"\n  max_conf_num = 1\n",
+             conf_dir = \"/etc/cni/net.d\"\n  max_conf_num = 1\n  conf_template = {template:?}\n",
             image = crate::image::IMAGE_NAME,
+            template = path(CRI_CONF_TEMPLATE),
         )
     } else {
         String::from("disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n")

@@ -20,9 +20,9 @@ use cni_testkit::traffic::{tcp_echo, tcp_echo_server};
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
-    DnsConfig, NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxMetadata, PodSandboxStatusRequest,
-    PortMapping, Protocol, RemovePodSandboxRequest, RunPodSandboxRequest, StatusRequest,
-    StopPodSandboxRequest,
+    DnsConfig, NamespaceMode, NamespaceOption, NetworkConfig, PodSandboxConfig, PodSandboxMetadata,
+    PodSandboxStatusRequest, PortMapping, Protocol, RemovePodSandboxRequest, RunPodSandboxRequest,
+    RuntimeConfig, StatusRequest, StopPodSandboxRequest, UpdateRuntimeConfigRequest,
 };
 use serde_json::{json, Value};
 use tonic::transport::{Channel, Endpoint, Uri};
@@ -68,6 +68,7 @@ on_both_plugin_sets!(
     twenty_pods_at_once,
     containerd_restart,
     dual_stack,
+    pod_cidr_from_update_runtime_config,
 );
 
 fn conflist() -> String {
@@ -173,6 +174,23 @@ impl Cri {
         tasks.into_iter().map(|task| self.runtime.block_on(task).unwrap().expect("RunPodSandbox")).collect()
     }
 
+    /// Whether the runtime reports its `NetworkReady` condition true.
+    fn network_ready(&mut self) -> bool {
+        let status = self.runtime.block_on(self.client.status(StatusRequest { verbose: false })).unwrap();
+        let conditions = status.into_inner().status.map(|s| s.conditions).unwrap_or_default();
+        conditions.iter().any(|c| c.r#type == "NetworkReady" && c.status)
+    }
+
+    /// What kubelet sends once the node has its pod CIDR.
+    fn update_pod_cidr(&mut self, cidr: &str) {
+        let request = UpdateRuntimeConfigRequest {
+            runtime_config: Some(RuntimeConfig {
+                network_config: Some(NetworkConfig { pod_cidr: cidr.to_string() }),
+            }),
+        };
+        self.runtime.block_on(self.client.update_runtime_config(request)).expect("UpdateRuntimeConfig");
+    }
+
     fn stop(&mut self, id: &str) {
         let request = StopPodSandboxRequest { pod_sandbox_id: id.to_string() };
         self.runtime.block_on(self.client.stop_pod_sandbox(request)).expect("StopPodSandbox");
@@ -272,7 +290,7 @@ fn cni_cache_entries(containerd: &Containerd) -> Vec<PathBuf> {
 /// round leaves it (the bridge and per-network chains stay between pods): the baseline
 /// every later pod must return the host to.
 fn rig(plugins: PluginDir, conflist: &str) -> (Containerd, Cri, HostSnapshot) {
-    let containerd = Containerd::start_cri(plugins, conflist, CHAIN);
+    let containerd = Containerd::start_cri(plugins, Some(conflist), CHAIN);
     let mut cri = Cri::connect(&containerd);
     let label = containerd.plugins_label().to_string();
     let warm_up =
@@ -371,7 +389,7 @@ fn failed_add_is_cleaned_up(plugins: PluginDir) {
     let failing = conflist_with_tuning(
         json!({"type": "tuning", "sysctl": {"net.ipv4.conf.eth0.cne_no_such_key": "1"}}),
     );
-    let containerd = Containerd::start_cri(plugins, &failing, CHAIN);
+    let containerd = Containerd::start_cri(plugins, Some(&failing), CHAIN);
     let label = containerd.plugins_label().to_string();
     let mut cri = Cri::connect(&containerd);
     let before = HostSnapshot::take(containerd.host());
@@ -456,4 +474,28 @@ fn dual_stack(plugins: PluginDir) {
     cri.stop(&id);
     cri.remove(&id);
     assert_nothing_left(&containerd, &baseline);
+}
+
+/// No conflist until the node has a pod CIDR: NetworkReady is false; kubelet's
+/// `UpdateRuntimeConfig(pod_cidr)` makes containerd write the conflist from its template,
+/// NetworkReady turns true and a pod gets an address in that CIDR.
+fn pod_cidr_from_update_runtime_config(plugins: PluginDir) {
+    let containerd = Containerd::start_cri(plugins, None, CHAIN);
+    let label = containerd.plugins_label().to_string();
+    let template = conflist().replace(&format!("{SUBNET_PREFIX}0/24"), "{{.PodCIDR}}");
+    containerd.write_conf_template(&template);
+    let mut cri = Cri::connect(&containerd);
+    assert!(!cri.network_ready(), "[{label}] NetworkReady without a network config");
+    cri.update_pod_cidr("10.89.79.0/24");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cri.network_ready() {
+        assert!(Instant::now() < deadline, "[{label}] NetworkReady never turned true");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let id = cri.run_pod(plain_pod("cne-cidr")).unwrap_or_else(|e| panic!("[{label}] {e}"));
+    let (ip, _, _) = cri.status(&id);
+    assert!(ip.starts_with("10.89.79."), "[{label}] pod IP {ip:?} outside the pod CIDR");
+    cri.stop(&id);
+    cri.remove(&id);
+    assert!(host_local_allocations(&containerd.host_local_data_dir(), NETWORK).is_empty());
 }
