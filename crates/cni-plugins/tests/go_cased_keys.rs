@@ -4,8 +4,8 @@
 //! `{"portMappings":[{"HostPort":12000,"ContainerPort":80,"Protocol":"tcp","HostIP":""}]}`,
 //! `{"bandwidth":{"IngressRate":...}}`) and so does an operator's `"IsGateway": true`.
 //!
-//! One chain, every key capitalised or odd-cased, one plugin per family: bridge (interface),
-//! host-local (IPAM), portmap, bandwidth and tuning (meta). Its effects are read back from
+//! Two chains, every key capitalised or odd-cased: bridge + host-local, portmap, bandwidth,
+//! tuning; and ptp + static, firewall (its iptables backend, which both implement). Its effects are read back from
 //! the kernel (addresses, MTU, promiscuity, `tc -j qdisc`, `nft list ruleset`) and proved
 //! with real traffic through the host port; unknown keys next to them are still ignored.
 //! DEL with the same keys leaves nothing. The same test runs on the Go reference plugins
@@ -188,6 +188,55 @@ fn go_cased_keys_drive_the_go_reference_the_same_way() {
         return;
     }
     run_chain(Plugins::Go);
+}
+
+/// ptp with static IPAM, then firewall: the other interface and IPAM families.
+fn run_point_to_point(plugins: Plugins) {
+    let host = TestNetns::with_prefix(PREFIX).unwrap();
+    let ctr = TestNetns::with_prefix(PREFIX).unwrap();
+    let ptp = json!({
+        "CNIVersion": "1.0.0", "Name": "crptp", "Type": "ptp", "IPMasq": false, "MTU": 1380,
+        // Not "Address": the Go static plugin's address struct also has an untagged field
+        // named exactly `Address` (a parsed IPNet), which that key would hit first and fail
+        // on; ours takes it as `address`. Any other casing reaches `address` in both.
+        "IPAM": {"Type": "static", "Addresses": [{"ADDRESS": "10.97.0.5/24", "Gateway": "10.97.0.1"}],
+                 "Routes": [{"Dst": "0.0.0.0/0"}]}});
+    let firewall = json!({"CNIVersion": "1.0.0", "Name": "crptp", "Type": "firewall", "Backend": "iptables",
+        "IPTablesAdminChainName": "CR-ADMIN"});
+
+    let attached = plugins.add("ptp", &host, &ctr, &ptp);
+    assert_eq!(attached["ips"][0]["address"], "10.97.0.5/24", "{attached}");
+    let eth0 = link(&ctr, "eth0");
+    assert_eq!(eth0["mtu"], 1380, "{eth0}");
+    let routes = ctr.ip_json(&["route", "show", "default"]);
+    assert_eq!(routes[0]["gateway"], "10.97.0.1", "{routes}");
+    let guarded = plugins.add("firewall", &host, &ctr, &with_prev(&firewall, &attached));
+    let rules = iptables_save(&host);
+    assert!(rules.contains(":CR-ADMIN") && rules.contains("10.97.0.5"), "{rules}");
+
+    plugins.del("firewall", &host, &ctr, &with_prev(&firewall, &guarded));
+    plugins.del("ptp", &host, &ctr, &with_prev(&ptp, &guarded));
+    assert!(!iptables_save(&host).contains("10.97.0.5"), "firewall rules left");
+}
+
+fn iptables_save(ns: &TestNetns) -> String {
+    let out = ns.command("iptables-save").output().unwrap();
+    assert!(out.status.success(), "iptables-save: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn go_cased_keys_drive_ptp_static_and_firewall_of_ours() {
+    run_point_to_point(Plugins::Ours);
+}
+
+#[test]
+fn go_cased_keys_drive_the_go_ptp_static_and_firewall_the_same_way() {
+    if !Path::new(GO_PLUGINS).join("ptp").exists() {
+        eprintln!("skipped: the Go reference plugins are not installed in {GO_PLUGINS}");
+        return;
+    }
+    run_point_to_point(Plugins::Go);
 }
 
 /// Keys still have to name a field under folding: a misspelt capability argument is not
