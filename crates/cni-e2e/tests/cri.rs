@@ -8,21 +8,23 @@
 //! containerd, runc, busybox-static; fails loudly without them.
 
 use std::collections::{BTreeSet, HashMap};
-use std::net::SocketAddr;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use cni_e2e::containerd::Containerd;
+use cni_e2e::image::{IMAGE_NAME, INDEX_BODY};
 use cni_e2e::oracle::{host_local_allocations, HostSnapshot};
 use cni_e2e::plugin_dir::PluginDir;
 use cni_net::NetNs;
-use cni_testkit::traffic::{tcp_echo, tcp_echo_server};
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
-    DnsConfig, NamespaceMode, NamespaceOption, NetworkConfig, PodSandboxConfig, PodSandboxMetadata,
-    PodSandboxStatusRequest, PortMapping, Protocol, RemovePodSandboxRequest, RunPodSandboxRequest,
-    RuntimeConfig, StatusRequest, StopPodSandboxRequest, UpdateRuntimeConfigRequest,
+    ContainerConfig, ContainerMetadata, CreateContainerRequest, DnsConfig, ImageSpec, NamespaceMode,
+    NamespaceOption, NetworkConfig, PodSandboxConfig, PodSandboxMetadata, PodSandboxStatusRequest,
+    PortMapping, Protocol, RemovePodSandboxRequest, RunPodSandboxRequest, RuntimeConfig,
+    StartContainerRequest, StatusRequest, StopPodSandboxRequest, UpdateRuntimeConfigRequest,
 };
 use serde_json::{json, Value};
 use tonic::transport::{Channel, Endpoint, Uri};
@@ -191,6 +193,31 @@ impl Cri {
         self.runtime.block_on(self.client.update_runtime_config(request)).expect("UpdateRuntimeConfig");
     }
 
+    /// Creates and starts a container running `command` in pod `sandbox_id`.
+    fn start_container(
+        &mut self,
+        sandbox_id: &str,
+        sandbox_config: PodSandboxConfig,
+        name: &str,
+        command: &[&str],
+    ) {
+        let config = ContainerConfig {
+            metadata: Some(ContainerMetadata { name: name.to_string(), attempt: 0 }),
+            image: Some(ImageSpec { image: IMAGE_NAME.to_string(), ..Default::default() }),
+            command: command.iter().map(|c| c.to_string()).collect(),
+            ..Default::default()
+        };
+        let request = CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.to_string(),
+            config: Some(config),
+            sandbox_config: Some(sandbox_config),
+        };
+        let created = self.runtime.block_on(self.client.create_container(request)).expect("CreateContainer");
+        let container_id = created.into_inner().container_id;
+        let request = StartContainerRequest { container_id };
+        self.runtime.block_on(self.client.start_container(request)).expect("StartContainer");
+    }
+
     fn stop(&mut self, id: &str) {
         let request = StopPodSandboxRequest { pod_sandbox_id: id.to_string() };
         self.runtime.block_on(self.client.stop_pod_sandbox(request)).expect("StopPodSandbox");
@@ -257,10 +284,26 @@ fn host_network(name: &str) -> PodSandboxConfig {
     config
 }
 
-/// The sandbox's network namespace, through its pause process (the verbose status's pid).
-fn pod_netns(info: &Value) -> NetNs {
-    let pid = info["pid"].as_u64().unwrap_or_else(|| panic!("no sandbox pid in {info}"));
-    NetNs::open(format!("/proc/{pid}/ns/net")).expect("open the pod's netns")
+/// `GET /` over HTTP/1.0 from inside `ns`; the whole answer. A server that is still
+/// starting is retried (refused connections) for a few seconds.
+fn http_get(ns: &NetNs, addr: SocketAddr) -> std::io::Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let attempt = ns.run(|| -> std::io::Result<String> {
+            let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+            stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+            stream.write_all(b"GET / HTTP/1.0\r\n\r\n")?;
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer)?;
+            Ok(answer)
+        });
+        match attempt.expect("enter the host's netns") {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            answer => return answer,
+        }
+    }
 }
 
 /// Links of the host namespace other than loopback and the network's bridge.
@@ -355,17 +398,16 @@ fn pod_lifecycle(plugins: PluginDir) {
     );
     assert_eq!(std::fs::read_to_string(sandbox_dir.join("hostname")).unwrap().trim(), "cne-web");
 
-    // Traffic: a server on podIP:80, reached directly and through the hostPort (on the
-    // host's address and on 127.0.0.1) from the host.
-    let pod_ns = pod_netns(&info);
-    let server = tcp_echo_server(&pod_ns, format!("{ip}:80").parse().unwrap()).unwrap();
+    // critest's check: an HTTP server in a container of the pod (busybox httpd), reached
+    // from the host at podIP:80 and through the hostPort on the host's address and on
+    // 127.0.0.1.
+    cri.start_container(&id, pod("cne-web"), "web", &["httpd", "-f", "-p", "80", "-h", "/var/www"]);
     let host_ns = containerd.host().netns().netns();
     for target in [format!("{ip}:80"), format!("{GATEWAY}:{HOST_PORT}"), format!("127.0.0.1:{HOST_PORT}")] {
-        let addr: SocketAddr = target.parse().unwrap();
-        tcp_echo(host_ns, addr, b"kubelet's path", Duration::from_secs(5))
-            .unwrap_or_else(|e| panic!("[{label}] {target}: {e}"));
+        let page =
+            http_get(host_ns, target.parse().unwrap()).unwrap_or_else(|e| panic!("[{label}] {target}: {e}"));
+        assert!(page.ends_with(INDEX_BODY), "[{label}] {target} answered {page:?}");
     }
-    drop(server);
 
     // Bandwidth annotations became the bandwidth capability: 1M ingress = 125000 bytes/s
     // on the host veth, 2M egress = 250000 on the IFB.
