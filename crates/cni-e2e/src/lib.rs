@@ -13,6 +13,7 @@
 //! The CRI suite runs every scenario on both sets itself.
 
 pub mod containerd;
+pub mod cri;
 pub mod engine_host;
 pub mod image;
 pub mod net_text;
