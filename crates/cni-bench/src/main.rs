@@ -23,8 +23,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use workloads::chain::Chain;
 use workloads::{
-    BenchContext, ChainWorkload, DhcpWorkload, DnsWorkload, ExecCost, IpamAlone, NftScale, Parallel,
-    PluginScale, PodmanWorkload, SetOutcome, Shaping, Soak, Workload, WorkloadReport, WorkloadRun,
+    BenchContext, ChainWorkload, CriWorkload, DhcpWorkload, DnsWorkload, ExecCost, IpamAlone, NftScale,
+    Parallel, PluginScale, PodmanWorkload, SetOutcome, Shaping, Soak, Workload, WorkloadReport, WorkloadRun,
 };
 
 fn main() -> ExitCode {
@@ -167,6 +167,7 @@ fn workload_runs(options: &Options, sets: &[PluginSet]) -> Result<(Vec<WorkloadR
             WorkloadId::Macvlan => Box::new(ChainWorkload { chain: Chain::Macvlan }),
             WorkloadId::Soak => Box::new(Soak),
             WorkloadId::Podman => Box::new(PodmanWorkload),
+            WorkloadId::Cri => Box::new(CriWorkload),
             WorkloadId::Floor => {
                 floor = Some(SetOutcome::new("floor", None));
                 continue;

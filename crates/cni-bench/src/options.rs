@@ -9,9 +9,10 @@ pub const USAGE: &str = "usage: cni-bench [options]
   --budget SECONDS     start no further round that would end after this (default 540), so a
                        full run ends within 10 minutes; the first round always runs
   --workloads LIST     comma-separated subset of W1,W1nm,W2,W3,W4,W5,W6,W7,nft,macvlan,floor,dhcp,
-                       dns,soak,podman (default: all but dhcp and dns, which need dnsmasq, soak, 8 workers
-                       x N ADD/DEL cycles: -n 1250 is the 10,000-cycle soak, and podman,
-                       podman run --rm on the CNI backend and on netavark)
+                       dns,soak,podman,cri (default: all but dhcp and dns, which need dnsmasq, soak, 8
+                       workers x N ADD/DEL cycles: -n 1250 is the 10,000-cycle soak, podman,
+                       podman run --rm on the CNI backend and on netavark, and cri,
+                       RunPodSandbox through containerd's CRI plugin)
   --a DIR              plugin directory A (default: the release `cni-plugins` next to this
                        binary, installed into a temp dir)
   --plugins-bin FILE   the multi-call binary to install as A (instead of the one next to cni-bench)
@@ -42,10 +43,11 @@ pub enum WorkloadId {
     Macvlan,
     Soak,
     Podman,
+    Cri,
 }
 
 impl WorkloadId {
-    pub const ALL: [WorkloadId; 15] = [
+    pub const ALL: [WorkloadId; 16] = [
         WorkloadId::W1,
         WorkloadId::W1nm,
         WorkloadId::W2,
@@ -61,14 +63,18 @@ impl WorkloadId {
         WorkloadId::Dns,
         WorkloadId::Soak,
         WorkloadId::Podman,
+        WorkloadId::Cri,
     ];
 
     /// What runs when `--workloads` is not given: all but dhcp, which needs dnsmasq and
     /// whose Go side takes seconds per ADD (it would not fit a full run's budget or CI's
-    /// smoke run), soak, long by design, and podman, which starts whole containers.
+    /// smoke run), soak, long by design, and podman and cri, which start whole containers.
     pub fn defaults() -> Vec<WorkloadId> {
         let named_only = |w: &WorkloadId| {
-            matches!(w, WorkloadId::Dhcp | WorkloadId::Dns | WorkloadId::Soak | WorkloadId::Podman)
+            matches!(
+                w,
+                WorkloadId::Dhcp | WorkloadId::Dns | WorkloadId::Soak | WorkloadId::Podman | WorkloadId::Cri
+            )
         };
         WorkloadId::ALL.into_iter().filter(|w| !named_only(w)).collect()
     }
@@ -90,6 +96,7 @@ impl WorkloadId {
             WorkloadId::Macvlan => "macvlan",
             WorkloadId::Soak => "soak",
             WorkloadId::Podman => "podman",
+            WorkloadId::Cri => "cri",
         }
     }
 
@@ -195,7 +202,7 @@ fn workloads(list: &str) -> Result<Vec<WorkloadId>, String> {
     for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let id = WorkloadId::parse(part).ok_or_else(|| {
             format!(
-                "unknown workload {part:?} (known: W1,W1nm,W2,W3,W4,W5,W6,W7,nft,macvlan,floor,dhcp,dns,soak,podman)"
+                "unknown workload {part:?} (known: W1,W1nm,W2,W3,W4,W5,W6,W7,nft,macvlan,floor,dhcp,dns,soak,podman,cri)"
             )
         })?;
         if !chosen.contains(&id) {

@@ -141,3 +141,39 @@ fn podman_workload_runs_both_stacks_and_reports_the_network_share() {
         assert!((0.0..1.0).contains(&value), "{share} = {value} in {set}");
     }
 }
+
+/// The cri workload (only when named) drives containerd's CRI plugin on our plugins and on
+/// the Go reference, times RunPodSandbox with and without a network, and derives the
+/// network's share of a sandbox start for each.
+#[test]
+fn cri_workload_times_run_pod_sandbox_on_both_sets() {
+    cni_testkit::ns::require_root();
+    let plugins = cni_testkit::binaries::workspace_binary("cni-plugins", "cni-plugins");
+    let out_dir = tempfile::tempdir().unwrap();
+    let json_path = out_dir.path().join("bench.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_cni-bench"))
+        .args(["--workloads", "cri", "-n", "2", "--rounds", "1", "--b", "/usr/lib/cni"])
+        .arg("--plugins-bin")
+        .arg(&plugins)
+        .arg("--json")
+        .arg(&json_path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "cni-bench failed\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let document: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    for set in document["workloads"][0]["sets"].as_array().unwrap() {
+        check_outcome("cri", set);
+        assert_eq!(set["status"], "ran", "{set}");
+        let ops = set["operations"].as_object().unwrap();
+        for op in ["RunPodSandbox, hostPort + bandwidth", "RunPodSandbox, hostNetwork"] {
+            assert!(ops.contains_key(op), "no {op:?} in {:?}", ops.keys().collect::<Vec<_>>());
+        }
+        let share = set["facts"]["network_share"].as_f64().unwrap_or(-1.0);
+        assert!(share < 1.0, "network_share = {share} in {set}");
+    }
+}

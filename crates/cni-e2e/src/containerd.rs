@@ -1,9 +1,12 @@
-//! A private containerd daemon and `ctr run --cni` on a private host.
+//! A private containerd daemon on a private host, for `ctr run --cni` or for its CRI plugin.
 //!
 //! `ctr` has no flags for CNI directories: it reads `/etc/cni/net.d` and runs plugins from
 //! `/opt/cni/bin`. Inside the [`EngineHost`]'s mount namespace those are the test's config
 //! directory and the plugin directory under test. The daemon's root, state, sockets and
-//! config are temp dirs; its CRI plugin is disabled, so it touches no CNI state by itself.
+//! config are temp dirs. Started with [`Containerd::start`] its CRI plugin is disabled, so
+//! it touches no CNI state by itself; started with [`Containerd::start_cri`] the CRI plugin
+//! runs (as kubelet's runtime would) with those same two directories, the test image as its
+//! sandbox ("pause") image, and its streaming server on the private host's loopback.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -24,6 +27,12 @@ pub const SUBNET: &str = "10.89.77.0/24";
 /// What `ctr run --cni` needs: the conflist's chain plus the loopback network it adds.
 pub const CTR_CHAIN: &[&str] = &["bridge", "host-local", "portmap", "loopback"];
 
+/// The CRI plugin's CNI conf template, in the daemon's directory.
+pub const CRI_CONF_TEMPLATE: &str = "cni-conf-template.json";
+
+/// The containerd namespace the CRI plugin keeps its images, sandboxes and containers in.
+pub const CRI_NAMESPACE: &str = "k8s.io";
+
 /// A containerd daemon the test started, on its own host.
 #[derive(Debug)]
 pub struct Containerd {
@@ -31,33 +40,39 @@ pub struct Containerd {
     host: EngineHost,
     plugins: PluginDir,
     dir: TempDir,
+    /// The containerd namespace `ctr` commands address.
+    namespace: &'static str,
+    cri: bool,
 }
 
 impl Containerd {
     /// Starts containerd with the plugin directory from the environment and imports the
     /// test image.
     pub fn start() -> Containerd {
+        Containerd::launch(PluginDir::from_env(), Some(&conflist()), CTR_CHAIN, false)
+    }
+
+    /// Starts containerd with its CRI plugin on `plugins`, `conflist` as the only network
+    /// in its CNI config directory (none: the network waits for `UpdateRuntimeConfig` and
+    /// [`CRI_CONF_TEMPLATE`]) and `chain` (the plugins the conflist names, and loopback)
+    /// required in `plugins`; imports the test image for it.
+    pub fn start_cri(plugins: PluginDir, conflist: Option<&str>, chain: &[&str]) -> Containerd {
+        Containerd::launch(plugins, conflist, chain, true)
+    }
+
+    fn launch(plugins: PluginDir, conflist: Option<&str>, chain: &[&str], cri: bool) -> Containerd {
         require_root();
-        let plugins = PluginDir::from_env();
-        plugins.require(CTR_CHAIN);
+        plugins.require(chain);
         let dir = tempfile::Builder::new().prefix("cne-containerd-").tempdir().expect("containerd temp dir");
         let conf_dir = dir.path().join("net.d");
         fs::create_dir(&conf_dir).expect("create the CNI config dir");
-        fs::write(conf_dir.join("10-cne.conflist"), conflist()).expect("write the conflist");
-        let config = dir.path().join("config.toml");
-        fs::write(&config, daemon_config(dir.path())).expect("write containerd's config");
-        let log = fs::File::create(dir.path().join("containerd.log")).expect("create containerd.log");
-
+        if let Some(conflist) = conflist {
+            fs::write(conf_dir.join("10-cne.conflist"), conflist).expect("write the conflist");
+        }
         let host = EngineHost::new(plugins.path(), &conf_dir);
-        let mut command = host.command_without_timeout("containerd");
-        let daemon = die_with_parent(&mut command)
-            .arg("--config")
-            .arg(&config)
-            .stdout(log.try_clone().expect("dup log fd"))
-            .stderr(log)
-            .spawn()
-            .expect("start containerd");
-        let containerd = Containerd { daemon, host, plugins, dir };
+        let namespace = if cri { CRI_NAMESPACE } else { "default" };
+        let daemon = spawn_daemon(&host, dir.path(), cri);
+        let containerd = Containerd { daemon, host, plugins, dir, namespace, cri };
         containerd.wait_until_serving();
         let tar = rootfs_tar(containerd.dir.path());
         let archive = oci_archive(containerd.dir.path(), &tar);
@@ -65,8 +80,28 @@ impl Containerd {
         containerd
     }
 
-    fn socket(&self) -> PathBuf {
+    /// Kills the daemon (SIGKILL, as a crash would) and starts it again on the same state.
+    pub fn kill_and_restart(&mut self) {
+        let _ = self.daemon.kill();
+        let _ = self.daemon.wait();
+        self.daemon = spawn_daemon(&self.host, self.dir.path(), self.cri);
+        self.wait_until_serving();
+    }
+
+    /// The daemon's gRPC socket (CRI clients connect to it directly).
+    pub fn socket(&self) -> PathBuf {
         self.dir.path().join("containerd.sock")
+    }
+
+    /// Writes the CRI plugin's CNI conf template (a Go template: `{{.PodCIDR}}`), which
+    /// `UpdateRuntimeConfig` with a pod CIDR turns into the conflist.
+    pub fn write_conf_template(&self, template: &str) {
+        fs::write(self.dir.path().join(CRI_CONF_TEMPLATE), template).expect("write the conf template");
+    }
+
+    /// Where the CRI plugin keeps a sandbox's files (`resolv.conf`, `hostname`).
+    pub fn cri_sandbox_dir(&self, sandbox_id: &str) -> PathBuf {
+        self.dir.path().join("root/io.containerd.grpc.v1.cri/sandboxes").join(sandbox_id)
     }
 
     fn wait_until_serving(&self) {
@@ -94,14 +129,14 @@ impl Containerd {
     /// A `ctr` command talking to this daemon (with a time limit).
     pub fn ctr(&self) -> Command {
         let mut command = self.host.command("ctr");
-        command.arg("--address").arg(self.socket());
+        command.arg("--address").arg(self.socket()).arg("--namespace").arg(self.namespace);
         command
     }
 
     /// A `ctr` command for a long-running foreground container the caller stops itself.
     pub fn ctr_without_timeout(&self) -> Command {
         let mut command = self.host.command_without_timeout("ctr");
-        command.arg("--address").arg(self.socket());
+        command.arg("--address").arg(self.socket()).arg("--namespace").arg(self.namespace);
         command
     }
 
@@ -153,6 +188,26 @@ impl Drop for Containerd {
     }
 }
 
+/// Starts containerd on `host` with its config, state and log under `dir`.
+fn spawn_daemon(host: &EngineHost, dir: &Path, cri: bool) -> Child {
+    let config = dir.join("config.toml");
+    fs::write(&config, daemon_config(dir, cri)).expect("write containerd's config");
+    // Appended to: a restarted daemon's log follows the first one's.
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("containerd.log"))
+        .expect("open containerd.log");
+    let mut command = host.command_without_timeout("containerd");
+    die_with_parent(&mut command)
+        .arg("--config")
+        .arg(&config)
+        .stdout(log.try_clone().expect("dup log fd"))
+        .stderr(log)
+        .spawn()
+        .expect("start containerd")
+}
+
 /// A typical containerd bridge network: bridge + host-local, then portmap.
 fn conflist() -> String {
     serde_json::json!({
@@ -177,11 +232,27 @@ fn conflist() -> String {
     .to_string()
 }
 
-/// containerd's config: everything under `dir`, the CRI plugin off.
-fn daemon_config(dir: &Path) -> String {
+/// containerd's config: everything under `dir`; the CRI plugin off, or on with the CNI
+/// directories of the private host (where the test's conf dir and the plugins under test
+/// are mounted), the test image as the sandbox image, and a conf template for
+/// `UpdateRuntimeConfig` tests.
+fn daemon_config(dir: &Path, cri: bool) -> String {
     let path = |name: &str| dir.join(name).display().to_string();
+    let cri_section = if cri {
+        format!(
+            "[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = {image:?}\n  \
+             stream_server_address = \"127.0.0.1\"\n  stream_server_port = \"0\"\n  \
+             disable_apparmor = true\n  enable_selinux = false\n  restrict_oom_score_adj = true\n\
+             [plugins.\"io.containerd.grpc.v1.cri\".cni]\n  bin_dir = \"/opt/cni/bin\"\n  \
+             conf_dir = \"/etc/cni/net.d\"\n  max_conf_num = 1\n  conf_template = {template:?}\n",
+            image = crate::image::IMAGE_NAME,
+            template = path(CRI_CONF_TEMPLATE),
+        )
+    } else {
+        String::from("disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n")
+    };
     format!(
-        "version = 2\nroot = {root:?}\nstate = {state:?}\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
+        "version = 2\nroot = {root:?}\nstate = {state:?}\n{cri_section}\
          [grpc]\n  address = {sock:?}\n[ttrpc]\n  address = {ttrpc:?}\n[debug]\n  address = {debug:?}\n\
          [plugins.\"io.containerd.internal.v1.opt\"]\n  path = {opt:?}\n",
         root = path("root"),

@@ -65,7 +65,8 @@ pub fn oci_archive(dir: &Path, layer: &Path) -> PathBuf {
     let config = serde_json::json!({
         "architecture": oci_architecture(),
         "os": "linux",
-        "config": { "Env": ["PATH=/bin"] },
+        // The default command makes it a sandbox ("pause") image for the CRI plugin too.
+        "config": { "Env": ["PATH=/bin"], "Cmd": ["sleep", "2147483647"] },
         "rootfs": { "type": "layers", "diff_ids": [layer_blob["digest"].clone()] },
     });
     let config_blob = write_blob(config.to_string().as_bytes());

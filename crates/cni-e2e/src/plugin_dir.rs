@@ -43,7 +43,8 @@ impl PluginDir {
         PluginDir { path: path.to_path_buf(), label: label.to_string(), _installed: None }
     }
 
-    fn install_ours() -> PluginDir {
+    /// This workspace's plugins, installed into a temporary directory (labelled "ours").
+    pub fn install_ours() -> PluginDir {
         let binary = workspace_binary("cni-plugins", "cni-plugins");
         let dir = tempfile::Builder::new().prefix("cne-plugins-").tempdir().expect("temp plugin dir");
         stdout_of_success(Command::new(&binary).arg("install").arg(dir.path()), "cni-plugins install");

@@ -30,7 +30,7 @@ pub fn requested_ips(req: &Request) -> Result<Vec<IpAddr>, CniError> {
             ips.push(ip);
         }
     }
-    if let Some(v) = req.conf.args_cni().and_then(|a| a.get("ips")) {
+    if let Some(v) = req.conf.args_cni().and_then(|a| cni_types::fold::get(a, "ips")) {
         for item in string_list("args.cni.ips", v)? {
             ips.push(parse_ip("args.cni.ips", &item)?);
         }
@@ -48,7 +48,7 @@ pub fn requested_ips(req: &Request) -> Result<Vec<IpAddr>, CniError> {
 /// A requested MAC address: the highest-precedence source wins.
 pub fn requested_mac(req: &Request) -> Result<Option<String>, CniError> {
     let from_runtime = req.conf.runtime_config("mac");
-    let from_args = req.conf.args_cni().and_then(|a| a.get("mac"));
+    let from_args = req.conf.args_cni().and_then(|a| cni_types::fold::get(a, "mac"));
     let mac = match from_runtime.or(from_args) {
         Some(v) => Some(crate::config::parse_value::<String>("mac", v)?),
         None => req.args.get("MAC").map(str::to_string),

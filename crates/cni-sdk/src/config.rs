@@ -1,14 +1,31 @@
 //! Parsing a plugin's own configuration struct with errors that name the field.
+//!
+//! Every configuration a plugin reads comes through these functions, and each deserialises
+//! through [`FoldKeys`]: object keys match struct fields without regard to case (exact name
+//! first), as the reference's Go decoder matches them. That is what lets a plugin take the
+//! CRI path's Go-cased capability arguments (`{"portMappings":[{"HostPort":8080,...}]}`) and
+//! an operator's `"IsGateway": true`. Error paths name keys as the input spelt them.
 
+use cni_types::fold::FoldKeys;
 use cni_types::CniError;
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, Deserializer};
+
+/// Deserialises `T` from `de` with keys folded, tracking the path to a failure.
+fn folded<'de, T: DeserializeOwned, D: Deserializer<'de>>(
+    de: D,
+) -> Result<T, serde_path_to_error::Error<D::Error>> {
+    let mut track = serde_path_to_error::Track::new();
+    // The tracker sits inside the folding so that it records each key as written.
+    T::deserialize(FoldKeys(serde_path_to_error::Deserializer::new(de, &mut track)))
+        .map_err(|e| serde_path_to_error::Error::new(track.path(), e))
+}
 
 /// Deserialises `bytes` into the plugin's configuration type. A failure is an
 /// invalid-configuration error (code 7) whose message names the offending field path,
 /// e.g. `invalid network config: ipam.ranges[0][0].subnet: invalid IP address syntax`.
 pub fn parse_config<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CniError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    folded(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         if inner.is_syntax() || inner.is_eof() {
@@ -26,7 +43,7 @@ pub fn parse_config<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CniError> {
 /// field when it is one (`name: invalid type: integer `5`, expected a string`).
 pub fn decode_network_config<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CniError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let value = folded(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         if path == "." {
@@ -42,7 +59,7 @@ pub fn decode_network_config<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Cni
 
 /// Parses one JSON value (e.g. a `runtimeConfig` entry) with the same error style.
 pub fn parse_value<T: DeserializeOwned>(what: &str, value: &serde_json::Value) -> Result<T, CniError> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
+    folded(value).map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." { what.to_string() } else { format!("{what}.{path}") };
         CniError::invalid_config(format!("invalid {field}: {}", e.into_inner()))
@@ -89,6 +106,21 @@ mod tests {
         assert!(e.msg.contains("mtu"), "{}", e.msg);
         let e = parse_config::<Conf>(br#"{"ipam":{"ranges":[[{"subnet":"10.0.0.0/33"}]]}}"#).unwrap_err();
         assert!(e.msg.contains("ipam.ranges[0][0].subnet"), "{}", e.msg);
+    }
+
+    #[test]
+    fn every_entry_point_folds_keys_and_errors_name_the_key_as_written() {
+        let conf: Conf =
+            parse_config(br#"{"MTU":1400,"Ipam":{"RANGES":[[{"Subnet":"10.0.0.0/24"}]]}}"#).unwrap();
+        assert_eq!(conf.mtu, Some(1400));
+        let e = parse_config::<Conf>(br#"{"IPAM":{"Ranges":[[{"SUBNET":"10.0.0.0/33"}]]}}"#).unwrap_err();
+        assert!(e.msg.contains("IPAM.Ranges[0][0].SUBNET"), "{}", e.msg);
+        let conf: cni_types::NetConf =
+            decode_network_config(br#"{"CniVersion":"1.0.0","NAME":"n","Type":"bridge"}"#).unwrap();
+        assert_eq!((conf.cni_version.as_str(), conf.name.as_str()), ("1.0.0", "n"));
+        let range: Range =
+            parse_value("runtimeConfig.x", &serde_json::json!({"SubNet":"10.0.0.0/8"})).unwrap();
+        assert_eq!(range.subnet.to_string(), "10.0.0.0/8");
     }
 
     #[test]

@@ -92,7 +92,8 @@ impl Request {
             None | Some(serde_json::Value::Null) => return Ok(None),
             Some(v) => v,
         };
-        if let Some(version) = value.get("cniVersion").and_then(serde_json::Value::as_str) {
+        let named = value.as_object().and_then(|object| cni_types::fold::get(object, "cniVersion"));
+        if let Some(version) = named.and_then(serde_json::Value::as_str) {
             if Version::parse(version).is_err() {
                 return Err(CniError::new(
                     cni_types::ErrorCode::IncompatibleVersion,

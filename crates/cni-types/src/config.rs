@@ -1,8 +1,12 @@
 //! Network configurations: the list a runtime loads and the per-plugin object it sends.
 //!
 //! Unknown keys are kept (in `extra`, in their original order) so that a configuration
-//! passes through the runtime unaltered in meaning, as the spec requires.
+//! passes through the runtime unaltered in meaning, as the spec requires. Deserialised
+//! through [`crate::fold::FoldKeys`], the known keys match without regard to case, as the
+//! reference's do; [`with_extra`](crate::fold::with_extra) is what lets them keep the unknown
+//! keys and still show their field names to it.
 
+use crate::fold;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -31,15 +35,20 @@ impl Dns {
 
 /// The `ipam` section: its `type` plus whatever the IPAM plugin reads.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(remote = "Self")]
 pub struct IpamConf {
     #[serde(rename = "type", default)]
     pub ipam_type: String,
-    #[serde(flatten)]
+    #[serde(flatten, skip_deserializing)]
     pub extra: Map<String, Value>,
 }
 
 /// One plugin's configuration, as a plugin receives it on stdin.
+///
+/// (`remote = "Self"`: the derived code becomes inherent functions, which the trait impls
+/// below call; deserialising goes through [`fold::with_extra`] to fill `extra`.)
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(remote = "Self")]
 pub struct NetConf {
     #[serde(rename = "cniVersion", default, skip_serializing_if = "String::is_empty")]
     pub cni_version: String,
@@ -59,21 +68,24 @@ pub struct NetConf {
     pub runtime_config: Option<Map<String, Value>>,
     #[serde(rename = "prevResult", default, skip_serializing_if = "Option::is_none")]
     pub prev_result: Option<Value>,
-    #[serde(flatten)]
+    #[serde(flatten, skip_deserializing)]
     pub extra: Map<String, Value>,
 }
 
 impl NetConf {
     /// `args.cni`: the runtime's per-attachment arguments inside the configuration.
     pub fn args_cni(&self) -> Option<&Map<String, Value>> {
-        self.args.as_ref()?.get("cni")?.as_object()
+        fold::get(self.args.as_ref()?.as_object()?, "cni")?.as_object()
     }
 
-    /// A key of `runtimeConfig`.
+    /// A key of `runtimeConfig` (a capability), matched as the reference matches it.
     pub fn runtime_config(&self, key: &str) -> Option<&Value> {
-        self.runtime_config.as_ref()?.get(key)
+        fold::get(self.runtime_config.as_ref()?, key)
     }
 }
+
+crate::keeps_unknown_keys!(NetConf);
+crate::keeps_unknown_keys!(IpamConf);
 
 /// A network configuration list (a `.conflist` file).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -11,6 +11,7 @@ pub mod args;
 pub mod attachment;
 pub mod config;
 pub mod error;
+pub mod fold;
 pub mod io_result;
 pub mod result;
 pub mod trace;

@@ -8,7 +8,7 @@
 use crate::error::{Error, Result};
 use cni_types::validate::{validate_network_name, validate_plugin_type};
 use cni_types::version::select_list_version;
-use cni_types::{NetConfList, Version};
+use cni_types::{fold, NetConfList, Version};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
@@ -68,7 +68,7 @@ impl NetworkConfigList {
 
     /// The `type` of plugin `index` (validated at load time).
     pub fn plugin_type(&self, index: usize) -> &str {
-        self.list.plugins[index].get("type").and_then(Value::as_str).unwrap_or_default()
+        fold::get(&self.list.plugins[index], "type").and_then(Value::as_str).unwrap_or_default()
     }
 
     fn origin(&self) -> String {
@@ -208,7 +208,7 @@ fn string_field<'a>(map: &'a Map<String, Value>, key: &str, origin: &str) -> Res
 }
 
 fn check_plugin_type(plugin: &Map<String, Value>, origin: &str, field: &str) -> Result<()> {
-    let plugin_type = match plugin.get("type") {
+    let plugin_type = match fold::get(plugin, "type") {
         Some(Value::String(s)) => s,
         Some(other) => {
             return Err(invalid(origin, field, format!("expected a string, found {}", kind_of(other))))

@@ -142,7 +142,7 @@ impl CniConfig {
                 }),
                 Err(e) => errors.push(e),
             }
-            if let Some(serde_json::Value::Object(caps)) = plugin.get("capabilities") {
+            if let Some(serde_json::Value::Object(caps)) = cni_types::fold::get(plugin, "capabilities") {
                 capabilities
                     .extend(caps.iter().filter(|(_, on)| on.as_bool() == Some(true)).map(|(k, _)| k.clone()));
             }

@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use cni_types::validate::{validate_container_id, validate_interface_name};
-use cni_types::Version;
+use cni_types::{fold, Version};
 use serde_json::{Map, Value};
 use std::time::Duration;
 
@@ -72,15 +72,15 @@ pub(crate) fn attachment_request(
     prev_result: Option<&Value>,
 ) -> Vec<u8> {
     let mut conf = plugin.clone();
-    conf.insert("name".into(), Value::String(network.to_string()));
-    conf.insert("cniVersion".into(), Value::String(version.to_string()));
+    set_key(&mut conf, "name", Value::String(network.to_string()));
+    set_key(&mut conf, "cniVersion", Value::String(version.to_string()));
     let runtime_config = enabled_capabilities(plugin, capability_args);
-    conf.remove("capabilities");
+    conf.retain(|key, _| !fold::folds_to(key, "capabilities"));
     if !runtime_config.is_empty() {
-        conf.insert("runtimeConfig".into(), Value::Object(runtime_config));
+        set_key(&mut conf, "runtimeConfig", Value::Object(runtime_config));
     }
     if let Some(prev) = prev_result {
-        conf.insert("prevResult".into(), prev.clone());
+        set_key(&mut conf, "prevResult", prev.clone());
     }
     serde_json::to_vec(&conf).expect("a JSON map always serialises")
 }
@@ -94,12 +94,21 @@ pub(crate) fn list_request(
     extra: &[(&str, Value)],
 ) -> Vec<u8> {
     let mut conf = plugin.clone();
-    conf.insert("name".into(), Value::String(network.to_string()));
-    conf.insert("cniVersion".into(), Value::String(version.to_string()));
+    set_key(&mut conf, "name", Value::String(network.to_string()));
+    set_key(&mut conf, "cniVersion", Value::String(version.to_string()));
     for (key, value) in extra {
-        conf.insert((*key).to_string(), value.clone());
+        set_key(&mut conf, key, value.clone());
     }
     serde_json::to_vec(&conf).expect("a JSON map always serialises")
+}
+
+/// Sets `key`, replacing it in any spelling: plugins match keys without regard to case, so
+/// an operator's `"Name"` left beside the injected `"name"` would be a second value for the
+/// same field (which plugins refuse). The runtime's value is the one that counts, as with
+/// Go's libcni (whose injected key sorts after capitalised spellings, and the last wins).
+fn set_key(conf: &mut Map<String, Value>, key: &str, value: Value) {
+    conf.retain(|existing, _| !fold::folds_to(existing, key));
+    conf.insert(key.to_string(), value);
 }
 
 /// `runtimeConfig`: each capability the plugin enables that the runtime supplies.
@@ -107,7 +116,7 @@ fn enabled_capabilities(
     plugin: &Map<String, Value>,
     capability_args: &Map<String, Value>,
 ) -> Map<String, Value> {
-    let Some(Value::Object(capabilities)) = plugin.get("capabilities") else {
+    let Some(Value::Object(capabilities)) = fold::get(plugin, "capabilities") else {
         return Map::new();
     };
     capabilities
@@ -156,6 +165,22 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(req, json!({"type": "tuning", "name": "net", "cniVersion": "0.4.0", "prevResult": prev}));
+    }
+
+    #[test]
+    fn keys_in_any_case_are_read_and_replaced_as_plugins_match_them() {
+        let plugin = object(
+            json!({"Type": "portmap", "Capabilities": {"portMappings": true}, "NAME": "mine", "CNIVersion": "0.1.0"}),
+        );
+        let caps = object(json!({"portMappings": [{"HostPort": 8080}]}));
+        let req: Value =
+            serde_json::from_slice(&attachment_request(&plugin, "net", Version::V1_0_0, &caps, None))
+                .unwrap();
+        assert_eq!(
+            req,
+            json!({"Type": "portmap", "name": "net", "cniVersion": "1.0.0",
+                   "runtimeConfig": {"portMappings": [{"HostPort": 8080}]}})
+        );
     }
 
     #[test]

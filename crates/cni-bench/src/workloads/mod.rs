@@ -1,6 +1,7 @@
 //! The workloads, and the runner that alternates the plugin sets over rounds.
 
 pub mod chain;
+mod cri;
 mod dhcp;
 mod dns;
 pub mod exec_cost;
@@ -14,6 +15,7 @@ mod shaping;
 mod soak;
 
 pub use chain::ChainWorkload;
+pub use cri::CriWorkload;
 pub use dhcp::DhcpWorkload;
 pub use dns::DnsWorkload;
 pub use exec_cost::ExecCost;
@@ -26,13 +28,26 @@ pub use podman::PodmanWorkload;
 pub use shaping::Shaping;
 pub use soak::Soak;
 
-use crate::error::Result;
+use crate::error::{BenchError, Result};
 use crate::options::WorkloadId;
 use crate::plugin_set::PluginSet;
 use crate::sandbox::ContainerPool;
 use crate::stats::{median, Timings};
 use serde_json::{Map, Value};
 use std::time::Duration;
+
+/// Turns the engine helpers' panics (they are test helpers: a failed engine command
+/// panics with its output) into the workload's error.
+pub(crate) fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|panic| {
+        let text = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        BenchError::io(what.to_string(), std::io::Error::other(text))
+    })
+}
 
 /// What every workload shares: the size, and the container namespaces made up front.
 pub struct BenchContext {

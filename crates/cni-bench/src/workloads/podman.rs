@@ -13,14 +13,13 @@
 //! Setting podman up and importing the image are not timed. Only when named (it needs
 //! podman, crun, netavark and aardvark-dns).
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cni_e2e::plugin_dir::PluginDir;
 use cni_e2e::podman::{NetworkBackend, Podman};
 
-use super::{BenchContext, RatioBy, SetOutcome, Workload};
+use super::{guarded, BenchContext, RatioBy, SetOutcome, Workload};
 use crate::error::{BenchError, Result};
 use crate::options::WorkloadId;
 use crate::plugin_set::PluginSet;
@@ -43,19 +42,6 @@ struct RunKind {
 const BRIDGE: RunKind = RunKind { op: "run --rm, bridge", flags: &[] };
 const PUBLISHED: RunKind = RunKind { op: "run --rm, bridge -p", flags: &["-p", "18080:80"] };
 const NO_NETWORK: RunKind = RunKind { op: "run --rm, --network none", flags: &["--network", "none"] };
-
-/// Turns the engine helpers' panics (they are test helpers: a failed podman command
-/// panics with its output) into the workload's error.
-fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T> {
-    catch_unwind(AssertUnwindSafe(f)).map_err(|panic| {
-        let text = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default();
-        BenchError::io(what.to_string(), std::io::Error::other(text))
-    })
-}
 
 fn timed_run(podman: &Podman, kind: &RunKind) -> Result<Duration> {
     guarded(kind.op, || podman.timed_run_rm(kind.flags, &["true"]).1)

@@ -67,7 +67,7 @@ fn addresses(req: &Request, conf: &StaticConf) -> Result<Vec<AddressConf>, CniEr
             all.push(AddressConf { address, gateway });
         }
     }
-    for ip in string_list("args.cni.ips", req.conf.args_cni().and_then(|a| a.get("ips")))? {
+    for ip in string_list("args.cni.ips", req.conf.args_cni().and_then(|a| cni_types::fold::get(a, "ips")))? {
         all.push(AddressConf { address: parse_cidr("args.cni.ips", &ip)?, gateway: None });
     }
     for ip in string_list("runtimeConfig.ips", req.conf.runtime_config("ips"))? {

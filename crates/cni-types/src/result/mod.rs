@@ -114,26 +114,23 @@ impl ResultError {
 }
 
 impl CniResult {
-    /// Reads a result written in `version`'s layout.
+    /// Reads a result written in `version`'s layout. Keys match without regard to case, as
+    /// the reference's decoder matches them (a `prevResult` is the runtime's text).
     pub fn from_value(value: Value, version: Version) -> Result<CniResult, ResultError> {
         let parse_err = |source| ResultError::Parse { version, source };
+        let folded = crate::fold::FoldKeys(value);
         match version.family() {
-            ResultFamily::V02 => {
-                serde_json::from_value::<v02::ResultV02>(value).map(Into::into).map_err(parse_err)
-            }
-            ResultFamily::V04 => {
-                serde_json::from_value::<v04::ResultV04>(value).map(Into::into).map_err(parse_err)
-            }
-            ResultFamily::V1 => {
-                serde_json::from_value::<v1::ResultV1>(value).map(Into::into).map_err(parse_err)
-            }
+            ResultFamily::V02 => v02::ResultV02::deserialize(folded).map(Into::into).map_err(parse_err),
+            ResultFamily::V04 => v04::ResultV04::deserialize(folded).map(Into::into).map_err(parse_err),
+            ResultFamily::V1 => v1::ResultV1::deserialize(folded).map(Into::into).map_err(parse_err),
         }
     }
 
     /// Reads a result that names its own version in `cniVersion`; one without it is taken
     /// to be in `default_version` (the configuration's). Returns the version it was in.
     pub fn parse(value: Value, default_version: Version) -> Result<(CniResult, Version), ResultError> {
-        let version = match value.get("cniVersion").and_then(Value::as_str) {
+        let named = value.as_object().and_then(|object| crate::fold::get(object, "cniVersion"));
+        let version = match named.and_then(Value::as_str) {
             Some(v) => Version::parse(v)?,
             None => default_version,
         };

@@ -251,3 +251,18 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn result_keys_match_without_regard_to_case_as_the_reference_reads_them() {
+    let r = CniResult::from_value(
+        json!({"CNIVersion": "1.0.0", "Interfaces": [{"Name": "eth0", "Sandbox": "/run/netns/x"}],
+               "IPs": [{"Address": "10.0.0.2/24", "Gateway": "10.0.0.1", "Interface": 0}],
+               "Routes": [{"Dst": "0.0.0.0/0"}]}),
+        Version::V1_0_0,
+    )
+    .unwrap();
+    assert_eq!(r.interfaces[0].name, "eth0");
+    assert_eq!(r.ips[0].address.to_string(), "10.0.0.2/24");
+    assert_eq!(r.ips[0].interface, Some(0));
+    assert_eq!(r.routes.len(), 1);
+}

@@ -105,15 +105,19 @@ struct RawIpam {
     range_from_file: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// A route as written; keys other than `dst` and `gw` pass through to the result.
+#[derive(Deserialize, serde::Serialize)]
+#[serde(remote = "Self")]
 struct RawRoute {
     #[serde(default)]
     dst: Option<String>,
     #[serde(default)]
     gw: Option<String>,
-    #[serde(flatten)]
+    #[serde(flatten, skip_deserializing)]
     extra: serde_json::Map<String, serde_json::Value>,
 }
+
+cni_types::keeps_unknown_keys!(RawRoute);
 
 #[derive(Deserialize, Default)]
 struct RawRuntimeConfig {
