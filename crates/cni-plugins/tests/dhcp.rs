@@ -331,6 +331,7 @@ fn socket_activation_and_pid_file() {
         cni_plugins::ipam::dhcp::protocol::call(
             &socket,
             cni_plugins::ipam::dhcp::protocol::Op::Status,
+            None,
             Duration::from_secs(5),
         )
         .is_ok_and(|r| r.ok)
@@ -459,4 +460,28 @@ fn damaged_lease_records_are_skipped_and_del_and_gc_succeed() {
     let out = call("bridge", "GC", &net.host, None, &gc).run();
     assert!(out.success(), "GC: {} {}", out.stdout, out.stderr);
     assert!(net.records().is_empty(), "{:?}", net.records());
+}
+
+#[test]
+fn the_daemon_logs_a_lease_and_its_release_with_the_runtimes_trace_id() {
+    const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let net = Network::new(PREFIX);
+    let _server = net.dnsmasq();
+    let _daemon = net.daemon();
+    let container = TestNetns::with_prefix(PREFIX).unwrap();
+    let traced = |verb: &str| {
+        let out = call("bridge", verb, &net.host, Some(&container), &net.conf())
+            .env("TRACEPARENT", TRACEPARENT)
+            .run();
+        assert!(out.success(), "{verb}: {} {}\n{}", out.stdout, out.stderr, net.log("daemon.log"));
+        out
+    };
+    let result = traced("ADD").json();
+    traced("DEL");
+    let log = net.log("daemon.log");
+    let leased = format!("leased {}", address(&result));
+    let line = |start: &str| log.lines().find(|l| l.contains(start)).map(str::to_string);
+    let trace = "(trace 4bf92f3577b34da6a3ce929d0e0e4736)";
+    assert!(line(&leased).is_some_and(|l| l.ends_with(trace)), "{log}");
+    assert!(line("released").is_some_and(|l| l.ends_with(trace)), "{log}");
 }

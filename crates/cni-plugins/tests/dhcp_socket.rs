@@ -39,7 +39,7 @@ impl Daemon {
     }
 
     fn answers_status(&self) -> bool {
-        protocol::call(&self.socket, Op::Status, Duration::from_secs(5)).is_ok_and(|r| r.ok)
+        protocol::call(&self.socket, Op::Status, None, Duration::from_secs(5)).is_ok_and(|r| r.ok)
     }
 }
 

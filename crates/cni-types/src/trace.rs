@@ -84,6 +84,14 @@ impl TraceContext {
     }
 }
 
+/// Whether `id` is a trace id as [`TraceContext::trace_id`] gives it: 32 lowercase hex
+/// digits, not all zero. A daemon checks the id a client sends before it logs it.
+pub fn is_trace_id(id: &str) -> bool {
+    id.len() == 32
+        && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        && id.bytes().any(|b| b != b'0')
+}
+
 /// `version-traceid-parentid-flags`, lowercase hex: `00-<32>-<16>-<2>`. Version `ff` is
 /// invalid; a later version may append fields after another `-`; all-zero ids are invalid.
 fn check_traceparent(value: &str) -> Result<(), InvalidTraceContext> {
@@ -175,6 +183,20 @@ mod tests {
         assert!(TraceContext::new(PARENT, None, Some(&"b".repeat(8193))).is_err());
         assert!(TraceContext::new(PARENT, Some("a=b\nc=d"), None).is_err());
         assert!(TraceContext::new(PARENT, None, Some("k=\u{e9}")).is_err());
+    }
+
+    #[test]
+    fn a_trace_id_is_32_lowercase_hex_digits_not_all_zero() {
+        assert!(is_trace_id("4bf92f3577b34da6a3ce929d0e0e4736"));
+        for bad in [
+            "",
+            "4BF92F3577B34DA6A3CE929D0E0E4736",
+            "00000000000000000000000000000000",
+            "4bf9",
+            "4bf92f3577b34da6a3ce929d0e0e4736\n",
+        ] {
+            assert!(!is_trace_id(bad), "{bad:?}");
+        }
     }
 
     #[test]

@@ -191,7 +191,7 @@ impl Network {
             .expect("start the dhcp daemon");
         let guard = ChildGuard(Some(child));
         wait_for("the daemon to answer", Duration::from_secs(10), || {
-            protocol::call(&self.socket(), Op::Status, Duration::from_secs(5)).is_ok_and(|r| r.ok)
+            protocol::call(&self.socket(), Op::Status, None, Duration::from_secs(5)).is_ok_and(|r| r.ok)
         });
         guard
     }
@@ -217,7 +217,7 @@ impl Network {
     }
 
     pub fn status(&self) -> Response {
-        protocol::call(&self.socket(), Op::Status, Duration::from_secs(5)).unwrap()
+        protocol::call(&self.socket(), Op::Status, None, Duration::from_secs(5)).unwrap()
     }
 
     /// A bridge configuration delegating to dhcp.

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use cni_net::NetNs;
 use cni_os::socket::{Framing, Refusal, Server, Service};
+use cni_types::trace::is_trace_id;
 use cni_types::validate::{validate_container_id, validate_interface_name, validate_network_name};
 use cni_types::ErrorCode;
 
@@ -323,7 +324,13 @@ impl Daemon {
         }
     }
 
-    fn add(self: &Arc<Daemon>, key: AttachmentKey, netns: String, params: ClientParams) -> Response {
+    fn add(
+        self: &Arc<Daemon>,
+        key: AttachmentKey,
+        netns: String,
+        params: ClientParams,
+        trace: Trace,
+    ) -> Response {
         let existing = self.leases().get(&key).cloned();
         if let Some(tracked) = existing {
             let state = tracked.lock();
@@ -360,13 +367,13 @@ impl Daemon {
             let _ = client.release(&lease);
             return Response::error(ErrorCode::Io as u32, format!("dhcp: saving the lease: {e}"));
         }
-        log::info(format_args!("leased {} to {} for {} s", lease.address, key, lease.lease_secs));
+        log::info(format_args!("leased {} to {} for {} s{trace}", lease.address, key, lease.lease_secs));
         self.track(record);
         Response::with_lease(lease)
     }
 
     /// Stops keeping a lease and releases it; nothing to do for an unknown attachment.
-    fn del(&self, key: &AttachmentKey) -> Response {
+    fn del(&self, key: &AttachmentKey, trace: Trace) -> Response {
         let Some(tracked) = self.leases().remove(key) else {
             // Untracked, but a damaged record of it may sit on disk (skipped at resume):
             // it goes with the attachment rather than stay for good.
@@ -388,9 +395,9 @@ impl Daemon {
         let expired = phase_at(&record.lease, unix_now()) == Phase::Expired;
         if !expired {
             match self.client(&record).and_then(|c| c.release(&record.lease)) {
-                Ok(()) => log::info(format_args!("released {} of {key}", record.lease.address)),
+                Ok(()) => log::info(format_args!("released {} of {key}{trace}", record.lease.address)),
                 // The namespace may be gone already (DEL after the container died).
-                Err(e) => log::info(format_args!("cannot send DHCPRELEASE for {key}: {e}")),
+                Err(e) => log::info(format_args!("cannot send DHCPRELEASE for {key}: {e}{trace}")),
             }
         }
         match self.store.remove(key) {
@@ -413,7 +420,7 @@ impl Daemon {
         Response::with_lease(state.record.lease.clone())
     }
 
-    fn gc(&self, network: &str, valid: &[protocol::ValidAttachment]) -> Response {
+    fn gc(&self, network: &str, valid: &[protocol::ValidAttachment], trace: Trace) -> Response {
         let doomed: Vec<AttachmentKey> = self
             .leases()
             .keys()
@@ -422,7 +429,7 @@ impl Daemon {
             .cloned()
             .collect();
         let errors: Vec<String> =
-            doomed.iter().map(|k| self.del(k)).filter(|r| !r.ok).map(|r| r.msg).collect();
+            doomed.iter().map(|k| self.del(k, trace)).filter(|r| !r.ok).map(|r| r.msg).collect();
         if errors.is_empty() {
             Response::ok()
         } else {
@@ -477,11 +484,13 @@ impl Daemon {
                 );
             }
         }
+        // Root's plugins send it; still only a well-formed id reaches the log.
+        let trace = Trace(request.trace.as_deref().filter(|id| is_trace_id(id)));
         match request.op {
-            Op::Add { key, netns, params } => self.add(key, netns, params),
-            Op::Del { key } => self.del(&key),
+            Op::Add { key, netns, params } => self.add(key, netns, params, trace),
+            Op::Del { key } => self.del(&key, trace),
             Op::Check { key } => self.check(&key),
-            Op::Gc { network, valid } => self.gc(&network, &valid),
+            Op::Gc { network, valid } => self.gc(&network, &valid, trace),
             Op::Status => self.status(),
         }
     }
@@ -492,6 +501,19 @@ impl Daemon {
     /// seconds, so each has its own thread, but never more than the cap).
     pub fn serve(self: &Arc<Daemon>, listener: UnixListener) -> std::io::Result<()> {
         Server::new(listener, Framing::UntilEof, "dhcp request").serve(Arc::new(Requests(self.clone())))
+    }
+}
+
+/// The runtime's trace id of the request being served, as a log line's suffix.
+#[derive(Clone, Copy)]
+struct Trace<'a>(Option<&'a str>);
+
+impl std::fmt::Display for Trace<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(id) => write!(f, " (trace {id})"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -570,23 +592,35 @@ mod tests {
         let d = daemon(dir.path());
         let bad = [key("../x", "c", "eth0"), key("n", "../../etc", "eth0"), key("n", "c", "a/b")];
         for k in bad {
-            let r = d.handle(Request { version: PROTOCOL_VERSION, op: Op::Del { key: k.clone() } });
+            let r =
+                d.handle(Request { version: PROTOCOL_VERSION, op: Op::Del { key: k.clone() }, trace: None });
             assert!(!r.ok, "{k:?} accepted");
         }
         let params = ClientParams { client_id: vec![0], provide: vec![], request: vec![] };
         let r = d.handle(Request {
             version: PROTOCOL_VERSION,
             op: Op::Add { key: key("n", "c", "eth0"), netns: "relative".into(), params },
+            trace: None,
         });
         assert_eq!(r.code, 4, "{r:?}");
-        let r = d.handle(Request { version: 2, op: Op::Status });
+        let r = d.handle(Request { version: 2, op: Op::Status, trace: None });
         assert_eq!(r.code, 1, "{r:?}");
         // Unknown attachments: DEL is fine, CHECK is not.
         assert!(
-            d.handle(Request { version: PROTOCOL_VERSION, op: Op::Del { key: key("n", "c", "eth0") } }).ok
+            d.handle(Request {
+                version: PROTOCOL_VERSION,
+                op: Op::Del { key: key("n", "c", "eth0") },
+                trace: None
+            })
+            .ok
         );
         assert!(
-            !d.handle(Request { version: PROTOCOL_VERSION, op: Op::Check { key: key("n", "c", "eth0") } }).ok
+            !d.handle(Request {
+                version: PROTOCOL_VERSION,
+                op: Op::Check { key: key("n", "c", "eth0") },
+                trace: None
+            })
+            .ok
         );
     }
 }

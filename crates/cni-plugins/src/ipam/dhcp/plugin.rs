@@ -166,8 +166,14 @@ fn key(req: &Request) -> AttachmentKey {
 
 /// Sends `op`; a daemon that is not there is `unreachable`'s code (11 for the verbs that
 /// change leases, 50 for STATUS), a refusal is the daemon's own CNI error.
-fn call(socket: &std::path::Path, op: Op, unreachable: ErrorCode) -> Result<Response, CniError> {
-    let response = protocol::call(socket, op, CALL_TIMEOUT).map_err(|e| {
+fn call(
+    req: &Request,
+    socket: &std::path::Path,
+    op: Op,
+    unreachable: ErrorCode,
+) -> Result<Response, CniError> {
+    let trace = req.trace.as_ref().map(|t| t.trace_id());
+    let response = protocol::call(socket, op, trace, CALL_TIMEOUT).map_err(|e| {
         let absent = matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused);
         if absent {
             CniError::new(
@@ -199,6 +205,7 @@ impl Plugin for Dhcp {
             .netns_path()
             .ok_or_else(|| CniError::new(ErrorCode::InvalidEnvironment, "dhcp: CNI_NETNS is required"))?;
         let response = call(
+            req,
             &socket,
             Op::Add { key: key(req), netns: netns.to_string(), params },
             ErrorCode::TryAgainLater,
@@ -216,12 +223,12 @@ impl Plugin for Dhcp {
 
     fn del(&self, req: &Request) -> Result<(), CniError> {
         let (_, socket) = load(req)?;
-        call(&socket, Op::Del { key: key(req) }, ErrorCode::TryAgainLater).map(drop)
+        call(req, &socket, Op::Del { key: key(req) }, ErrorCode::TryAgainLater).map(drop)
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
         let (_, socket) = load(req)?;
-        let response = call(&socket, Op::Check { key: key(req) }, ErrorCode::TryAgainLater)?;
+        let response = call(req, &socket, Op::Check { key: key(req) }, ErrorCode::TryAgainLater)?;
         if let (Some(lease), Ok(Some(prev))) = (&response.lease, req.prev_result()) {
             let addr = std::net::IpAddr::V4(lease.address.addr());
             if !prev.ips.iter().any(|ip| ip.address.addr() == addr) {
@@ -241,12 +248,13 @@ impl Plugin for Dhcp {
             .into_iter()
             .map(|a| ValidAttachment { container_id: a.container_id, ifname: a.ifname })
             .collect();
-        call(&socket, Op::Gc { network: req.conf.name.clone(), valid }, ErrorCode::TryAgainLater).map(drop)
+        call(req, &socket, Op::Gc { network: req.conf.name.clone(), valid }, ErrorCode::TryAgainLater)
+            .map(drop)
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
         let (_, socket) = load(req)?;
-        call(&socket, Op::Status, ErrorCode::NotAvailable).map(drop)
+        call(req, &socket, Op::Status, ErrorCode::NotAvailable).map(drop)
     }
 
     fn about(&self) -> String {

@@ -79,6 +79,10 @@ pub struct Request {
     pub version: u32,
     #[serde(flatten)]
     pub op: Op,
+    /// The runtime's trace id (`TRACEPARENT`'s), logged with what the daemon does for
+    /// this request so one pod's setup can be followed from the runtime into the daemon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
 }
 
 /// What the daemon knows about a lease, for STATUS.
@@ -130,11 +134,11 @@ pub fn write_message<T: Serialize>(stream: &mut UnixStream, message: &T) -> io::
 
 /// The plugin's side: one request, one response. `timeout` bounds the whole wait (an
 /// acquisition takes up to the daemon's own timeout, so callers pass more than that).
-pub fn call(socket: &Path, op: Op, timeout: Duration) -> io::Result<Response> {
+pub fn call(socket: &Path, op: Op, trace: Option<&str>, timeout: Duration) -> io::Result<Response> {
     let mut stream = UnixStream::connect(socket)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
-    write_message(&mut stream, &Request { version: PROTOCOL_VERSION, op })?;
+    write_message(&mut stream, &Request { version: PROTOCOL_VERSION, op, trace: trace.map(str::to_string) })?;
     let mut bytes = Vec::new();
     stream.take(MAX_MESSAGE).read_to_end(&mut bytes)?;
     // The Go reference daemon serves net/rpc over HTTP: it answers our JSON with an HTTP
@@ -155,7 +159,7 @@ mod tests {
 
     #[test]
     fn requests_on_the_wire() {
-        let req = Request { version: 1, op: Op::Status };
+        let req = Request { version: 1, op: Op::Status, trace: None };
         assert_eq!(serde_json::to_value(&req).unwrap(), serde_json::json!({"version": 1, "op": "status"}));
         let text = r#"{"version":1,"op":"del","network":"n","containerID":"c","ifname":"eth0"}"#;
         let req: Request = serde_json::from_str(text).unwrap();

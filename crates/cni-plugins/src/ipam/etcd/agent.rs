@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cni_os::socket::{Framing, Refusal, Server, Service};
+use cni_types::trace::is_trace_id;
 use serde_json::{json, Value};
 
 use super::allocator::{Allocation, Allocator};
@@ -51,15 +52,26 @@ fn exchange(socket: &Path, request: &Value, timeout: Duration) -> Result<Value, 
     Ok(answer)
 }
 
+/// One request: the verb, the plugin's configuration, the attachment's handle and the
+/// runtime's trace id (logged by the agent with a failure, as the plugin logs it).
+fn request(op: &str, config: &[u8], handle: &str, trace: Option<&str>) -> Result<Value, EtcdIpamError> {
+    let config: Value = serde_json::from_slice(config).map_err(|e| EtcdIpamError::Decode(e.to_string()))?;
+    let mut request = json!({"op": op, "config": config, "handle": handle});
+    if let Some(trace) = trace {
+        request["trace"] = json!(trace);
+    }
+    Ok(request)
+}
+
 /// ADD through the agent.
 pub fn allocate(
     socket: &Path,
     config: &[u8],
     handle: &str,
+    trace: Option<&str>,
     timeout: Duration,
 ) -> Result<Allocation, EtcdIpamError> {
-    let config: Value = serde_json::from_slice(config).map_err(|e| EtcdIpamError::Decode(e.to_string()))?;
-    let answer = exchange(socket, &json!({"op": "add", "config": config, "handle": handle}), timeout)?;
+    let answer = exchange(socket, &request("add", config, handle, trace)?, timeout)?;
     let bad = || EtcdIpamError::Store(format!("node agent answered {answer}"));
     let address = answer["address"].as_str().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
     let gateway = answer["gateway"].as_str().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
@@ -67,9 +79,14 @@ pub fn allocate(
 }
 
 /// DEL through the agent.
-pub fn release(socket: &Path, config: &[u8], handle: &str, timeout: Duration) -> Result<(), EtcdIpamError> {
-    let config: Value = serde_json::from_slice(config).map_err(|e| EtcdIpamError::Decode(e.to_string()))?;
-    exchange(socket, &json!({"op": "del", "config": config, "handle": handle}), timeout).map(|_| ())
+pub fn release(
+    socket: &Path,
+    config: &[u8],
+    handle: &str,
+    trace: Option<&str>,
+    timeout: Duration,
+) -> Result<(), EtcdIpamError> {
+    exchange(socket, &request("del", config, handle, trace)?, timeout).map(|_| ())
 }
 
 /// How many network configurations the agent keeps an allocator (an etcd client and a
@@ -176,10 +193,18 @@ impl Service for Requests {
     fn handle(&self, request: Vec<u8>) -> Vec<u8> {
         let answer = match serde_json::from_slice::<Value>(&request) {
             Err(e) => json!({"code": 6, "msg": format!("etcd-ipam agent: request is not JSON: {e}")}),
-            Ok(request) => self
-                .0
-                .handle(&request)
-                .unwrap_or_else(|e| json!({"code": e.cni_code(), "msg": e.to_string()})),
+            Ok(request) => self.0.handle(&request).unwrap_or_else(|e| {
+                // Successes are not logged (thousands a second); a failure is, with the
+                // runtime's trace id when the plugin sent a well-formed one.
+                let trace = request["trace"].as_str().filter(|id| is_trace_id(id));
+                eprintln!(
+                    "etcd-ipam-agent: {} of {} failed: {e}{}",
+                    request["op"].as_str().unwrap_or("request"),
+                    request["handle"].as_str().map(|h| h.escape_debug().to_string()).unwrap_or_default(),
+                    trace.map(|id| format!(" (trace {id})")).unwrap_or_default()
+                );
+                json!({"code": e.cni_code(), "msg": e.to_string()})
+            }),
         };
         line(&answer)
     }
@@ -204,6 +229,17 @@ fn line(answer: &Value) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_carries_the_runtimes_trace_id_when_there_is_one() {
+        let config = br#"{"name":"n","ipam":{"type":"etcd-ipam"}}"#;
+        let traced =
+            super::request("add", config, "c/eth0", Some("4bf92f3577b34da6a3ce929d0e0e4736")).unwrap();
+        assert_eq!(traced["trace"], "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(traced["config"]["name"], "n");
+        let plain = super::request("del", config, "c/eth0", None).unwrap();
+        assert!(plain.get("trace").is_none(), "{plain}");
+    }
 
     fn request(network: &str) -> Value {
         json!({"op": "del", "handle": "c/eth0", "config": {

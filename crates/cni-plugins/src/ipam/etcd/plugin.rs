@@ -36,7 +36,7 @@ impl Plugin for EtcdIpam {
         let conf = parse(req)?;
         let id = handle_id(&req.container_id, &req.ifname);
         let allocation = match &conf.agent_socket {
-            Some(socket) => agent::allocate(socket, &req.stdin, &id, conf.timeout * 4)?,
+            Some(socket) => agent::allocate(socket, &req.stdin, &id, trace_id(req), conf.timeout * 4)?,
             None => load(req)?.allocate(&id)?,
         };
         Ok(CniResult {
@@ -55,7 +55,7 @@ impl Plugin for EtcdIpam {
         let conf = parse(req)?;
         let id = handle_id(&req.container_id, &req.ifname);
         match &conf.agent_socket {
-            Some(socket) => agent::release(socket, &req.stdin, &id, conf.timeout * 4)?,
+            Some(socket) => agent::release(socket, &req.stdin, &id, trace_id(req), conf.timeout * 4)?,
             None => drop(load(req)?.release(&id)?),
         }
         Ok(())
@@ -128,4 +128,9 @@ impl Plugin for EtcdIpam {
     fn about(&self) -> String {
         "etcd-ipam (cni-rs): cluster-wide IPAM, blocks with node affinity in etcd".to_string()
     }
+}
+
+/// The runtime's trace id, passed to the node agent with each request.
+fn trace_id(req: &Request) -> Option<&str> {
+    req.trace.as_ref().map(|t| t.trace_id())
 }
