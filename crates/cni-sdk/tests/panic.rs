@@ -1,5 +1,7 @@
 //! A panic inside plugin code still ends as a CNI error object (code 999) and exit 1.
 
+mod common;
+
 use cni_sdk::{run_with, CniError, CniResult, Plugin, Request};
 
 struct Panicking;
@@ -18,19 +20,7 @@ impl Plugin for Panicking {
 
 #[test]
 fn panic_becomes_code_999() {
-    let env = |k: &str| {
-        Some(
-            match k {
-                "CNI_COMMAND" => "ADD",
-                "CNI_CONTAINERID" => "c1",
-                "CNI_NETNS" => "/run/netns/none",
-                "CNI_IFNAME" => "eth0",
-                "CNI_PATH" => "/opt/cni/bin",
-                _ => return None,
-            }
-            .to_string(),
-        )
-    };
+    let env = common::add_env;
     let mut stdin: &[u8] = br#"{"cniVersion":"1.0.0","name":"n","type":"panicking"}"#;
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
     let code = run_with(&Panicking, &env, &mut stdin, &mut stdout, &mut stderr);

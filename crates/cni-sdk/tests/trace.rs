@@ -1,6 +1,8 @@
 //! The runtime's trace context reaches the plugin as `Request::trace`, and a failure's line on
 //! stderr carries its trace id, so a failed pod setup can be found from its trace.
 
+mod common;
+
 use cni_sdk::{run_with, CniError, CniResult, Plugin, Request};
 use std::sync::Mutex;
 
@@ -27,19 +29,9 @@ impl Plugin for Failing {
 
 /// Runs ADD with `traceparent` in the environment; the plugin's view and stderr.
 fn add_with(traceparent: Option<&str>) -> (Option<String>, String) {
-    let env = |k: &str| {
-        Some(
-            match k {
-                "CNI_COMMAND" => "ADD",
-                "CNI_CONTAINERID" => "c1",
-                "CNI_NETNS" => "/run/netns/none",
-                "CNI_IFNAME" => "eth0",
-                "CNI_PATH" => "/opt/cni/bin",
-                "TRACEPARENT" => traceparent?,
-                _ => return None,
-            }
-            .to_string(),
-        )
+    let env = |k: &str| match k {
+        "TRACEPARENT" => traceparent.map(str::to_string),
+        _ => common::add_env(k),
     };
     let plugin = Failing::default();
     let mut stdin: &[u8] = br#"{"cniVersion":"1.0.0","name":"n","type":"failing"}"#;

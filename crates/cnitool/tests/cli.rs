@@ -2,14 +2,17 @@
 //! with a conflist, CNI_PATH, CAP_ARGS, CNI_ARGS), against the test plugin and (as root)
 //! the Go reference plugins in a throwaway host namespace.
 
+mod common;
+
 use cni_testkit::binaries::test_plugin;
 use cni_testkit::ns::TestNetns;
 use cni_testkit::test_plugin::read_log;
 use cni_testkit::traffic::{tcp_echo, tcp_echo_server};
+use common::ok;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
 const CNITOOL: &str = env!("CARGO_BIN_EXE_cnitool");
@@ -45,17 +48,6 @@ impl Setup {
             .env("CNI_CACHE_DIR", self.path("cache"));
         command
     }
-}
-
-fn ok(output: Output) -> String {
-    assert!(
-        output.status.success(),
-        "cnitool failed ({}): {}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
 }
 
 fn container_id(netns: &str) -> String {

@@ -2,23 +2,15 @@
 //! loaded by the shells they are for and asked what they complete. Unprivileged: the test
 //! plugin does no networking. bash, zsh and fish come from tools/test's package list.
 
+mod common;
+
 use cni_testkit::binaries::test_plugin;
+use common::ok;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::{Command, Output};
 
 const CNITOOL: &str = env!("CARGO_BIN_EXE_cnitool");
-
-fn ok(output: Output) -> String {
-    assert!(
-        output.status.success(),
-        "cnitool failed ({}): {}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
 
 /// cnitool with a conflist per network in `dir/net.d` and the cache in `dir/cache`.
 fn cnitool(dir: &Path, args: &[&str]) -> Output {
