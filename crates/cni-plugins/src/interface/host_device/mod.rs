@@ -13,6 +13,7 @@ pub(crate) mod select;
 use crate::common::addresses::{interface_with_mtu, Addresses, CONTAINER_IFACE};
 use crate::common::{iface, open_container_netns, open_container_netns_for_del, NetResultExt};
 use cni_net::{Link, NetNs, Netlink};
+use cni_os::fs;
 use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};
 pub(crate) use select::{HostDeviceConf, Selector};
 use serde::{Deserialize, Serialize};
@@ -43,35 +44,36 @@ fn state_path(conf: &HostDeviceConf, req: &Request) -> PathBuf {
     conf.data_dir.join(&req.conf.name).join(format!("{}-{}", req.container_id, req.ifname))
 }
 
+/// The record is root's: written whole through `cni_os` (exclusive, link-free temporary
+/// file, 0600) in a private directory, read without following a link.
 fn write_state(path: &std::path::Path, saved: &Saved) -> Result<(), CniError> {
     let io = |e: std::io::Error| CniError::io(format!("cannot write {}: {e}", path.display()));
     let dir = path.parent().expect("state files live in a directory");
-    std::fs::create_dir_all(dir).map_err(io)?;
-    // Named after the whole file name: `with_extension` would cut a container ID at its
-    // first dot, and two attachments could share one temporary file.
-    let file_name = path.file_name().expect("state files have a name").to_string_lossy();
-    let temp = dir.join(format!(".{file_name}.tmp"));
-    std::fs::write(&temp, serde_json::to_vec(saved).expect("plain struct")).map_err(io)?;
-    std::fs::rename(&temp, path).map_err(io)
+    fs::private_dir(dir).map_err(io)?;
+    let bytes = serde_json::to_vec(saved).expect("plain struct");
+    // Unsynced: it describes a device move, which a reboot undoes anyway.
+    fs::write_atomic(path, &bytes, 0o600, fs::Durability::Unsynced).map_err(io)
 }
 
+/// A record is a few hundred bytes; anything far larger is not one of ours.
+const MAX_RECORD: u64 = 64 * 1024;
+
 fn read_state(path: &std::path::Path) -> Option<Saved> {
-    let bytes = std::fs::read(path).ok()?;
+    let bytes = fs::read_nofollow_limited(path, MAX_RECORD).ok()??;
     serde_json::from_slice(&bytes).ok()
 }
 
 /// Removes an attachment's record; a directory found in its place (damage, never ours)
-/// is removed too, so it neither blocks DEL nor GC for good.
+/// is cleared too (removed when empty, moved aside otherwise), so it blocks neither DEL
+/// nor GC for good.
 fn remove_state(path: &std::path::Path) -> Result<(), CniError> {
-    if path.symlink_metadata().is_ok_and(|m| m.is_dir()) {
-        eprintln!("host-device: {} is a directory, not a record: removed", path.display());
-        return std::fs::remove_dir_all(path)
-            .map_err(|e| CniError::io(format!("cannot remove {}: {e}", path.display())));
+    let io = |e: std::io::Error| CniError::io(format!("cannot remove {}: {e}", path.display()));
+    match fs::clear_dir_in_place(path).map_err(io)? {
+        fs::Cleared::Nothing => {}
+        cleared => eprintln!("host-device: {} was a directory, not a record: {cleared:?}", path.display()),
     }
     match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(CniError::io(format!("cannot remove {}: {e}", path.display())))
-        }
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(e)),
         _ => Ok(()),
     }
 }
