@@ -43,11 +43,16 @@ impl PluginDir {
         PluginDir { path: path.to_path_buf(), label: label.to_string(), _installed: None }
     }
 
-    /// This workspace's plugins, installed into a temporary directory (labelled "ours").
+    /// This workspace's plugins, installed into a temporary directory (labelled "ours") as
+    /// the package installs them: a link per plugin and `cni-dnsd` beside them. podman's
+    /// `network create` adds `dnsname` to every network when the directory has it, and
+    /// dnsname starts the resolver from next to itself.
     pub fn install_ours() -> PluginDir {
         let binary = workspace_binary("cni-plugins", "cni-plugins");
         let dir = tempfile::Builder::new().prefix("cne-plugins-").tempdir().expect("temp plugin dir");
         stdout_of_success(Command::new(&binary).arg("install").arg(dir.path()), "cni-plugins install");
+        let resolver = workspace_binary("cni-dnsd", "cni-dnsd");
+        std::fs::copy(&resolver, dir.path().join("cni-dnsd")).expect("copy cni-dnsd beside the plugins");
         PluginDir { path: dir.path().to_path_buf(), label: "ours".into(), _installed: Some(dir) }
     }
 

@@ -191,6 +191,27 @@ impl Drop for Podman {
             eprintln!("cni-e2e: podman rm --all failed:\n{}", describe(&removed));
         }
         kill_leftover_conmons(&self.dir.path().join("runroot"));
+        // dnsname (which podman adds to every network it creates when the plugin directory
+        // has it) starts our resolver; it outlives its networks by design, not this test.
+        kill_pid_file(&self.host().private_path("/run/cni/dnsname/dnsd.pid"));
+    }
+}
+
+/// SIGKILLs the process whose pid `pid_file` holds, if any, and waits (bounded) until it
+/// is gone or a zombie.
+pub fn kill_pid_file(pid_file: &Path) {
+    let Some(pid) = fs::read_to_string(pid_file).ok().and_then(|s| s.trim().parse::<i32>().ok()) else {
+        return;
+    };
+    // SAFETY: kill has no memory-safety preconditions; the pid is one a daemon this test's
+    // private host started wrote into its own pid file.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    for _ in 0..250 {
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        if status.is_empty() || status.contains("State:\tZ") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 

@@ -7,26 +7,12 @@
 //! Needs root, podman, crun and busybox-static.
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use cni_e2e::plugin_dir::PluginDir;
 use cni_e2e::podman::{NetworkBackend, Podman};
-use cni_testkit::binaries::workspace_binary;
 
-/// Our plugins plus the resolver in one directory (podman's `cni_plugin_dirs`).
-fn plugins_with_resolver() -> (tempfile::TempDir, PluginDir) {
-    let binary = workspace_binary("cni-plugins", "cni-plugins");
-    let resolver = workspace_binary("cni-dnsd", "cni-dnsd");
-    let dir = tempfile::Builder::new().prefix("cne-dns-plugins-").tempdir().unwrap();
-    let out = Command::new(&binary).arg("install").arg(dir.path()).output().unwrap();
-    assert!(out.status.success(), "cni-plugins install: {out:?}");
-    std::fs::copy(&resolver, dir.path().join("cni-dnsd")).unwrap();
-    let plugins = PluginDir::at(dir.path(), "ours");
-    (dir, plugins)
-}
-
-/// Kills the resolver the plugins started inside the engine host (it is detached, so
-/// nothing else would), reading its pid file when dropped.
+/// Kills the resolver when dropped, also when the test panics (Podman's own drop does it
+/// too; this one runs first, so the resolver cannot answer while podman tears down).
 struct ResolverReaper {
     pid_file: PathBuf,
 }
@@ -37,20 +23,7 @@ impl ResolverReaper {
     }
 
     fn kill(&self) {
-        if let Some(pid) = self.pid() {
-            // SAFETY: kill(2) on the pid the resolver wrote into its own pid file.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            for _ in 0..100 {
-                if !std::path::Path::new(&format!("/proc/{pid}/status")).exists() {
-                    break;
-                }
-                let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-                if status.contains("State:\tZ") {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-        }
+        cni_e2e::podman::kill_pid_file(&self.pid_file);
     }
 }
 
@@ -81,7 +54,8 @@ fn lookup(podman: &Podman, container: &str, name: &str) -> Result<Vec<String>, S
 
 #[test]
 fn podman_containers_resolve_each_other_by_name_and_alias_through_dnsname() {
-    let (_dir, plugins) = plugins_with_resolver();
+    // Our plugins with the resolver beside them (podman's `cni_plugin_dirs`).
+    let plugins = PluginDir::install_ours();
     let podman = Podman::set_up_on(plugins, NetworkBackend::Cni);
     let reaper = ResolverReaper { pid_file: podman.host().private_path("/run/cni/dnsname/dnsd.pid") };
 
