@@ -198,15 +198,3 @@ fn the_dhcp_daemon_page_documents_exactly_its_flags() {
         }
     }
 }
-
-/// Prints every plugin's keys (`cargo test -p cni-plugins --lib docs_drift::print -- --ignored --nocapture`):
-/// a starting point when writing a page.
-#[test]
-#[ignore]
-fn print_keys() {
-    for entry in crate::registry::plugins() {
-        let keys = plugin_keys(entry.name).unwrap_or_default();
-        println!("{}: {:?}\n  open: {:?}", entry.name, keys.keys, keys.open);
-    }
-    println!("common: {:?}", common_keys());
-}
