@@ -1,6 +1,6 @@
 //! The calling thread's child processes, for tests of code that starts helpers.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// This thread's children (zombies included), by pid.
 pub fn of_this_thread() -> Vec<u32> {
@@ -19,9 +19,5 @@ fn has_exited(pid: u32) -> bool {
 
 /// Waits until `pid` has exited; panics after `limit`.
 pub fn wait_until_exited(pid: u32, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    while !has_exited(pid) {
-        assert!(Instant::now() < deadline, "process {pid} still runs after {limit:?}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    crate::poll::until(&format!("process {pid} exits"), limit, || has_exited(pid));
 }

@@ -16,6 +16,7 @@
 //! - [`json_pointer`]: set or remove a key of a JSON document by JSON pointer.
 //! - [`binaries`]: finds (building if needed) the workspace's binaries from a test.
 //! - [`unprivileged`]: runs a shell script as `nobody`, the local attacker.
+//! - [`poll`]: the one polling loop (`eventually`, `until`) for what happens in the background.
 
 pub mod binaries;
 pub mod children;
@@ -26,6 +27,7 @@ pub mod json_pointer;
 pub mod kernel_rig;
 pub mod kill;
 pub mod ns;
+pub mod poll;
 pub mod runner;
 pub mod snapshot;
 pub mod socket_attack;

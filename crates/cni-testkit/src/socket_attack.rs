@@ -178,15 +178,11 @@ pub fn command_under_umask_000(program: &Path) -> Command {
     command
 }
 
-/// Waits (up to 20 s) until a daemon answers connections on `socket`.
+/// Waits (up to [`EVENTUALLY`](crate::poll::EVENTUALLY)) until a daemon answers
+/// connections on `socket`.
 pub fn wait_for_socket(socket: &Path) {
-    for _ in 0..400 {
-        if UnixStream::connect(socket).is_ok() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("nothing answers on {}", socket.display());
+    let what = format!("something answers on {}", socket.display());
+    crate::poll::until(&what, crate::poll::EVENTUALLY, || UnixStream::connect(socket).is_ok());
 }
 
 fn mode_of(path: &Path) -> u32 {

@@ -8,8 +8,9 @@ mod common;
 use cni_net::netlink::LinkKind;
 use cni_testkit::host_local::reservations;
 use cni_testkit::ns::{require_root, HostAndContainers, TestNetns};
+use cni_testkit::poll::{until, EVENTUALLY};
 use cni_testkit::traffic::{tcp_echo, tcp_echo_server};
-use common::{eventually, Images, PREFIX};
+use common::{Images, PREFIX};
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -107,8 +108,8 @@ fn lo_and_mynet_attach_a_namespace_that_reaches_the_gateway_and_del_leaves_nothi
         assert_eq!(images.cni.run(host, "del", &[netns, UUID, "eth0"], &mynet).ok(), "", "round {round}");
         assert_eq!(images.lo.run(host, "del", &[netns, UUID], &lo).ok(), "", "round {round}");
     }
-    eventually("the container has only lo", || links(container).iter().all(|(name, _)| name == "lo"));
-    eventually("the host has no veth", || links(host).iter().all(|(_, kind)| *kind != LinkKind::Veth));
+    until("the container has only lo", EVENTUALLY, || links(container).iter().all(|(name, _)| name == "lo"));
+    until("the host has no veth", EVENTUALLY, || links(host).iter().all(|(_, kind)| *kind != LinkKind::Veth));
     assert!(reservations(&data, "mynet").is_empty());
     assert!(!ruleset(host).contains(ip.split('/').next().unwrap()), "a rule for the container is left");
     assert!(images.cni.cached_results().is_empty() && images.lo.cached_results().is_empty());
@@ -128,7 +129,9 @@ fn del_after_the_container_is_gone_still_releases_its_address() {
     drop(container);
     assert_eq!(images.cni.run(&env.host, "del", &[&netns, UUID, "eth0"], &mynet).ok(), "");
     assert!(reservations(&data, "mynet").is_empty());
-    eventually("the host has no veth", || links(&env.host).iter().all(|(_, kind)| *kind != LinkKind::Veth));
+    until("the host has no veth", EVENTUALLY, || {
+        links(&env.host).iter().all(|(_, kind)| *kind != LinkKind::Veth)
+    });
 }
 
 #[test]
@@ -170,7 +173,9 @@ fn concurrent_adds_for_different_containers_get_distinct_addresses_and_dels_rele
     });
     assert!(reservations(&data, "mynet").is_empty());
     assert!(images.cni.cached_results().is_empty());
-    eventually("the host has no veth", || links(&env.host).iter().all(|(_, kind)| *kind != LinkKind::Veth));
+    until("the host has no veth", EVENTUALLY, || {
+        links(&env.host).iter().all(|(_, kind)| *kind != LinkKind::Veth)
+    });
 }
 
 /// A failure: exit status 1, the CNI error object on stdout, the same words on stderr.
@@ -269,7 +274,7 @@ fn setup_starts_the_dhcp_daemon_detached_and_a_second_setup_checks_or_restarts_i
     // A dead daemon is started again by the next setup.
     // SAFETY: kill has no memory preconditions; the pid is the daemon this test started.
     unsafe { libc::kill(first, libc::SIGKILL) };
-    eventually("the daemon is gone", || {
+    until("the daemon is gone", EVENTUALLY, || {
         !alive(first)
             || std::fs::read_to_string(format!("/proc/{first}/stat"))
                 .map(|s| s.contains(") Z"))
@@ -281,7 +286,7 @@ fn setup_starts_the_dhcp_daemon_detached_and_a_second_setup_checks_or_restarts_i
     std::os::unix::net::UnixStream::connect(&socket).expect("the new daemon answers");
     // SAFETY: as above, the daemon this test started.
     unsafe { libc::kill(second, libc::SIGTERM) };
-    eventually("the second daemon is gone", || {
+    until("the second daemon is gone", EVENTUALLY, || {
         !alive(second)
             || std::fs::read_to_string(format!("/proc/{second}/stat"))
                 .map(|s| s.contains(") Z"))

@@ -14,6 +14,7 @@
 use cni_testkit::binaries::workspace_binary;
 use cni_testkit::damage::Damage;
 use cni_testkit::ns::TestNetns;
+use cni_testkit::poll::{poll, EVENTUALLY};
 use libcni::{CniConfig, NetworkConfigList, RuntimeConf};
 use serde_json::{json, Value};
 use std::fs;
@@ -86,21 +87,6 @@ impl Rig {
     }
 }
 
-/// `check()` until it gives something, for up to 20 s (a limit for "never happens", not a
-/// speed claim).
-fn eventually<T>(mut check: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        if let Some(found) = check() {
-            return Some(found);
-        }
-        if std::time::Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 fn list_of(value: &Value) -> NetworkConfigList {
     NetworkConfigList::from_bytes(&serde_json::to_vec(value).unwrap()).unwrap()
 }
@@ -151,7 +137,7 @@ fn a_broken_plugin_in_the_chain_is_refused_and_leaves_nothing_of_its_own() {
         }
         // bridge hands a veth's deletion to a background process: waited for.
         let own = |l: &String| !l.contains("link bibr1");
-        if eventually(|| leftovers(&rig).into_iter().find(own).is_none().then_some(())).is_none() {
+        if poll(EVENTUALLY, || leftovers(&rig).into_iter().find(own).is_none().then_some(())).is_none() {
             problems.push(format!(
                 "left behind: {:?}",
                 leftovers(&rig).into_iter().filter(own).collect::<Vec<_>>()
@@ -227,7 +213,7 @@ fn a_damaged_result_cache_does_not_block_del_or_gc() {
         }
         // Whatever the cache, the plugins ran DEL: the links and the address are gone.
         let own = |l: &String| !l.starts_with("cache/results") && !l.contains("link bibr1");
-        let settled = eventually(|| leftovers(&rig).into_iter().find(own).is_none().then_some(()));
+        let settled = poll(EVENTUALLY, || leftovers(&rig).into_iter().find(own).is_none().then_some(()));
         let left: Vec<String> = leftovers(&rig).into_iter().filter(own).collect();
         assert!(settled.is_some(), "{kind:?}: after DEL ({del:?}): {left:?}");
         rig.gc(&list).unwrap_or_else(|e| panic!("{kind:?}: GC failed: {e}"));
@@ -241,7 +227,7 @@ fn a_damaged_result_cache_does_not_block_del_or_gc() {
             let e = rig.add(&list).unwrap_err().to_string();
             assert!(e.contains(&rig.cache_file().display().to_string()), "{kind:?}: ADD: {e}");
             let own = |l: &String| !l.starts_with("cache/results") && !l.contains("link bibr1");
-            let settled = eventually(|| leftovers(&rig).into_iter().find(own).is_none().then_some(()));
+            let settled = poll(EVENTUALLY, || leftovers(&rig).into_iter().find(own).is_none().then_some(()));
             assert!(settled.is_some(), "{kind:?}: after the refused ADD: {:?}", leftovers(&rig));
             fs::remove_dir(rig.cache_file()).unwrap();
             rig.del(&list).unwrap();

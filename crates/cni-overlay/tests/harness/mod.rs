@@ -9,7 +9,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cni_etcd::testing::EtcdCluster;
 use cni_net::netlink::{
@@ -46,19 +46,8 @@ pub struct Cluster {
     pub _tmp: tempfile::TempDir,
 }
 
-/// Polls `check` until it returns Some or `limit` passes.
-pub fn wait_for<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
-    let start = Instant::now();
-    loop {
-        if let Some(value) = check() {
-            return Some(value);
-        }
-        if start.elapsed() > limit {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+/// Polls `check` until it returns Some or `limit` passes (the testkit's one polling loop).
+pub use cni_testkit::poll::poll as wait_for;
 
 /// The overlay entries one host has for peers: routes, permanent neighbours and FDB
 /// entries with a remote on its VXLAN device, from netlink dumps.

@@ -82,20 +82,13 @@ pub fn ok(out: PluginOutput) {
     assert!(out.success(), "plugin failed ({}): {}\nstderr: {}", out.status, out.stdout, out.stderr);
 }
 
-/// How long [`eventually`] waits: a limit for "never happens", not a speed claim (that
-/// the pair goes tens of milliseconds after DEL is the benchmark's business), so a loaded
-/// machine cannot fail it.
-pub const EVENTUALLY: std::time::Duration = std::time::Duration::from_secs(20);
+pub use cni_testkit::poll::EVENTUALLY;
 
 /// Waits (up to [`EVENTUALLY`]) until `done` holds, failing with `what` otherwise. DEL
 /// hands the deletion of a veth pair to a background process, so the pair disappears
 /// shortly after DEL returns.
-pub fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + EVENTUALLY;
-    while !done() {
-        assert!(std::time::Instant::now() < deadline, "{EVENTUALLY:?} after DEL: {what}");
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+pub fn eventually(what: &str, done: impl FnMut() -> bool) {
+    cni_testkit::poll::until(what, EVENTUALLY, done)
 }
 
 /// Waits (up to [`EVENTUALLY`]) until no link named `name` exists in `ns`.

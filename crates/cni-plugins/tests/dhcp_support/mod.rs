@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cni_plugins::ipam::dhcp::protocol::{self, Op, Response};
 use cni_testkit::ns::TestNetns;
@@ -41,14 +41,8 @@ pub fn require_binary(path: &str, package: &str) {
     assert!(Path::new(path).exists(), "{path} is missing: install the Debian package {package}");
 }
 
-/// Polls `done` every 50 ms for up to `limit`; panics with `what` if it never holds.
-pub fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "waited {limit:?} for: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+/// Waits up to `limit` until `done` holds; fails naming `what` otherwise.
+pub use cni_testkit::poll::until as wait_for;
 
 fn run_ip(ns: &TestNetns, args: &[&str]) {
     let out = ns.command("ip").args(args).output().expect("run ip");

@@ -150,14 +150,3 @@ impl Plugin {
         }
     }
 }
-
-/// Polls `check` for up to five seconds (link deletions after DEL finish in the background).
-pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    for _ in 0..250 {
-        if check() {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    panic!("{what}: still not true after 5 s");
-}
