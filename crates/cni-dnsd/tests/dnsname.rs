@@ -118,18 +118,15 @@ fn the_resolver_keeps_only_the_capability_to_bind_port_53() {
         assert!(!text.contains(":53 "), "{text}");
     }
     // Port 53 of the gateway is redirected there by the network's own table, before dstnat.
-    let ruleset = |ns: &cni_testkit::ns::TestNetns| {
-        let out = ns.command("nft").args(["list", "ruleset"]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).to_string()
-    };
-    let rules = ruleset(&host.ns);
+    let rules = host.ns.nft_text();
     assert!(rules.contains("table inet cni-dns-"), "{rules}");
     assert!(rules.contains("priority dstnat - 10"), "{rules}");
     assert!(rules.contains("ip daddr 10.89.5.1 udp dport 53 dnat ip to 10.89.5.1:1053"), "{rules}");
     assert!(rules.contains("ip daddr 10.89.5.1 tcp dport 53 dnat ip to 10.89.5.1:1053"), "{rules}");
     net.del(&host, &mut web);
     // The network's last DEL takes the table with it.
-    assert!(!ruleset(&host.ns).contains("cni-dns-"), "{}", ruleset(&host.ns));
+    let rules = host.ns.nft_text();
+    assert!(!rules.contains("cni-dns-"), "{rules}");
 }
 
 #[test]
@@ -142,8 +139,7 @@ fn bind_port_53_listens_on_port_53_without_a_redirect() {
     assert!(web.lookup(net.gateway(), "web.dns.podman.").is_ok());
     let out = host.ns.command("ss").args(["-Hlnu"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("10.89.15.1:53 "));
-    let out = host.ns.command("nft").args(["list", "ruleset"]).output().unwrap();
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("cni-dns-"));
+    assert!(!host.ns.nft_text().contains("cni-dns-"));
     net.del(&host, &mut web);
 }
 

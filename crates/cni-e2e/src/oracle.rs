@@ -20,7 +20,7 @@ impl HostSnapshot {
     /// Reads the host namespace of `host`.
     pub fn take(host: &EngineHost) -> HostSnapshot {
         let netns = host.netns();
-        let nft = stdout_of_success(netns.command("nft").args(["list", "ruleset"]), "nft list ruleset");
+        let nft = netns.nft_text();
         let iptables = stdout_of_success(&mut netns.command("iptables-save"), "iptables-save");
         let links = netns
             .ip_json(&["link", "show"])

@@ -114,12 +114,6 @@ fn link(ns: &TestNetns, name: &str) -> Value {
     ns.ip_json(&["-d", "link", "show", name])[0].clone()
 }
 
-fn ruleset_text(ns: &TestNetns) -> String {
-    let out = ns.command("nft").args(["list", "ruleset"]).output().unwrap();
-    assert!(out.status.success(), "nft: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
 fn tbf_rate_on(ns: &TestNetns, dev: &str) -> Option<Value> {
     let out = ns.command("tc").args(["-j", "qdisc", "show", "dev", dev]).output().unwrap();
     assert!(out.status.success(), "tc: {}", String::from_utf8_lossy(&out.stderr));
@@ -149,7 +143,7 @@ fn run_chain(plugins: Plugins) {
     let tuned = plugins.add("tuning", &host, &ctr, &with_prev(&chain.tuning, &shaped));
 
     // portmap: the host port forwards real traffic to the container's port 80.
-    assert!(ruleset_text(&host).contains(&HOST_PORT.to_string()), "no rule for the host port");
+    assert!(host.nft_text().contains(&HOST_PORT.to_string()), "no rule for the host port");
     let server = tcp_echo_server(ctr.netns(), "10.99.0.10:80".parse().unwrap()).unwrap();
     let via_host_port: SocketAddr = format!("10.99.0.1:{HOST_PORT}").parse().unwrap();
     tcp_echo(host.netns(), via_host_port, b"through HostPort", Duration::from_secs(5)).unwrap();
@@ -171,7 +165,7 @@ fn run_chain(plugins: Plugins) {
     plugins.del("bridge", &host, &ctr, &with_prev(&chain.bridge, &tuned));
     common::wait_link_gone(&host, &host_veth);
     assert!(!data.path().join(NETWORK).join("10.99.0.10").exists(), "reservation left");
-    assert!(!ruleset_text(&host).contains(&HOST_PORT.to_string()), "host port rule left");
+    assert!(!host.nft_text().contains(&HOST_PORT.to_string()), "host port rule left");
 }
 
 #[test]
@@ -260,5 +254,5 @@ fn near_misses_and_duplicate_spellings_are_not_guessed_at() {
     let err = Plugins::Ours.call("portmap", "ADD", &host, &ctr, &conf).run().error();
     assert_eq!(err.code, 7);
     assert!(err.msg.contains("duplicate field `hostPort`"), "{}", err.msg);
-    assert!(!ruleset_text(&host).contains("8080"), "a refused ADD changed the ruleset");
+    assert!(!host.nft_text().contains("8080"), "a refused ADD changed the ruleset");
 }

@@ -54,17 +54,9 @@ fn source_seen_by(server_ns: &TestNetns, from: &TestNetns, addr: SocketAddr) -> 
     server.join().unwrap()
 }
 
-fn nft_ruleset(ns: &TestNetns) -> Value {
-    let out = ns.command("nft").args(["-j", "list", "ruleset"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 /// Names of the chains in table `table`.
-fn chains(ruleset: &Value, table: &str) -> Vec<String> {
-    ruleset["nftables"]
-        .as_array()
-        .unwrap()
+fn chains(ruleset: &[Value], table: &str) -> Vec<String> {
+    ruleset
         .iter()
         .filter_map(|o| o.get("chain"))
         .filter(|c| c["table"] == table)
@@ -80,7 +72,7 @@ fn bridge_ip_masq_shows_the_host_address_outside_and_del_removes_the_rules() {
     let mut conf = json!({"cniVersion": "1.0.0", "name": "masqnet", "type": "bridge", "bridge": "cnq0",
         "isGateway": true, "ipMasq": true,
         "ipam": {"type": "static", "addresses": [{"address": "10.91.0.2/24"}], "routes": [{"dst": "0.0.0.0/0"}]}});
-    let before = nft_ruleset(&env.host);
+    let before = env.host.nft_json();
     let r = add("bridge", &env.host, c, &conf);
 
     let seen = source_seen_by(&outside, c, "10.90.255.2:7201".parse().unwrap());
@@ -89,22 +81,17 @@ fn bridge_ip_masq_shows_the_host_address_outside_and_del_removes_the_rules() {
     let seen = source_seen_by(&env.host, c, "10.91.0.1:7202".parse().unwrap());
     assert_eq!(seen.to_string(), "10.91.0.2");
 
-    let ruleset = nft_ruleset(&env.host);
-    assert_eq!(chains(&ruleset, "cni_plugins_masquerade").len(), 2, "{ruleset}");
+    let ruleset = env.host.nft_json();
+    assert_eq!(chains(&ruleset, "cni_plugins_masquerade").len(), 2, "{ruleset:?}");
     conf["prevResult"] = r;
     ok(call("bridge", "CHECK", &env.host, Some(c), &conf).run());
     ok(call("bridge", "DEL", &env.host, Some(c), &conf).run());
     ok(call("bridge", "DEL", &env.host, Some(c), &conf).run());
-    let after = nft_ruleset(&env.host);
-    assert_eq!(chains(&after, "cni_plugins_masquerade"), ["postrouting"], "{after}");
-    let elements: Vec<&Value> = after["nftables"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|o| o.get("map"))
-        .filter_map(|m| m.get("elem"))
-        .collect();
-    assert!(elements.is_empty(), "map elements left: {after}");
+    let after = env.host.nft_json();
+    assert_eq!(chains(&after, "cni_plugins_masquerade"), ["postrouting"], "{after:?}");
+    let elements: Vec<&Value> =
+        after.iter().filter_map(|o| o.get("map")).filter_map(|m| m.get("elem")).collect();
+    assert!(elements.is_empty(), "map elements left: {after:?}");
     assert!(chains(&before, "cni_plugins_masquerade").is_empty());
 }
 
@@ -125,7 +112,7 @@ fn ptp_ip_masq_and_gc_of_a_vanished_container() {
     let mut gc = conf("10.93.0.2/24");
     gc["cni.dev/valid-attachments"] = json!([{"containerID": env.containers[1].name(), "ifname": "eth0"}]);
     ok(call("ptp", "GC", &env.host, None, &gc).run());
-    let left = chains(&nft_ruleset(&env.host), "cni_plugins_masquerade");
+    let left = chains(&env.host.nft_json(), "cni_plugins_masquerade");
     assert_eq!(left.len(), 2, "{left:?}");
     let seen = source_seen_by(&outside, &env.containers[1], "10.92.255.2:7204".parse().unwrap());
     assert_eq!(seen.to_string(), "10.92.255.1");
@@ -163,9 +150,9 @@ fn mac_spoof_check_drops_frames_with_another_source_mac() {
         "forged frames got through"
     );
 
-    let rules = nft_ruleset(&env.host);
-    assert_eq!(chains(&rules, "cni_macspoofchk").len(), 3, "{rules}");
+    let rules = env.host.nft_json();
+    assert_eq!(chains(&rules, "cni_macspoofchk").len(), 3, "{rules:?}");
     ok(call("bridge", "DEL", &env.host, Some(a), &conf("10.94.0.2/24")).run());
     ok(call("bridge", "DEL", &env.host, Some(b), &conf("10.94.0.3/24")).run());
-    assert_eq!(chains(&nft_ruleset(&env.host), "cni_macspoofchk"), ["prerouting"]);
+    assert_eq!(chains(&env.host.nft_json(), "cni_macspoofchk"), ["prerouting"]);
 }

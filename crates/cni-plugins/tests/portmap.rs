@@ -55,15 +55,11 @@ impl World {
 
     /// `nft -j list ruleset` of the host namespace, without the version banner.
     fn ruleset(&self) -> Vec<Value> {
-        let out = self.host().command("nft").args(["-j", "list", "ruleset"]).output().unwrap();
-        assert!(out.status.success(), "nft: {}", String::from_utf8_lossy(&out.stderr));
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-        v["nftables"].as_array().unwrap().iter().filter(|o| o.get("metainfo").is_none()).cloned().collect()
+        self.host().nft_json()
     }
 
     fn nft_text(&self) -> String {
-        let out = self.host().command("nft").args(["list", "ruleset"]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        self.host().nft_text()
     }
 }
 

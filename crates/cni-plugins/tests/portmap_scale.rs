@@ -8,7 +8,7 @@ mod portmap_support;
 
 use cni_testkit::ns::TestNetns;
 use common::{call, ok};
-use portmap_support::{conf, per_container_parts, prev_result, ruleset};
+use portmap_support::{conf, per_container_parts, prev_result};
 use serde_json::json;
 
 const PREFIX: &str = "cnm";
@@ -18,7 +18,7 @@ fn two_hundred_containers_get_their_mapping_and_leave_nothing_behind() {
     const N: usize = 200;
     let host = TestNetns::with_prefix(PREFIX).unwrap();
     let ctr = TestNetns::with_prefix(PREFIX).unwrap();
-    let before = ruleset(&host);
+    let before = host.nft_json();
 
     let run = |command: &str, i: usize| {
         let address = format!("10.201.{}.{}/16", i / 200, i % 200 + 2);
@@ -38,5 +38,5 @@ fn two_hundred_containers_get_their_mapping_and_leave_nothing_behind() {
     let gc =
         json!({"cniVersion": "1.1.0", "name": "pmscale", "type": "portmap", "cni.dev/valid-attachments": []});
     ok(call("portmap", "GC", &host, None, &gc).run());
-    assert_eq!(ruleset(&host), before);
+    assert_eq!(host.nft_json(), before);
 }

@@ -28,8 +28,7 @@ fn gc_removes_only_invalid_attachments_of_its_network() {
     let gc = json!({"cniVersion": "1.1.0", "name": "pmscale", "type": "portmap",
         "cni.dev/valid-attachments": [{"containerID": "keep", "ifname": "eth0"}]});
     ok(call("portmap", "GC", &host, None, &gc).run());
-    let text =
-        String::from_utf8(host.command("nft").args(["list", "ruleset"]).output().unwrap().stdout).unwrap();
+    let text = host.nft_text();
     assert!(text.contains("tcp . 8001") && text.contains("tcp . 8003"), "{text}");
     assert!(!text.contains("8002"), "{text}");
     assert_eq!(per_container_parts(&host), (2, 2));
@@ -55,8 +54,7 @@ fn every_spec_version_and_errors() {
         let c = conf(version, 9000 + i as u16, Some(prev.clone()));
         let out = call("portmap", "ADD", &host, Some(&ctr), &c).run().json();
         assert_eq!(out["cniVersion"], *version);
-        let text = String::from_utf8(host.command("nft").args(["list", "ruleset"]).output().unwrap().stdout)
-            .unwrap();
+        let text = host.nft_text();
         assert!(text.contains(&format!("dnat ip to 10.204.0.{}:80", i + 2)), "{version}: {text}");
         let check = call("portmap", "CHECK", &host, Some(&ctr), &c).run();
         if version.starts_with("0.1") || version.starts_with("0.2") || version.starts_with("0.3") {
@@ -81,8 +79,7 @@ fn every_spec_version_and_errors() {
     inside.set_link_up(eth0.index).unwrap();
     let out = call("portmap", "ADD", &host, Some(&ctr), &conf("0.2.0", 9101, None)).run().json();
     assert_eq!(out["ip4"]["ip"], "10.205.0.2/24");
-    let text =
-        String::from_utf8(host.command("nft").args(["list", "ruleset"]).output().unwrap().stdout).unwrap();
+    let text = host.nft_text();
     assert!(text.contains("dnat ip to 10.205.0.2:80"), "{text}");
     ok(call("portmap", "DEL", &host, Some(&ctr), &conf("0.2.0", 9101, None)).run());
 

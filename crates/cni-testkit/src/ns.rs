@@ -125,6 +125,38 @@ impl TestNetns {
         }
         serde_json::from_slice(&output.stdout).expect("ip -j prints JSON")
     }
+
+    /// The namespace's nftables ruleset as the kernel reports it (`nft -j list ruleset`, a
+    /// test oracle): its objects (tables, chains, rules, sets, maps), without nft's
+    /// `metainfo` banner; empty when there is no ruleset.
+    pub fn nft_json(&self) -> Vec<serde_json::Value> {
+        let output = self.nft(&["-j", "list", "ruleset"]);
+        if output.iter().all(u8::is_ascii_whitespace) {
+            return Vec::new();
+        }
+        let mut json: serde_json::Value = serde_json::from_slice(&output).expect("nft -j prints JSON");
+        let objects = match json["nftables"].take() {
+            serde_json::Value::Array(objects) => objects,
+            other => panic!("nft -j list ruleset in {}: no nftables array: {other}", self.name),
+        };
+        objects.into_iter().filter(|object| object.get("metainfo").is_none()).collect()
+    }
+
+    /// `nft list ruleset` as text: for failure messages and tests about nft's own syntax.
+    pub fn nft_text(&self) -> String {
+        String::from_utf8(self.nft(&["list", "ruleset"])).expect("nft prints UTF-8")
+    }
+
+    fn nft(&self, args: &[&str]) -> Vec<u8> {
+        let output = self.command("nft").args(args).output().expect("run nft");
+        assert!(
+            output.status.success(),
+            "nft {args:?} in {} failed: {}",
+            self.name,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output.stdout
+    }
 }
 
 impl Drop for TestNetns {

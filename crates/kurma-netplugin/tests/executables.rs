@@ -48,12 +48,6 @@ fn addresses_of(ns: &TestNetns, ifname: &str) -> Vec<String> {
         .collect()
 }
 
-fn ruleset(ns: &TestNetns) -> String {
-    let out = ns.command("nft").args(["-j", "list", "ruleset"]).output().expect("run nft");
-    assert!(out.status.success(), "nft: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[test]
 fn lo_and_mynet_attach_a_namespace_that_reaches_the_gateway_and_del_leaves_nothing() {
     require_root();
@@ -95,7 +89,7 @@ fn lo_and_mynet_attach_a_namespace_that_reaches_the_gateway_and_del_leaves_nothi
     assert!(result.get("ip6").is_none(), "{result}");
     assert_eq!(addresses_of(container, "eth0"), std::slice::from_ref(&ip));
     assert_eq!(reservations(&data, "mynet"), [ip.split('/').next().unwrap().to_string()]);
-    assert!(ruleset(host).contains(ip.split('/').next().unwrap()), "no masquerade rule for the container");
+    assert!(host.nft_text().contains(ip.split('/').next().unwrap()), "no masquerade rule for the container");
 
     // Real traffic: a TCP echo from the container to a server on the bridge's gateway.
     let server = tcp_echo_server(host.netns(), "10.10.0.1:0".parse().unwrap()).unwrap();
@@ -111,7 +105,7 @@ fn lo_and_mynet_attach_a_namespace_that_reaches_the_gateway_and_del_leaves_nothi
     until("the container has only lo", EVENTUALLY, || links(container).iter().all(|(name, _)| name == "lo"));
     until("the host has no veth", EVENTUALLY, || links(host).iter().all(|(_, kind)| *kind != LinkKind::Veth));
     assert!(reservations(&data, "mynet").is_empty());
-    assert!(!ruleset(host).contains(ip.split('/').next().unwrap()), "a rule for the container is left");
+    assert!(!host.nft_text().contains(ip.split('/').next().unwrap()), "a rule for the container is left");
     assert!(images.cni.cached_results().is_empty() && images.lo.cached_results().is_empty());
 }
 

@@ -186,11 +186,9 @@ fn leftovers(rig: &Rig) -> Vec<String> {
             left.push(format!("{sub}/{}", entry.file_name().to_string_lossy()));
         }
     }
-    let nft = rig.host.command("nft").args(["-j", "list", "ruleset"]).output().unwrap();
-    let ruleset: Value = serde_json::from_slice(&nft.stdout).unwrap_or(Value::Null);
     // The tables and base chains stay (shared by every attachment); each attachment has
     // chains of its own, named cni-<hash>.
-    for item in ruleset["nftables"].as_array().into_iter().flatten() {
+    for item in rig.host.nft_json() {
         if let Some(name) = item["chain"]["name"].as_str().filter(|n| n.starts_with("cni-")) {
             left.push(format!("nftables chain {} {name}", item["chain"]["table"]));
         }

@@ -97,9 +97,7 @@ impl Lab {
 
     /// `nft list ruleset` inside the host namespace (the oracle).
     pub fn nft_ruleset(&self) -> String {
-        let out = self.env.host.command("nft").args(["list", "ruleset"]).output().unwrap();
-        assert!(out.status.success(), "nft: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap()
+        self.env.host.nft_text()
     }
 
     /// A command's stdout inside the host namespace, which must succeed.

@@ -32,8 +32,7 @@ fn masquerade_and_mac_spoof_check_work_on_a_vlan_port() {
     // Masqueraded, a's traffic comes back; z's (same VLAN, no ipMasq) cannot.
     echo(a, outside, "192.0.2.2:7331");
     no_echo(z, outside, "192.0.2.2:7332");
-    let ruleset = env.host.command("nft").args(["-j", "list", "ruleset"]).output().unwrap();
-    let ruleset = String::from_utf8_lossy(&ruleset.stdout);
+    let ruleset = env.host.nft_text();
     assert!(ruleset.contains("masquerade") && ruleset.contains("10.85.0.2"), "{ruleset}");
 
     // The spoof check: a's own MAC passes, another is dropped at the bridge.
@@ -49,8 +48,7 @@ fn masquerade_and_mac_spoof_check_work_on_a_vlan_port() {
     check["prevResult"] = ra.clone();
     ok(call("bridge", "CHECK", &env.host, Some(a), &check).run());
     ok(call("bridge", "DEL", &env.host, Some(a), &check).run());
-    let ruleset = env.host.command("nft").args(["-j", "list", "ruleset"]).output().unwrap();
-    let ruleset = String::from_utf8_lossy(&ruleset.stdout);
+    let ruleset = env.host.nft_text();
     assert!(!ruleset.contains("10.85.0.2"), "a's rules outlived its DEL: {ruleset}");
     // z still holds VLAN 70, so its gateway stays.
     assert!(env.host.netlink().unwrap().link_by_name("bvf.70").unwrap().is_some());

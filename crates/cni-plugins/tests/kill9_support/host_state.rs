@@ -63,18 +63,9 @@ pub fn netns_lines(ns: &TestNetns, sysctls: &[&str]) -> BTreeSet<String> {
 
 /// The ruleset's objects (tables, chains, rules, sets with their elements), handles removed.
 fn nft_items(ns: &TestNetns) -> Vec<String> {
-    let out = ns.command("nft").args(["-j", "list", "ruleset"]).output().expect("run nft");
-    assert!(out.status.success(), "nft -j list ruleset: {}", String::from_utf8_lossy(&out.stderr));
-    if out.stdout.iter().all(u8::is_ascii_whitespace) {
-        return Vec::new();
-    }
-    let mut json: Value = serde_json::from_slice(&out.stdout).expect("nft -j prints JSON");
-    strip_handles(&mut json);
     let mut lines = Vec::new();
-    for mut item in as_array(json["nftables"].take()) {
-        if item.get("metainfo").is_some() {
-            continue;
-        }
+    for mut item in ns.nft_json() {
+        strip_handles(&mut item);
         // A set's elements one line each: attachments add and remove single elements.
         for kind in ["set", "map"] {
             if let Some(set) = item.get_mut(kind) {

@@ -6,17 +6,9 @@
 use cni_testkit::ns::TestNetns;
 use serde_json::{json, Value};
 
-/// `nft -j list ruleset` in `ns`, without the version banner.
-pub fn ruleset(ns: &TestNetns) -> Vec<Value> {
-    let out = ns.command("nft").args(["-j", "list", "ruleset"]).output().unwrap();
-    assert!(out.status.success(), "nft: {}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["nftables"].as_array().unwrap().iter().filter(|o| o.get("metainfo").is_none()).cloned().collect()
-}
-
 /// Attachment chains and map elements in the ruleset.
 pub fn per_container_parts(ns: &TestNetns) -> (usize, usize) {
-    let objects = ruleset(ns);
+    let objects = ns.nft_json();
     let chains =
         objects.iter().filter(|o| o["chain"]["name"].as_str().is_some_and(|n| n.starts_with("cni-"))).count();
     let elements = objects.iter().filter_map(|o| o["map"]["elem"].as_array()).map(Vec::len).sum();
