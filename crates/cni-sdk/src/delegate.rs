@@ -147,7 +147,7 @@ pub fn add(req: &Request, plugin_type: &str, stdin: &[u8]) -> Result<CniResult, 
     })
 }
 
-/// A delegated ADD that is undone on drop unless [`DelegatedAdd::commit`] is called.
+/// A delegated ADD that is undone on drop unless [`DelegatedAdd::keep`] is called (the release verb of every rollback guard in the workspace).
 pub struct DelegatedAdd<'a> {
     req: &'a Request,
     plugin_type: String,
@@ -161,7 +161,7 @@ impl DelegatedAdd<'_> {
     }
 
     /// The upper plugin's ADD succeeded: keep the delegate's allocation.
-    pub fn commit(mut self) -> CniResult {
+    pub fn keep(mut self) -> CniResult {
         self.armed = false;
         std::mem::take(&mut self.result)
     }

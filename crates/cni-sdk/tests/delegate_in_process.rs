@@ -42,7 +42,7 @@ struct Upper;
 
 impl Plugin for Upper {
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
-        Ok(delegate::ipam_add(req)?.commit())
+        Ok(delegate::ipam_add(req)?.keep())
     }
     fn del(&self, req: &Request) -> Result<(), CniError> {
         delegate::ipam_forward(req)

@@ -79,7 +79,7 @@ impl<'a> Addresses<'a> {
             }
         }
         if let Some(ipam) = ipam {
-            ipam.commit();
+            ipam.keep();
         }
         result
     }

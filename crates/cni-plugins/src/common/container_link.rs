@@ -1,5 +1,5 @@
-//! A link a plugin makes for the container itself (dummy, vlan, ipvlan) rather than a
-//! veth pair: removed again by its guard if the ADD fails later, and by name on DEL.
+//! A link a plugin makes for the container itself (dummy, vlan, ipvlan, macvlan, tap) rather
+//! than a veth pair: removed again by its guard if the ADD fails later, and by name on DEL.
 
 use super::{open_container_netns_for_del, NetResultExt};
 use cni_net::{Link, NetNs, Netlink};

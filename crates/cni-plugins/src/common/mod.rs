@@ -6,7 +6,6 @@
 pub mod addresses;
 pub mod container_link;
 pub mod iface;
-pub mod link_guard;
 pub mod masq;
 pub mod nft_attach;
 pub mod sublink;

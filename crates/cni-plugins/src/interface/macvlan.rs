@@ -7,7 +7,7 @@
 //! is an interface of the container's namespace and everything happens there.
 
 use crate::common::addresses::{Addresses, CONTAINER_IFACE};
-use crate::common::link_guard::CreatedLink;
+use crate::common::container_link::ContainerLink;
 use crate::common::veth::free_staging_name;
 use crate::common::{iface, open_container_netns, NetResultExt};
 use cni_net::netlink::{IpFamily, LinkKind, LinkSpec, MacvlanMode, MacvlanSpec, MAIN_TABLE};
@@ -164,7 +164,7 @@ impl Macvlan {
         master_nl: &mut Netlink,
         cont_nl: &mut Netlink,
         ns: &'a NetNs,
-    ) -> Result<(CreatedLink<'a>, Link), CniError> {
+    ) -> Result<ContainerLink<'a>, CniError> {
         let conf = &settings.conf;
         let master = find_master(master_nl, conf)?;
         if conf.mtu > i64::from(master.mtu) {
@@ -194,19 +194,19 @@ impl Macvlan {
             .add_macvlan_link(&spec)
             .map_err(|e| CniError::internal(format!("failed to create macvlan on {}: {e}", master.name)))?;
         let link = cont_nl.require_link(&temp).or_cni("look up the new macvlan")?;
-        Ok((CreatedLink::new(ns, link.index), link))
+        Ok(ContainerLink::guard(ns, link))
     }
 
     fn add_attachment(&self, req: &Request, settings: &Settings, ns: &NetNs) -> Result<CniResult, CniError> {
         let mut cont_nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
-        let (guard, temp_link) = if settings.conf.link_in_container {
+        let guard = if settings.conf.link_in_container {
             let mut master_nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
             self.create(&req.ifname, settings, &mut master_nl, &mut cont_nl, ns)?
         } else {
             let mut host_nl = Netlink::new().or_cni("open netlink")?;
             self.create(&req.ifname, settings, &mut host_nl, &mut cont_nl, ns)?
         };
-        match cont_nl.set_link_name(temp_link.index, &req.ifname) {
+        match cont_nl.set_link_name(guard.link.index, &req.ifname) {
             Ok(()) => {}
             Err(e) if e.is_already_exists() => {
                 return Err(CniError::internal(format!(

@@ -145,7 +145,7 @@ impl Ptp {
             masq::add(req, &result, CONTAINER_IFACE)?;
         }
         host_veth.keep();
-        ipam.commit();
+        ipam.keep();
         Ok(result)
     }
 }

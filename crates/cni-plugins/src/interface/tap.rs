@@ -7,7 +7,7 @@
 //! under a temporary name, then renamed to CNI_IFNAME like the reference does.
 
 use crate::common::addresses::{interface_with_mtu, Addresses, CONTAINER_IFACE};
-use crate::common::link_guard::CreatedLink;
+use crate::common::container_link::ContainerLink;
 use crate::common::veth::free_staging_name;
 use crate::common::{iface, open_container_netns, NetResultExt};
 use cni_net::netlink::{LinkKind, TunSpec};
@@ -124,7 +124,7 @@ impl Tap {
         let temp = free_staging_name(&mut nl, &req.ifname)?;
         create_tap(ns, &temp, conf)?;
         let link = nl.require_link(&temp).or_cni("look up the new tap")?;
-        let guard = CreatedLink::new(ns, link.index);
+        let guard = ContainerLink::guard(ns, link.clone());
         if conf.mtu > 0 {
             nl.set_link_mtu(link.index, conf.mtu as u32).or_cni("set tap mtu")?;
         }

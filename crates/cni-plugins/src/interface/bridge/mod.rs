@@ -230,7 +230,7 @@ impl Bridge {
         }
         host_veth.keep();
         if let Some(ipam) = ipam {
-            ipam.commit();
+            ipam.keep();
         }
         Ok(result)
     }

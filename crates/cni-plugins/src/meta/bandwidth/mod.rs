@@ -146,7 +146,7 @@ impl Bandwidth {
             shaping::install_redirect(host, veth, &link, &mut rollback)?;
             ifb = Some(link);
         }
-        rollback.commit();
+        rollback.keep();
         Ok(ifb)
     }
 }

@@ -47,7 +47,7 @@ enum UndoStep {
     Filters(u32),
 }
 
-/// Takes back, in reverse order, what an ADD did, unless [`Rollback::commit`] is called.
+/// Takes back, in reverse order, what an ADD did, unless [`Rollback::keep`] is called.
 /// It runs on the host thread, so a socket opened in the current namespace is the host's.
 #[derive(Default)]
 pub struct Rollback {
@@ -55,7 +55,7 @@ pub struct Rollback {
 }
 
 impl Rollback {
-    pub fn commit(mut self) {
+    pub fn keep(mut self) {
         self.steps.clear();
     }
 }
