@@ -3,8 +3,8 @@
 use std::time::{Duration, Instant};
 
 use cni_net::netlink::{
-    create_tun, BridgeOptions, LinkCondition, LinkKind, LinkSpec, MacvlanMode, TunSpec, TunType, VethSpec,
-    VxlanSpec,
+    create_tun, BridgeOptions, LinkCondition, LinkKind, LinkSpec, MacvlanMode, MacvlanSpec, TunSpec, TunType,
+    VethSpec, VxlanSpec,
 };
 use cni_net::MacAddr;
 use cni_testkit::ns::TestNetns;
@@ -173,7 +173,12 @@ fn macvlan_and_vxlan() {
 
     // A macvlan created straight into the container namespace.
     let created = nl
-        .add_macvlan(&LinkSpec::new("eth1").netns(container.netns()), parent.index, MacvlanMode::Bridge)
+        .add_macvlan(&MacvlanSpec {
+            link: LinkSpec::new("eth1").netns(container.netns()),
+            parent_index: parent.index,
+            mode: MacvlanMode::Bridge,
+            bc_queue_len: None,
+        })
         .unwrap();
     assert!(created.is_none(), "created elsewhere, not looked up here");
     let oracle = ip_link(&container, "eth1");

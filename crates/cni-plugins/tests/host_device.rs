@@ -89,7 +89,7 @@ fn a_macvlan_selected_by_mac_goes_in_and_a_down_device_comes_back_down() {
         mode: MacvlanMode::Bridge,
         bc_queue_len: None,
     };
-    let mv0 = host.add_macvlan_link(&spec).unwrap().unwrap();
+    let mv0 = host.add_macvlan(&spec).unwrap().unwrap();
     assert!(!mv0.up);
     let c = &env.containers[0];
     let state = tempfile::tempdir().unwrap();

@@ -8,8 +8,7 @@ use std::os::fd::AsRawFd;
 
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::link::{
-    InfoBridge, InfoData, InfoKind, InfoMacVlan, InfoVeth, InfoVxlan, LinkAttribute, LinkInfo, LinkMessage,
-    MacVlanMode,
+    InfoBridge, InfoData, InfoKind, InfoVeth, InfoVxlan, LinkAttribute, LinkInfo, LinkMessage,
 };
 use netlink_packet_route::RouteNetlinkMessage;
 
@@ -182,28 +181,6 @@ impl Netlink {
         }
         let data = (!data.is_empty()).then_some(InfoData::Bridge(data));
         self.create_link(spec, InfoKind::Bridge, data, Vec::new())?;
-        self.created(spec)
-    }
-
-    /// Creates a macvlan on top of `parent_index` (a device in this socket's namespace).
-    pub fn add_macvlan(
-        &mut self,
-        spec: &LinkSpec<'_>,
-        parent_index: u32,
-        mode: MacvlanMode,
-    ) -> Result<Option<Link>> {
-        let mode = match mode {
-            MacvlanMode::Private => MacVlanMode::Private,
-            MacvlanMode::Vepa => MacVlanMode::Vepa,
-            MacvlanMode::Bridge => MacVlanMode::Bridge,
-            MacvlanMode::Passthru => MacVlanMode::Passthrough,
-        };
-        self.create_link(
-            spec,
-            InfoKind::MacVlan,
-            Some(InfoData::MacVlan(vec![InfoMacVlan::Mode(mode)])),
-            vec![LinkAttribute::Link(parent_index)],
-        )?;
         self.created(spec)
     }
 

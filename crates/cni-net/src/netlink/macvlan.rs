@@ -1,5 +1,5 @@
-//! Macvlan links beyond [`Netlink::add_macvlan`]: creation with the broadcast queue length,
-//! and reading a macvlan's mode back (for CHECK), which [`super::Link`] does not carry.
+//! Macvlan links: creation (mode, parent, broadcast queue length) and reading a macvlan's
+//! mode back (for CHECK), which [`super::Link`] does not carry.
 
 use netlink_packet_route::link::{InfoData, InfoKind, InfoMacVlan, LinkAttribute, LinkInfo, MacVlanMode};
 use netlink_packet_route::RouteNetlinkMessage;
@@ -65,7 +65,7 @@ fn macvlan_message(spec: &MacvlanSpec<'_>) -> Result<netlink_packet_route::link:
 impl Netlink {
     /// Creates a macvlan; returns it when it is in this socket's namespace. With
     /// `link.netns` set it is created straight in that namespace (its parent stays here).
-    pub fn add_macvlan_link(&mut self, spec: &MacvlanSpec<'_>) -> Result<Option<Link>> {
+    pub fn add_macvlan(&mut self, spec: &MacvlanSpec<'_>) -> Result<Option<Link>> {
         let message = macvlan_message(spec)?;
         context(
             self.request(

@@ -191,7 +191,7 @@ impl Macvlan {
             bc_queue_len: (conf.bc_queue_len > 0).then_some(conf.bc_queue_len),
         };
         master_nl
-            .add_macvlan_link(&spec)
+            .add_macvlan(&spec)
             .map_err(|e| CniError::internal(format!("failed to create macvlan on {}: {e}", master.name)))?;
         let link = cont_nl.require_link(&temp).or_cni("look up the new macvlan")?;
         Ok(ContainerLink::guard(ns, link))
