@@ -128,7 +128,7 @@ fn the_attachments_reservation() {
     // A directory named like the address. DEL without a prevResult cannot tell it was this
     // attachment's (making it changed the directory, so the index no longer vouches for
     // the address); GC, which frees what nobody holds, clears it. (With a prevResult DEL
-    // frees it itself: host_local_hostile_dir.rs.)
+    // frees it itself: host_local/hostile_dir.rs.)
     assert_eq!(run_cases(own_reservation, RepairedBy::Gc), 8);
 }
 

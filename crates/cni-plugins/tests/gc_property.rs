@@ -26,6 +26,7 @@
 //! the lab before anything was attached.
 
 mod common;
+#[path = "kill9/support/mod.rs"]
 mod kill9_support;
 
 use cni_testkit::kill::{count_from_env, SeededRng};

@@ -23,13 +23,14 @@
 //! name, MTU and up state), bridge with static IPAM, and loopback. Figures: 12 plugins x
 //! 2 verbs x 6 points = 144 killed runs in CI; e.g. `KS_KILL9_POINTS=50` by hand for 1,200.
 
+mod chain;
+#[path = "../common/mod.rs"]
 mod common;
-mod kill9_support;
-
+mod support;
 use cni_testkit::kill::{count_from_env, sweep, KillOutcome, SeededRng};
-use kill9_support::*;
 use std::collections::BTreeSet;
 use std::time::Duration;
+use support::*;
 
 const SEED_VAR: &str = "KS_KILL9_SEED";
 const POINTS_VAR: &str = "KS_KILL9_POINTS";

@@ -1,7 +1,6 @@
 //! host-local through the plugin SDK (ADD/DEL/CHECK/GC/STATUS), in-process.
 
-#[path = "host_local_support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::path::Path;

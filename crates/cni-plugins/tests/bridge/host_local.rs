@@ -1,7 +1,7 @@
 //! bridge + host-local together, as runtimes use them: concurrency, requested addresses,
 //! exhaustion rollback, DEL without a namespace.
 
-mod common;
+use crate::common;
 
 use cni_net::netlink::LinkKind;
 use cni_testkit::ns::{HostAndContainers, TestNetns};

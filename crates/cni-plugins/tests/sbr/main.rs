@@ -3,8 +3,10 @@
 //! (`cnu0`, 10.78.0.2 / fd78::2); rules and tables are read back by netlink and with
 //! `ip -j` inside the container, and real UDP traffic shows the rule steering by source.
 
+mod chain;
+#[path = "../common/mod.rs"]
 mod common;
-
+mod damaged_state;
 use cni_net::netlink::{AddressFlags, IpFamily, LinkSpec, Route, Rule, VethSpec, MAIN_TABLE};
 use cni_net::Netlink;
 use cni_testkit::ns::TestNetns;

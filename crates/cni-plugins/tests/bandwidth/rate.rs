@@ -8,16 +8,16 @@
 //! nothing left after DEL) is checked in `bandwidth.rs`; how close the achieved rate comes
 //! to the configured one is measured by cni-bench (W7). Needs root.
 
-mod bandwidth_support;
-mod common;
+use crate::common;
+use crate::support;
 
-use bandwidth_support::*;
 use cni_testkit::ns::{HostAndContainers, TestNetns};
 use serde_json::json;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
+use support::*;
 
 /// How far above the configured rate a transfer may appear to run: the burst and one
 /// packet of slack are a few percent of these transfers; this is generous on top.

@@ -3,8 +3,11 @@
 //! mapped service, and an "outside" namespace — joined to the host by a veth made here —
 //! plays a remote client.
 
+#[path = "../common/mod.rs"]
 mod common;
-
+mod scale;
+mod support;
+mod versions;
 use cni_net::netlink::{AddressFlags, LinkSpec, VethSpec};
 use cni_net::nft::conntrack::ConntrackClient;
 use cni_net::nft::Family;

@@ -1,7 +1,6 @@
 //! host-local behaviour against temporary data directories (no privileges needed).
 
-#[path = "host_local_support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

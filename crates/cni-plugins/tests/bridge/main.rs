@@ -1,8 +1,9 @@
 //! `bridge` on the real kernel, in throwaway namespaces: the host namespace holds the bridge,
 //! each container namespace its veth end.
 
+#[path = "../common/mod.rs"]
 mod common;
-
+mod host_local;
 use cni_net::netlink::{IpFamily, LinkKind};
 use cni_testkit::ns::{HostAndContainers, TestNetns};
 use cni_testkit::traffic::{tcp_echo, tcp_echo_server};

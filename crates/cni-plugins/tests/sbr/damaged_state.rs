@@ -5,7 +5,7 @@
 //! the namespace gone), then DEL runs with and without prevResult (a runtime that lost its
 //! cache): DEL succeeds, GC succeeds, and no rule or table of sbr's is left.
 
-mod common;
+use crate::common;
 
 use cni_net::netlink::{AddressFlags, IpFamily, LinkSpec, Route, VethSpec};
 use cni_testkit::ns::TestNetns;

@@ -3,13 +3,13 @@
 //! addresses, so it gets a made-up prevResult instead of real interfaces. Whether the cost
 //! of ADD and DEL stays flat in the number of containers is measured by cni-bench (W6).
 
-mod common;
-mod portmap_support;
+use crate::common;
+use crate::support;
 
 use cni_testkit::ns::TestNetns;
 use common::{call, ok};
-use portmap_support::{conf, per_container_parts, prev_result};
 use serde_json::json;
+use support::{conf, per_container_parts, prev_result};
 
 const PREFIX: &str = "cnm";
 

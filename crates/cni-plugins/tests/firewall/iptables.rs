@@ -3,14 +3,13 @@
 //! container traffic through. `iptables-save` inside the namespace is the oracle; the Go
 //! reference plugin (Debian's containernetworking-plugins) checks interoperability.
 
-mod common;
-mod firewall_support;
+use crate::support;
 
 use cni_testkit::runner::PluginCall;
-use firewall_support::{assert_blocked, assert_reaches, firewall_conf, ok, Lab, WORLD_IP, WORLD_IP6};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::path::Path;
+use support::{assert_blocked, assert_reaches, firewall_conf, ok, Lab, WORLD_IP, WORLD_IP6};
 
 const GO_FIREWALL: &str = "/usr/lib/cni/firewall";
 

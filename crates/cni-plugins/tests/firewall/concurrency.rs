@@ -2,11 +2,10 @@
 //! and the shared chains (iptables) are created exactly once, and no container's rules
 //! are lost to a race.
 
-mod common;
-mod firewall_support;
+use crate::support;
 
-use firewall_support::{firewall_conf, ok, Lab};
 use serde_json::{json, Value};
+use support::{firewall_conf, ok, Lab};
 
 const N: usize = 6;
 

@@ -2,8 +2,7 @@
 //! package, at /usr/lib/cni/host-local) on one shared data directory, in both directions.
 //! IPAM plugins need no network namespace, so no privileges are needed.
 
-#[path = "host_local_support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 use std::fs;

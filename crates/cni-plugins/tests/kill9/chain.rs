@@ -11,14 +11,13 @@
 //! cut into `KS_KILL9_POINTS` (default 8) slices with one moment drawn in each by a seeded
 //! generator (`KS_KILL9_SEED` repeats it). 2 verbs x 8 = 16 killed runs in CI.
 
-mod common;
-mod kill9_support;
+use crate::support;
 
 use cni_testkit::kill::{count_from_env, run_killed_after, sweep, KillOutcome, SeededRng};
-use kill9_support::*;
 use serde_json::{json, Value};
 use std::process::Command;
 use std::time::Duration;
+use support::*;
 
 const SEED_VAR: &str = "KS_KILL9_SEED";
 const NEVER: Duration = Duration::from_secs(3600);

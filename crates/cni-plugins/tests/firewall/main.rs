@@ -2,11 +2,14 @@
 //! host namespace holds the bridges and our tables, an extra namespace is the outside
 //! world, and every policy is judged by real TCP traffic in both directions.
 
+#[path = "../common/mod.rs"]
 mod common;
-mod firewall_support;
-
-use firewall_support::{assert_blocked, assert_reaches, firewall_conf, ok, Lab, WORLD_IP, WORLD_IP6};
+mod concurrency;
+mod iptables;
+mod scale;
+mod support;
 use serde_json::{json, Value};
+use support::{assert_blocked, assert_reaches, firewall_conf, ok, Lab, WORLD_IP, WORLD_IP6};
 
 fn nft_conf(version: &str, network: &str, policy: &str, prev: Option<&Value>) -> Value {
     firewall_conf(version, network, json!({"ingressPolicy": policy}), prev)

@@ -2,14 +2,14 @@
 //! `portmap.rs`; here the plugin only needs container addresses, so most calls get a
 //! made-up prevResult instead of real interfaces.
 
-mod common;
-mod portmap_support;
+use crate::common;
+use crate::support;
 
 use cni_net::netlink::{AddressFlags, LinkSpec, VethSpec};
 use cni_testkit::ns::TestNetns;
 use common::{call, ok};
-use portmap_support::{conf, per_container_parts, prev_result};
 use serde_json::json;
+use support::{conf, per_container_parts, prev_result};
 
 const PREFIX: &str = "cnm";
 

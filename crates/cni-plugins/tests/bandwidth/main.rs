@@ -2,14 +2,15 @@
 //! puts on the host (read back by netlink and `tc -j`), CHECK, DEL, GC, coexistence with
 //! other tc users, and bad input. Needs root.
 
-mod bandwidth_support;
+#[path = "../common/mod.rs"]
 mod common;
-
-use bandwidth_support::*;
+mod rate;
+mod support;
 use cni_net::netlink::tc::{QdiscKind, QdiscSpec, RedirectFilter, TcHandle};
 use cni_testkit::ns::HostAndContainers;
 use common::{call, ok};
 use serde_json::json;
+use support::*;
 
 const BOTH: fn() -> serde_json::Value = || json!({"ingressRate": 8_000_000, "ingressBurst": 80_000, "egressRate": 16_000_000, "egressBurst": 160_000});
 

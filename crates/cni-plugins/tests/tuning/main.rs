@@ -2,8 +2,9 @@
 //! "host" namespace and a "container" namespace (names prefixed `cnu`). Values are read
 //! back with sysctl reads inside the container and netlink.
 
+#[path = "../common/mod.rs"]
 mod common;
-
+mod hostile_record;
 use cni_net::netlink::{AddressFlags, LinkSpec, VethSpec};
 use cni_net::{sysctl, Link, MacAddr};
 use cni_testkit::ns::TestNetns;

@@ -4,13 +4,12 @@
 //! exactly like the plugin's own. Whether the cost per operation stays flat in the size
 //! of the table is measured by cni-bench (W6).
 
-mod common;
-mod firewall_support;
+use crate::support;
 
-use firewall_support::{firewall_conf, ok, Lab};
 use serde_json::json;
 use std::io::Write;
 use std::process::Stdio;
+use support::{firewall_conf, ok, Lab};
 
 const OTHERS: u32 = 20_000;
 

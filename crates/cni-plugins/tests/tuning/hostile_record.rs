@@ -6,7 +6,7 @@
 //! through a link. The plugin runs in a UTS namespace of its own, so
 //! even a plugin that wrote `kernel.domainname` could not change the host's. Needs root.
 
-mod common;
+use crate::common;
 
 use cni_net::netlink::{LinkSpec, VethSpec};
 use cni_net::sysctl;

@@ -2,7 +2,7 @@
 //! the previous plugin's result, then DEL in reverse order with the final result, as
 //! libcni does. Names are prefixed `cnu`.
 
-mod common;
+use crate::common;
 
 use cni_net::netlink::IpFamily;
 use cni_testkit::ns::TestNetns;

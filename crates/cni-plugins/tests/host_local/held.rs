@@ -4,8 +4,7 @@
 //! and a reservation the Go plugin adds later is seen. Whether the cost stays flat in the
 //! number of held addresses is measured by cni-bench (W4).
 
-#[path = "host_local_support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::fs;
 use std::net::{IpAddr, Ipv4Addr};

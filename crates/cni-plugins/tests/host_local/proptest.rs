@@ -3,8 +3,7 @@
 //! store never hands out an address twice, never the network, broadcast or gateway address,
 //! and always agrees with a simple model.
 
-#[path = "host_local_support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;

@@ -2,8 +2,7 @@
 //! own lock descriptor, so flock() really arbitrates between them) racing with Go
 //! host-local processes on the same data directory.
 
-#[path = "host_local_support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -110,7 +109,7 @@ fn processes_of_ours_never_share_an_address() {
             std::process::Command::new(std::env::current_exe().unwrap())
                 .args([
                     "--exact",
-                    "processes_of_ours_never_share_an_address",
+                    "concurrency::processes_of_ours_never_share_an_address",
                     "--nocapture",
                     "--test-threads=1",
                 ])

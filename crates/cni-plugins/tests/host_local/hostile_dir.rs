@@ -5,7 +5,7 @@
 //! is repaired, with a note on stderr, instead of blocking every ADD and DEL or leaking the
 //! address. The attacks run as `nobody`. Needs root.
 
-mod common;
+use crate::common;
 
 use cni_testkit::runner::{PluginCall, PluginOutput};
 use cni_testkit::unprivileged::{as_nobody, NOBODY};
