@@ -63,11 +63,11 @@ pub struct Device {
 /// The underlay interface's index, address (IPv4 preferred), connected prefixes and MTU.
 pub fn underlay(nl: &mut Netlink, name: &str) -> Result<Underlay> {
     let link = nl.require_link(name)?;
-    // Universe scope only: a link-local IPv6 address is not one peers can be told.
+    // A link-scope (link-local IPv6) address is not one peers could be told.
     let global: Vec<IpNet> = nl
         .addresses(Some(link.index), None)?
         .into_iter()
-        .filter(|a| a.scope == 0)
+        .filter(|a| a.scope != SCOPE_LINK)
         .map(|a| a.address)
         .collect();
     let address = global
@@ -130,6 +130,16 @@ pub fn ensure_device(
         other => other,
     };
     let mac = vtep_mac(underlay.address);
+    let existing = match existing {
+        // The MAC is derived from the underlay address: another MAC means the device was
+        // made for another address (the node moved, or it was made by hand) and its VXLAN
+        // source address is wrong too, which only a new device can change.
+        Some(link) if link.mac != Some(mac) => {
+            nl.delete_link(link.index)?;
+            None
+        }
+        other => other,
+    };
     let link = match existing {
         Some(link) => link,
         None => {
@@ -147,11 +157,6 @@ pub fn ensure_device(
     };
     if link.mtu != mtu {
         nl.set_link_mtu(link.index, mtu)?;
-    }
-    // The MAC the node's record announces; a device made by hand (or before the node's
-    // underlay address changed) may differ.
-    if link.mac != Some(mac) {
-        nl.set_link_mac(link.index, mac)?;
     }
     let vteps: Vec<IpNet> = with_vteps(subnet, subnet6)
         .into_iter()
