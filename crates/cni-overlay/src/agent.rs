@@ -132,7 +132,7 @@ impl Agent<'_> {
         cniconf::write(self.config, self.lease.subnet, subnet6, mtu)?;
         let v6 = subnet6.map(|s| format!(" and {s}")).unwrap_or_default();
         log(format!(
-            "node {} holds {}{v6} (lease {:x}), backend {:?}, mtu {mtu}",
+            "node {} holds {}{v6} (lease {:x}), backend {}, mtu {mtu}",
             self.config.node, self.lease.subnet, self.lease.lease_id, self.config.backend
         ));
         Ok(())
@@ -150,7 +150,7 @@ impl Agent<'_> {
     fn log_change(change: Change) {
         match change {
             Change::Joined(peer) => log(format!(
-                "peer {} joined with {}{} at {} ({:?})",
+                "peer {} joined with {}{} at {} ({})",
                 peer.node(),
                 peer.subnet(),
                 peer.subnet6().map(|s| format!(" and {s}")).unwrap_or_default(),

@@ -45,6 +45,16 @@ pub enum Backend {
     Auto,
 }
 
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Backend::Vxlan => "vxlan",
+            Backend::Direct => "direct",
+            Backend::Auto => "auto",
+        })
+    }
+}
+
 impl std::str::FromStr for Backend {
     type Err = Error;
 

@@ -52,6 +52,15 @@ pub enum PeerPath {
     Vxlan,
 }
 
+impl std::fmt::Display for PeerPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PeerPath::Direct => "direct",
+            PeerPath::Vxlan => "vxlan",
+        })
+    }
+}
+
 /// A peer the data plane may program: its subnet is one of the network's subnets of the
 /// configured length and not this node's, its record is bound to a lease, and its underlay
 /// address and VTEP MAC are ones a genuine agent would publish.
