@@ -118,7 +118,9 @@ impl Agent<'_> {
         };
         self.lease = lease::acquire(&mut self.client, self.config, &self.record, preferred)?;
         let subnet6 = paired_subnet6(self.config, self.lease.subnet);
-        if self.config.backend != Backend::Direct {
+        if self.config.backend == Backend::Direct {
+            dataplane::remove_device(&mut self.nl, self.config)?;
+        } else {
             self.device = Some(dataplane::ensure_device(
                 &mut self.nl,
                 self.config,

@@ -177,6 +177,19 @@ pub fn ensure_device(
     Ok(Device { index: link.index, mac, mtu })
 }
 
+/// Removes the VXLAN device a previous run with another backend left (with its routes,
+/// neighbours and FDB entries), when `--backend direct` needs none; a link of that name
+/// that is not VXLAN is not the agent's and is refused as in [`ensure_device`].
+pub fn remove_device(nl: &mut Netlink, config: &Config) -> Result<()> {
+    match nl.link_by_name(&config.device)? {
+        Some(link) if link.kind != LinkKind::Vxlan => {
+            Err(Error::Config(format!("{} exists and is not a VXLAN device", config.device)))
+        }
+        Some(link) => Ok(nl.delete_link(link.index)?),
+        None => Ok(()),
+    }
+}
+
 /// One kernel request of [`reconcile`] that failed: what it was for, and the error.
 #[derive(Debug)]
 pub struct Failure {

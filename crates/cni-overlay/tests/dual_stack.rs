@@ -4,6 +4,7 @@
 //! one, every peer a route per family on the VXLAN device, the conflist a range per family,
 //! and pods on every pair of hosts talk TCP both ways over IPv4 and IPv6. Records claiming
 //! an IPv6 subnet that is not theirs, or an underlay of the wrong family, get nothing.
+//! With `--backend auto` the underlay's family goes direct and the other over VXLAN.
 //! Needs root and Debian's etcd-server. Names carry `or`.
 
 mod harness;
@@ -70,12 +71,12 @@ fn plant_hostile_records(cluster: &Cluster) -> Vec<IpNet> {
     hostile
 }
 
-fn dual_stack_overlay(prefix: &str, layout: Layout) {
+fn dual_stack_overlay(prefix: &str, layout: Layout, backend: &str) {
     let mut cluster = Cluster::start_with(prefix, EtcdCluster::start(prefix, 1), 3, &layout);
     let endpoints = cluster.etcd.endpoints();
     let hostile = plant_hostile_records(&cluster);
     for host in &mut cluster.hosts {
-        host.start_agent(&endpoints, &["--network6", NETWORK6]);
+        host.start_agent(&endpoints, &["--network6", NETWORK6, "--backend", backend]);
     }
     let subnets: Vec<(IpNet, IpNet)> = cluster
         .hosts
@@ -105,14 +106,35 @@ fn dual_stack_overlay(prefix: &str, layout: Layout) {
     }
     for i in 0..3 {
         let peers: Vec<usize> = (0..3).filter(|&p| p != i).collect();
-        let mut want: Vec<IpNet> = peers.iter().flat_map(|&p| [subnets[p].0, subnets[p].1]).collect();
-        want.sort();
-        cluster.wait_entries(i, WAIT, "a route per family and peer on the device", |e| {
-            e.vxlan_routes() == want
-                && e.neighbours.len() == 4
-                && e.fdb.len() == 2
-                && peers.iter().all(|&p| e.has_underlay(cluster.hosts[p].underlay))
-        });
+        let underlay = |p: usize| cluster.hosts[p].underlay;
+        if backend == "auto" {
+            // Every peer is on-link: its subnet of the underlay's family is routed via its
+            // underlay address, the other family's over VXLAN (a next hop is of its route's
+            // family).
+            let same = |p: usize| if layout.ipv6 { subnets[p].1 } else { subnets[p].0 };
+            let other = |p: usize| if layout.ipv6 { subnets[p].0 } else { subnets[p].1 };
+            let mut direct: Vec<(IpNet, IpAddr)> = peers.iter().map(|&p| (same(p), underlay(p))).collect();
+            direct.sort();
+            let mut vxlan: Vec<IpNet> = peers.iter().map(|&p| other(p)).collect();
+            vxlan.sort();
+            cluster.wait_entries(i, WAIT, "one family direct, the other over VXLAN", |e| {
+                e.direct_routes() == direct
+                    && e.vxlan_routes() == vxlan
+                    && e.neighbours.len() == 2
+                    && e.fdb.len() == 2
+                    && peers.iter().all(|&p| e.has_underlay(underlay(p)))
+            });
+        } else {
+            let mut want: Vec<IpNet> = peers.iter().flat_map(|&p| [subnets[p].0, subnets[p].1]).collect();
+            want.sort();
+            cluster.wait_entries(i, WAIT, "a route per family and peer on the device", |e| {
+                e.direct.is_empty()
+                    && e.vxlan_routes() == want
+                    && e.neighbours.len() == 4
+                    && e.fdb.len() == 2
+                    && peers.iter().all(|&p| e.has_underlay(underlay(p)))
+            });
+        }
         let entries = cluster.hosts[i].entries();
         for subnet in &hostile {
             assert!(
@@ -140,10 +162,22 @@ fn dual_stack_overlay(prefix: &str, layout: Layout) {
 
 #[test]
 fn dual_stack_over_an_ipv4_underlay() {
-    dual_stack_overlay("or4", Layout { ipv6: false, routed: vec![] });
+    dual_stack_overlay("or4", Layout { ipv6: false, routed: vec![] }, "vxlan");
 }
 
 #[test]
 fn dual_stack_over_an_ipv6_underlay() {
-    dual_stack_overlay("or6", Layout { ipv6: true, routed: vec![] });
+    dual_stack_overlay("or6", Layout { ipv6: true, routed: vec![] }, "vxlan");
+}
+
+/// `--backend auto` on one segment, dual-stack: each family takes its own path to the
+/// same peer (direct for the underlay's, VXLAN for the other), once per underlay family.
+#[test]
+fn dual_stack_auto_over_an_ipv6_underlay() {
+    dual_stack_overlay("ora6", Layout { ipv6: true, routed: vec![] }, "auto");
+}
+
+#[test]
+fn dual_stack_auto_over_an_ipv4_underlay() {
+    dual_stack_overlay("ora4", Layout { ipv6: false, routed: vec![] }, "auto");
 }
