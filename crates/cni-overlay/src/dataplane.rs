@@ -17,6 +17,7 @@ use cni_net::{MacAddr, Netlink};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 use crate::config::Config;
+use crate::lease::fnv1a64;
 use crate::peer::{PeerPath, PeerRecord};
 use crate::{Error, Result};
 
@@ -81,18 +82,23 @@ pub fn underlay(nl: &mut Netlink, name: &str) -> Result<Underlay> {
     Ok(Underlay { index: link.index, address, mtu: link.mtu, onlink })
 }
 
-/// A stable, locally administered MAC for a node's VTEP, derived from its underlay address
-/// (its last four bytes; the device keeps it when it is recreated, so peers' entries stay
-/// right).
+/// A stable, locally administered unicast MAC for a node's VTEP, derived from its underlay
+/// address, so the device keeps it when it is recreated and peers' entries stay right, and
+/// every peer can check a record's MAC. IPv4: `0a:58:` + the four octets (one MAC per
+/// address). IPv6: `0e:` + the top five bytes of the address's FNV-1a hash: the last bytes
+/// alone would collide for `2001:db8:1::5` and `2001:db8:2::5`, and `0e` keeps the two
+/// families' MACs apart.
 pub fn vtep_mac(underlay: impl Into<IpAddr>) -> MacAddr {
-    let [a, b, c, d] = match underlay.into() {
-        IpAddr::V4(v4) => v4.octets(),
-        IpAddr::V6(v6) => {
-            let o = v6.octets();
-            [o[12], o[13], o[14], o[15]]
+    match underlay.into() {
+        IpAddr::V4(v4) => {
+            let [a, b, c, d] = v4.octets();
+            MacAddr([0x0a, 0x58, a, b, c, d])
         }
-    };
-    MacAddr([0x0a, 0x58, a, b, c, d])
+        IpAddr::V6(v6) => {
+            let [h0, h1, h2, h3, h4, ..] = fnv1a64(&v6.octets()).to_be_bytes();
+            MacAddr([0x0e, h0, h1, h2, h3, h4])
+        }
+    }
 }
 
 /// The node's VTEP address: the subnet's network address, as a /32 on the VXLAN device.
@@ -344,4 +350,27 @@ fn program_peer(nl: &mut Netlink, entries: &PeerEntries) -> cni_net::Result<()> 
         nl.replace_route(route)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The derivation is part of the record's format (peers check a record's MAC against
+    /// it): pinned.
+    #[test]
+    fn vtep_macs_are_pinned_distinct_and_locally_administered_unicast() {
+        assert_eq!(vtep_mac(Ipv4Addr::new(192, 0, 2, 11)).to_string(), "0a:58:c0:00:02:0b");
+        let one: Ipv6Addr = "2001:db8:1::5".parse().unwrap();
+        let two: Ipv6Addr = "2001:db8:2::5".parse().unwrap();
+        assert_eq!(vtep_mac(one).to_string(), PINNED_V6);
+        assert_ne!(vtep_mac(one), vtep_mac(two), "same last bytes, different MACs");
+        for mac in [vtep_mac(one), vtep_mac(two)] {
+            assert_eq!(mac.octets()[0] & 0b11, 0b10, "{mac}: locally administered, unicast");
+        }
+    }
+
+    // FNV-1a-64 of the 16 bytes of 2001:db8:1::5 is 0xc8b7fdbf8293d6a3 (checked with an
+    // independent implementation).
+    const PINNED_V6: &str = "0e:c8:b7:fd:bf:82";
 }

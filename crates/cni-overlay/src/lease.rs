@@ -94,15 +94,17 @@ fn parse(config: &Config, kv: &KeyValue) -> Option<(Ipv4Net, NodeRecord, i64)> {
     Some((subnet, record, kv.lease))
 }
 
+/// FNV-1a (64 bits): a small, fixed hash for values every node must derive alike (where a
+/// node starts looking for a subnet, an IPv6 node's VTEP MAC). Not for secrets.
+pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
 /// The node's subnets in the network, starting at a place derived from the node's name so
 /// that nodes starting together rarely try the same one.
 fn candidates(config: &Config) -> impl Iterator<Item = Ipv4Net> + '_ {
     let count = 1u64 << (config.subnet_len - config.network.prefix_len());
-    let start = config
-        .node
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
-        % count;
+    let start = fnv1a64(config.node.as_bytes()) % count;
     let base = u32::from(config.network.network());
     let size = 1u64 << (32 - config.subnet_len);
     (0..count).map(move |i| {

@@ -400,8 +400,8 @@ mod tests {
         let peer = parse(record6("n2", "2001:db8::2", "fd00:244:0:2::/64")).unwrap();
         assert_eq!(peer.subnet6(), Some("fd00:244:0:2::/64".parse().unwrap()));
         assert_eq!(
-            (peer.path(), peer.vtep_mac().to_string().as_str()),
-            (PeerPath::Direct, "0a:58:00:00:00:02")
+            (peer.path(), peer.vtep_mac()),
+            (PeerPath::Direct, vtep_mac("2001:db8::2".parse::<IpAddr>().unwrap()))
         );
         let off_link = parse(record6("n2", "2001:db8:1::2", "fd00:244:0:2::/64")).unwrap();
         assert_eq!(off_link.path(), PeerPath::Vxlan);

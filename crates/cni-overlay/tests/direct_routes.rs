@@ -15,7 +15,9 @@ use cni_overlay::dataplane::vtep_mac;
 use harness::{Cluster, Layout, DEVICE, PREFIX};
 use ipnet::IpNet;
 
-const WAIT: Duration = Duration::from_secs(10);
+/// How long the entries may take to converge: generous, as the machine may be busy (only a
+/// failing run waits this long).
+const WAIT: Duration = Duration::from_secs(30);
 
 fn subnet(cluster: &Cluster, i: usize) -> IpNet {
     IpNet::V4(cluster.hosts[i].subnet().expect("the host's subnet"))

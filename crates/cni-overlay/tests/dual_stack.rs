@@ -18,7 +18,9 @@ use harness::{Cluster, Layout, DEVICE, PREFIX};
 use ipnet::{IpNet, Ipv6Net};
 use serde_json::Value;
 
-const WAIT: Duration = Duration::from_secs(10);
+/// How long the entries may take to converge: generous, as the machine may be busy (only a
+/// failing run waits this long).
+const WAIT: Duration = Duration::from_secs(30);
 const NETWORK6: &str = "fd00:244::/48";
 
 /// Records planted by someone able to write to etcd: each on a lease, under a key of the
