@@ -160,6 +160,35 @@ fn dual_stack_overlay(prefix: &str, layout: Layout, backend: &str) {
         assert!(host.pod_ip6.is_some(), "{}'s pod got no IPv6 address", host.name);
     }
     cluster.all_pods_talk(true);
+
+    // C's record rewritten in place (same key, same lease) to claim A's IPv6 subnet: A and B
+    // drop C in both families at once; the genuine record back, C returns.
+    let IpNet::V4(c_v4) = subnets[2].0 else { unreachable!() };
+    let c_key = format!("{PREFIX}/subnets/{}-24", c_v4.network());
+    let genuine = cluster.etcd.client().get(c_key.as_bytes()).unwrap().expect("C's record");
+    let mut forged: Value = serde_json::from_slice(&genuine.value).unwrap();
+    forged["subnet6"] = subnets[0].1.to_string().into();
+    cluster.etcd.client().put(c_key.as_bytes(), forged.to_string().as_bytes(), genuine.lease).unwrap();
+    for i in [0, 1] {
+        cluster.wait_entries(i, WAIT, "C dropped in both families", |e| {
+            !e.routes_to(subnets[2].0)
+                && !e.routes_to(subnets[2].1)
+                && !e.has_underlay(cluster.hosts[2].underlay)
+        });
+        // The other peer is untouched, and A's own subnet is routed nowhere but locally.
+        let entries = cluster.hosts[i].entries();
+        assert!(entries.routes_to(subnets[1 - i].0) && entries.routes_to(subnets[1 - i].1), "{entries:?}");
+        assert!(!entries.routes_to(subnets[i].1), "host {i} routes its own subnet away: {entries:?}");
+    }
+    cluster.etcd.client().put(c_key.as_bytes(), &genuine.value, genuine.lease).unwrap();
+    for i in [0, 1] {
+        cluster.wait_entries(i, WAIT, "C back in both families", |e| {
+            e.routes_to(subnets[2].0) && e.routes_to(subnets[2].1)
+        });
+    }
+    for from in [0, 1] {
+        harness::pods_talk_over(&cluster.hosts[from], &cluster.hosts[2], true).unwrap();
+    }
 }
 
 #[test]
