@@ -38,6 +38,8 @@ struct Agent<'a> {
     retry_at: Option<Instant>,
     /// The failures last logged, so a failure that persists is not logged every retry.
     failures: Vec<String>,
+    /// A new underlay address already logged (it takes a restart to publish).
+    moved_to: Option<std::net::IpAddr>,
 }
 
 /// Runs until `stop` is set (by SIGTERM/SIGINT); errors only when the start fails.
@@ -71,6 +73,7 @@ pub fn run(config: &Config, stop: &AtomicBool) -> Result<()> {
         peers: Peers::default(),
         retry_at: None,
         failures: Vec::new(),
+        moved_to: None,
     };
     agent.acquire()?;
     // The node routes between its bridge and the overlay.
@@ -241,12 +244,42 @@ impl Agent<'_> {
         }
     }
 
+    /// Reads the underlay interface's prefixes again; true when they changed, so which
+    /// peers are on-link (direct or VXLAN with `--backend auto`, accepted at all with
+    /// `direct`) is decided afresh by a resync. A changed underlay address itself is only
+    /// logged: the record and the device follow it at the agent's next start.
+    fn onlink_changed(&mut self) -> bool {
+        if self.config.backend == Backend::Vxlan {
+            return false;
+        }
+        let now = match dataplane::underlay(&mut self.nl, &self.config.iface) {
+            Ok(now) => now,
+            Err(e) => {
+                log(format!("reading --iface {}: {e}", self.config.iface));
+                return false;
+            }
+        };
+        if now.address != self.underlay.address && self.moved_to != Some(now.address) {
+            self.moved_to = Some(now.address);
+            log(format!(
+                "--iface {} now has {} first, not {}: restart the agent to publish it",
+                self.config.iface, now.address, self.underlay.address
+            ));
+        }
+        if now.onlink == self.underlay.onlink {
+            return false;
+        }
+        log(format!("on-link prefixes of --iface {} now {:?}; resyncing", self.config.iface, now.onlink));
+        self.underlay.onlink = now.onlink;
+        true
+    }
+
     fn watch_loop(&mut self, stop: &AtomicBool) {
         let mut watch: Option<Watch> = None;
         let mut next_keepalive = Instant::now() + self.config.keepalive_interval();
         while !stop.load(Ordering::SeqCst) {
             if Instant::now() >= next_keepalive {
-                if self.keepalive() {
+                if self.keepalive() || self.onlink_changed() {
                     watch = None;
                 }
                 next_keepalive = Instant::now() + self.config.keepalive_interval();

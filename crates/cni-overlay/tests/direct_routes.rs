@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use cni_etcd::testing::EtcdCluster;
-use cni_net::netlink::{AddressFlags, IpFamily, NeighbourState, Route};
+use cni_net::netlink::{AddressFlags, IpFamily, LinkSpec, NeighbourState, Route, VethSpec};
 use cni_overlay::dataplane::vtep_mac;
 use harness::{Cluster, Layout, DEVICE, PREFIX};
 use ipnet::IpNet;
@@ -149,6 +149,41 @@ fn auto_is_direct_on_link_and_vxlan_across_a_router() {
     for host in &mut cluster.hosts {
         host.add_pod(&plugins);
     }
+    cluster.all_pods_talk(false);
+
+    // The two segments joined at L2 and A given an address in C's prefix: C is on-link for
+    // A now, and A's agent (which rereads its prefixes every keep-alive) routes C directly
+    // while C still reaches A over VXLAN through the router; the address removed, A goes
+    // back to VXLAN for C.
+    let mut unl = cluster.underlay_ns.netlink().unwrap();
+    unl.add_veth(&VethSpec { link: LinkSpec::new("orj1"), peer: LinkSpec::new("orj2") }).unwrap();
+    for (end, bridge) in [("orj1", "ovbr"), ("orj2", "ovbr2")] {
+        let end = unl.require_link(end).unwrap().index;
+        let bridge = unl.require_link(bridge).unwrap().index;
+        unl.set_link_master(end, bridge).unwrap();
+        unl.set_link_up(end).unwrap();
+    }
+    let mut a_nl = cluster.hosts[0].netlink();
+    let a_ovu0 = a_nl.require_link("ovu0").unwrap().index;
+    let via_router = Route::new(layout.router(2).trunc()).gateway(layout.router(1).addr()).oif(a_ovu0);
+    a_nl.delete_route(&via_router).unwrap();
+    let second: IpNet = "192.168.92.101/24".parse().unwrap();
+    a_nl.add_address(a_ovu0, second, AddressFlags::Nodad).unwrap();
+    let b_direct = (subnet(&cluster, 1), cluster.hosts[1].underlay);
+    let mut both = vec![b_direct, (c_subnet, c_underlay)];
+    both.sort();
+    cluster.wait_entries(0, WAIT, "C direct once on-link", |e| e.direct_routes() == both && e.fdb.is_empty());
+    for (from, to) in [(0, 2), (2, 0)] {
+        harness::pods_talk(&cluster.hosts[from], &cluster.hosts[to])
+            .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
+    }
+    a_nl.delete_address(a_ovu0, second).unwrap();
+    a_nl.replace_route(&via_router).unwrap();
+    cluster.wait_entries(0, WAIT, "C over VXLAN again", |e| {
+        e.direct_routes() == [b_direct] && e.vxlan_routes() == [c_subnet] && e.has_underlay(c_underlay)
+    });
+    let junction = unl.require_link("orj1").unwrap().index;
+    unl.delete_link(junction).unwrap();
     cluster.all_pods_talk(false);
 
     // C moves onto A's and B's segment: its restarted agent publishes the new underlay
