@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use cni_etcd::{Client, Event, Tls, Watch};
 use cni_net::{NetNs, Netlink};
 
-use crate::config::Config;
+use crate::config::{Backend, Config};
 use crate::dataplane::{self, Device, Underlay};
-use crate::lease::{self, NodeRecord, SubnetLease};
+use crate::lease::{self, paired_subnet6, NodeRecord, SubnetLease};
 use crate::peer::{Change, Own, Peers};
-use crate::{cniconf, Result};
+use crate::{cniconf, Error, Result};
 
 /// How long one wait on the watch lasts: the stop flag and the keep-alive are looked at
 /// between two waits.
@@ -31,12 +31,15 @@ struct Agent<'a> {
     underlay: Underlay,
     record: NodeRecord,
     lease: SubnetLease,
-    device: Device,
+    /// The VXLAN device (none with `--backend direct`).
+    device: Option<Device>,
     peers: Peers,
     /// When to program the peers again after some kernel request failed.
     retry_at: Option<Instant>,
     /// The failures last logged, so a failure that persists is not logged every retry.
     failures: Vec<String>,
+    /// A new underlay address already logged (it takes a restart to publish).
+    moved_to: Option<std::net::IpAddr>,
 }
 
 /// Runs until `stop` is set (by SIGTERM/SIGINT); errors only when the start fails.
@@ -50,10 +53,15 @@ pub fn run(config: &Config, stop: &AtomicBool) -> Result<()> {
         None => Netlink::new()?,
     };
     let underlay = dataplane::underlay(&mut nl, &config.iface)?;
+    check_backend(config, &underlay)?;
     // Derived from the underlay address: the same across restarts and recreated devices.
     let mac = dataplane::vtep_mac(underlay.address);
-    let record =
-        NodeRecord { node: config.node.clone(), underlay: underlay.address, vtep_mac: mac.to_string() };
+    let record = NodeRecord {
+        node: config.node.clone(),
+        underlay: underlay.address,
+        vtep_mac: mac.to_string(),
+        subnet6: None,
+    };
     let mut agent = Agent {
         config,
         client,
@@ -61,16 +69,23 @@ pub fn run(config: &Config, stop: &AtomicBool) -> Result<()> {
         underlay,
         record,
         lease: SubnetLease { subnet: config.network, lease_id: 0 },
-        device: Device { index: 0, mac, mtu: 0 },
+        device: None,
         peers: Peers::default(),
         retry_at: None,
         failures: Vec::new(),
+        moved_to: None,
     };
     agent.acquire()?;
     // The node routes between its bridge and the overlay.
-    match &netns {
-        Some(ns) => cni_net::sysctl::write_in(ns, "net/ipv4/ip_forward", "1")?,
-        None => cni_net::sysctl::write("net/ipv4/ip_forward", "1")?,
+    let mut forwarding = vec!["net/ipv4/ip_forward"];
+    if config.network6.is_some() {
+        forwarding.push("net/ipv6/conf/all/forwarding");
+    }
+    for key in forwarding {
+        match &netns {
+            Some(ns) => cni_net::sysctl::write_in(ns, key, "1")?,
+            None => cni_net::sysctl::write(key, "1")?,
+        }
     }
     agent.watch_loop(stop);
     if config.revoke_on_exit {
@@ -83,6 +98,20 @@ pub fn run(config: &Config, stop: &AtomicBool) -> Result<()> {
     Ok(())
 }
 
+/// `--backend direct` routes a pod subnet only via a next hop of its own family: every pod
+/// network must then be of the underlay's family (the record carries one underlay address).
+fn check_backend(config: &Config, underlay: &Underlay) -> Result<()> {
+    let families_match = underlay.address.is_ipv4() && config.network6.is_none();
+    if config.backend == Backend::Direct && !families_match {
+        return Err(Error::Config(format!(
+            "--backend direct needs every pod network of the underlay's family ({} on --iface {}); use \
+             --backend auto (VXLAN for the other family)",
+            underlay.address, config.iface
+        )));
+    }
+    Ok(())
+}
+
 impl Agent<'_> {
     /// Takes (or takes back) the subnet, sets the device up for it and publishes it to CNI.
     fn acquire(&mut self) -> Result<()> {
@@ -91,24 +120,48 @@ impl Agent<'_> {
             _ => Some(self.lease.subnet),
         };
         self.lease = lease::acquire(&mut self.client, self.config, &self.record, preferred)?;
-        self.device = dataplane::ensure_device(&mut self.nl, self.config, &self.underlay, self.lease.subnet)?;
-        cniconf::write(self.config, self.lease.subnet, self.device.mtu)?;
+        let subnet6 = paired_subnet6(self.config, self.lease.subnet);
+        if self.config.backend == Backend::Direct {
+            dataplane::remove_device(&mut self.nl, self.config)?;
+        } else {
+            self.device = Some(dataplane::ensure_device(
+                &mut self.nl,
+                self.config,
+                &self.underlay,
+                self.lease.subnet,
+                subnet6,
+            )?);
+        }
+        // Without encapsulation the pods get the underlay's whole MTU.
+        let mtu = self.device.as_ref().map_or(self.underlay.mtu, |d| d.mtu);
+        cniconf::write(self.config, self.lease.subnet, subnet6, mtu)?;
+        let v6 = subnet6.map(|s| format!(" and {s}")).unwrap_or_default();
         log(format!(
-            "node {} holds {} (lease {:x}), device {} mtu {}",
-            self.config.node, self.lease.subnet, self.lease.lease_id, self.config.device, self.device.mtu
+            "node {} holds {}{v6} (lease {:x}), backend {}, mtu {mtu}",
+            self.config.node, self.lease.subnet, self.lease.lease_id, self.config.backend
         ));
         Ok(())
     }
 
     fn own(&self) -> Own {
-        Own { subnet: self.lease.subnet, underlay: self.underlay.address }
+        Own {
+            subnet: self.lease.subnet,
+            subnet6: paired_subnet6(self.config, self.lease.subnet),
+            underlay: self.underlay.address,
+            onlink: self.underlay.onlink.clone(),
+        }
     }
 
     fn log_change(change: Change) {
         match change {
-            Change::Joined(peer) => {
-                log(format!("peer {} joined with {} at {}", peer.node(), peer.subnet(), peer.underlay()))
-            }
+            Change::Joined(peer) => log(format!(
+                "peer {} joined with {}{} at {} ({})",
+                peer.node(),
+                peer.subnet(),
+                peer.subnet6().map(|s| format!(" and {s}")).unwrap_or_default(),
+                peer.underlay(),
+                peer.path()
+            )),
             Change::Left(peer) => log(format!("peer {} left ({})", peer.node(), peer.subnet())),
             Change::Refused { key, reason } => log(format!("record {key} refused: {reason}")),
             Change::Unchanged => {}
@@ -130,7 +183,13 @@ impl Agent<'_> {
     /// Programs the believed peers; a peer the kernel refused is logged (once while it
     /// keeps failing the same way) and tried again after [`RETRY`], the others converge.
     fn converge(&mut self) -> Result<()> {
-        let failures = dataplane::reconcile(&mut self.nl, &self.device, self.peers.accepted())?;
+        let failures = dataplane::reconcile(
+            &mut self.nl,
+            self.config,
+            &self.underlay,
+            self.device.as_ref(),
+            self.peers.accepted(),
+        )?;
         let failures: Vec<String> = failures.iter().map(ToString::to_string).collect();
         if failures != self.failures {
             for failure in failures.iter().filter(|f| !self.failures.contains(f)) {
@@ -185,12 +244,42 @@ impl Agent<'_> {
         }
     }
 
+    /// Reads the underlay interface's prefixes again; true when they changed, so which
+    /// peers are on-link (direct or VXLAN with `--backend auto`, accepted at all with
+    /// `direct`) is decided afresh by a resync. A changed underlay address itself is only
+    /// logged: the record and the device follow it at the agent's next start.
+    fn onlink_changed(&mut self) -> bool {
+        if self.config.backend == Backend::Vxlan {
+            return false;
+        }
+        let now = match dataplane::underlay(&mut self.nl, &self.config.iface) {
+            Ok(now) => now,
+            Err(e) => {
+                log(format!("reading --iface {}: {e}", self.config.iface));
+                return false;
+            }
+        };
+        if now.address != self.underlay.address && self.moved_to != Some(now.address) {
+            self.moved_to = Some(now.address);
+            log(format!(
+                "--iface {} now has {} first, not {}: restart the agent to publish it",
+                self.config.iface, now.address, self.underlay.address
+            ));
+        }
+        if now.onlink == self.underlay.onlink {
+            return false;
+        }
+        log(format!("on-link prefixes of --iface {} now {:?}; resyncing", self.config.iface, now.onlink));
+        self.underlay.onlink = now.onlink;
+        true
+    }
+
     fn watch_loop(&mut self, stop: &AtomicBool) {
         let mut watch: Option<Watch> = None;
         let mut next_keepalive = Instant::now() + self.config.keepalive_interval();
         while !stop.load(Ordering::SeqCst) {
             if Instant::now() >= next_keepalive {
-                if self.keepalive() {
+                if self.keepalive() || self.onlink_changed() {
                     watch = None;
                 }
                 next_keepalive = Instant::now() + self.config.keepalive_interval();

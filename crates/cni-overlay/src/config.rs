@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use cni_etcd::TlsFiles;
-use ipnet::Ipv4Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 
 use crate::{Error, Result};
 
@@ -12,6 +12,11 @@ pub const USAGE: &str = "usage: cni-overlay-agent --etcd-endpoints URL[,URL...] 
   --node NAME            this node's name (default: the host name)
   --network CIDR         the cluster's pod network (default 10.244.0.0/16)
   --subnet-len N         prefix length of each node's subnet (default 24)
+  --network6 CIDR        the cluster's IPv6 pod network (default none: IPv4 only)
+  --subnet-len6 N        prefix length of each node's IPv6 subnet (default 64)
+  --backend MODE         vxlan, direct (routes via the peers' underlay addresses, no
+                         encapsulation) or auto (direct to peers on-link, VXLAN to the
+                         others) (default vxlan)
   --prefix KEY           etcd key prefix (default /cni-rs/overlay)
   --ttl SECONDS          lease TTL of the node's subnet record (default 10)
   --vni N                VXLAN network identifier (default 1)
@@ -27,6 +32,42 @@ pub const USAGE: &str = "usage: cni-overlay-agent --etcd-endpoints URL[,URL...] 
   --cert-file PATH       client certificate (PEM) for members requiring one, with
   --key-file PATH        its private key (PEM)";
 
+/// How the agent reaches its peers' pod subnets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// Every peer over the VXLAN device.
+    Vxlan,
+    /// Every peer by a plain route via its underlay address (flannel's host-gw): the
+    /// peers must share the underlay's L2, a record whose underlay is not on-link is
+    /// refused.
+    Direct,
+    /// Direct to the peers whose underlay address is on-link, VXLAN to the others.
+    Auto,
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Backend::Vxlan => "vxlan",
+            Backend::Direct => "direct",
+            Backend::Auto => "auto",
+        })
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = Error;
+
+    fn from_str(value: &str) -> Result<Backend> {
+        match value {
+            "vxlan" => Ok(Backend::Vxlan),
+            "direct" => Ok(Backend::Direct),
+            "auto" => Ok(Backend::Auto),
+            _ => Err(Error::Config(format!("--backend: {value:?} is not vxlan, direct or auto"))),
+        }
+    }
+}
+
 /// Everything the agent needs to know, from its flags.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -35,6 +76,11 @@ pub struct Config {
     pub iface: String,
     pub network: Ipv4Net,
     pub subnet_len: u8,
+    /// The IPv6 pod network (dual-stack); each node's IPv6 subnet is the one paired with
+    /// its IPv4 subnet (see [`crate::lease::paired_subnet6`]).
+    pub network6: Option<Ipv6Net>,
+    pub subnet_len6: u8,
+    pub backend: Backend,
     pub prefix: String,
     pub ttl: i64,
     pub vni: u32,
@@ -86,6 +132,9 @@ impl Config {
             iface: String::new(),
             network: "10.244.0.0/16".parse().expect("default network"),
             subnet_len: 24,
+            network6: None,
+            subnet_len6: 64,
+            backend: Backend::Vxlan,
             prefix: "/cni-rs/overlay".into(),
             ttl: 10,
             vni: 1,
@@ -116,6 +165,14 @@ impl Config {
                         .map_err(|_| Error::Config(format!("--network: {value:?} is not a CIDR")))?
                 }
                 "--subnet-len" => config.subnet_len = number(flag, value)?,
+                "--network6" => {
+                    config.network6 =
+                        Some(value.parse().map_err(|_| {
+                            Error::Config(format!("--network6: {value:?} is not an IPv6 CIDR"))
+                        })?)
+                }
+                "--subnet-len6" => config.subnet_len6 = number(flag, value)?,
+                "--backend" => config.backend = value.parse()?,
                 "--prefix" => config.prefix = value.trim_end_matches('/').into(),
                 "--ttl" => config.ttl = number(flag, value)?,
                 "--vni" => config.vni = number(flag, value)?,
@@ -168,11 +225,39 @@ impl Config {
                 self.network.prefix_len()
             )));
         }
+        if let Some(network6) = self.network6 {
+            self.validate_network6(network6)?;
+        }
         if self.ttl < 2 {
             return Err(Error::Config(format!("--ttl {} is too short (at least 2 seconds)", self.ttl)));
         }
         if self.vni == 0 || self.vni >= 1 << 24 {
             return Err(Error::Config(format!("--vni {} is outside 1..16777215", self.vni)));
+        }
+        Ok(())
+    }
+
+    /// Every IPv4 subnet needs an IPv6 one to pair with, and a host-local range of at
+    /// least a few addresses.
+    fn validate_network6(&self, network6: Ipv6Net) -> Result<()> {
+        if network6 != network6.trunc() {
+            return Err(Error::Config(format!("--network6 {network6} has host bits set")));
+        }
+        if self.subnet_len6 < network6.prefix_len() || self.subnet_len6 > 120 {
+            return Err(Error::Config(format!(
+                "--subnet-len6 {} must lie between the IPv6 network's /{} and /120",
+                self.subnet_len6,
+                network6.prefix_len()
+            )));
+        }
+        let bits4 = self.subnet_len - self.network.prefix_len();
+        let bits6 = self.subnet_len6 - network6.prefix_len();
+        if bits6 < bits4 {
+            return Err(Error::Config(format!(
+                "--network6 {network6} has 2^{bits6} subnets of /{}, fewer than the 2^{bits4} IPv4 subnets \
+                 they pair with",
+                self.subnet_len6
+            )));
         }
         Ok(())
     }
@@ -226,6 +311,26 @@ mod tests {
         assert_eq!(c.endpoints.len(), 2);
         assert_eq!((c.subnet_len, c.ttl, c.vni, c.port), (24, 10, 1, 4789));
         assert_eq!(c.subnets_prefix(), "/cni-rs/overlay/subnets/");
+        assert_eq!((c.backend, c.network6, c.subnet_len6), (Backend::Vxlan, None, 64));
+    }
+
+    #[test]
+    fn dual_stack_and_backend_flags() {
+        let c = Config::parse(&args(&[
+            "--etcd-endpoints",
+            "http://a:1",
+            "--iface",
+            "eth0",
+            "--node",
+            "n1",
+            "--network6",
+            "fd00:244::/48",
+            "--backend",
+            "auto",
+        ]))
+        .unwrap();
+        assert_eq!(c.network6, Some("fd00:244::/48".parse().unwrap()));
+        assert_eq!(c.backend, Backend::Auto);
     }
 
     #[test]
@@ -241,6 +346,13 @@ mod tests {
         assert!(with(&["--vni", "0"]).contains("--vni"));
         assert!(with(&["--network", "nope"]).contains("--network"));
         assert!(with(&["--bogus", "1"]).contains("--bogus"));
+        assert!(with(&["--backend", "host-gw"]).contains("--backend"));
+        assert!(with(&["--network6", "10.0.0.0/8"]).contains("--network6"));
+        assert!(with(&["--network6", "fd00::1/48"]).contains("host bits"));
+        assert!(with(&["--network6", "fd00::/48", "--subnet-len6", "40"]).contains("--subnet-len6"));
+        assert!(with(&["--network6", "fd00::/48", "--subnet-len6", "121"]).contains("--subnet-len6"));
+        // A /16 of /24s is 256 subnets: a /60 of /64s (16) cannot pair with each.
+        assert!(with(&["--network6", "fd00::/60"]).contains("fewer than"));
         // TLS: an http:// endpoint with a CA, a certificate without its key or without a CA.
         assert!(with(&["--ca-file", "/ca"]).contains("must be https://"));
         assert!(with(&["--cert-file", "/c", "--key-file", "/k"]).contains("--ca-file"));

@@ -1,32 +1,56 @@
-//! The kernel side: the VXLAN device and, per peer, a route to its subnet via its VTEP
-//! address (onlink), a permanent neighbour (VTEP address → VTEP MAC) and an FDB entry
-//! (VTEP MAC → underlay address). Everything is written with replace semantics and
-//! reconciled against the kernel's own dumps, so running it twice, or after a restart,
-//! converges on the same state.
+//! The kernel side. Per peer reached over VXLAN: on the VXLAN device a route to each of its
+//! pod subnets via its VTEP address (onlink), a permanent neighbour (VTEP address → VTEP
+//! MAC) per family, and an FDB entry (VTEP MAC → underlay address). Per peer routed
+//! directly (`--backend direct|auto`): a plain route to its pod subnet via its underlay
+//! address on the underlay interface, nothing else. Everything is written with replace
+//! semantics and reconciled against the kernel's own dumps, so running it twice, or after
+//! a restart, or after a peer changed its path, converges on the same state.
 
 use std::collections::{BTreeMap, HashSet};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use cni_net::netlink::{
     AddressFlags, FdbEntry, IpFamily, LinkKind, LinkSpec, Neighbour, NeighbourState, Route, VxlanSpec,
     MAIN_TABLE,
 };
 use cni_net::{MacAddr, Netlink};
-use ipnet::{IpNet, Ipv4Net};
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 use crate::config::Config;
-use crate::peer::PeerRecord;
+use crate::lease::fnv1a64;
+use crate::peer::{PeerPath, PeerRecord};
 use crate::{Error, Result};
 
 /// VXLAN's own headers over IPv4: outer IP (20) + UDP (8) + VXLAN (8) + inner Ethernet (14).
 pub const VXLAN_OVERHEAD: u32 = 50;
 
-/// The underlay interface the VXLAN packets leave by.
+/// The same over IPv6 (a 40-byte outer header).
+pub const VXLAN6_OVERHEAD: u32 = 70;
+
+/// The scope of a link-local address (`RT_SCOPE_LINK`).
+const SCOPE_LINK: u8 = 253;
+
+/// The underlay interface the VXLAN packets (and directly routed pod packets) leave by.
 #[derive(Debug, Clone)]
 pub struct Underlay {
     pub index: u32,
-    pub address: Ipv4Addr,
+    /// The node's underlay address: the interface's first IPv4 address, or its first
+    /// global IPv6 address when it has no IPv4 one.
+    pub address: IpAddr,
     pub mtu: u32,
+    /// The interface's prefixes of that family: peers in one are on-link.
+    pub onlink: Vec<IpNet>,
+}
+
+impl Underlay {
+    /// The VXLAN device's MTU over this underlay.
+    pub fn vxlan_mtu(&self) -> u32 {
+        self.mtu
+            - match self.address {
+                IpAddr::V4(_) => VXLAN_OVERHEAD,
+                IpAddr::V6(_) => VXLAN6_OVERHEAD,
+            }
+    }
 }
 
 /// The node's VXLAN device.
@@ -37,25 +61,44 @@ pub struct Device {
     pub mtu: u32,
 }
 
-/// The underlay interface's index, first IPv4 address and MTU.
+/// The underlay interface's index, address (IPv4 preferred), connected prefixes and MTU.
 pub fn underlay(nl: &mut Netlink, name: &str) -> Result<Underlay> {
     let link = nl.require_link(name)?;
-    let address = nl
-        .addresses(Some(link.index), Some(IpFamily::V4))?
+    // A link-scope (link-local IPv6) address is not one peers could be told.
+    let global: Vec<IpNet> = nl
+        .addresses(Some(link.index), None)?
         .into_iter()
-        .find_map(|a| match a.address.addr() {
-            IpAddr::V4(v4) => Some(v4),
-            IpAddr::V6(_) => None,
-        })
-        .ok_or_else(|| Error::Config(format!("--iface {name} has no IPv4 address")))?;
-    Ok(Underlay { index: link.index, address, mtu: link.mtu })
+        .filter(|a| a.scope != SCOPE_LINK)
+        .map(|a| a.address)
+        .collect();
+    let address = global
+        .iter()
+        .find(|a| a.addr().is_ipv4())
+        .or_else(|| global.first())
+        .map(IpNet::addr)
+        .ok_or_else(|| Error::Config(format!("--iface {name} has no IPv4 or global IPv6 address")))?;
+    let onlink =
+        global.iter().filter(|a| a.addr().is_ipv4() == address.is_ipv4()).map(IpNet::trunc).collect();
+    Ok(Underlay { index: link.index, address, mtu: link.mtu, onlink })
 }
 
-/// A stable, locally administered MAC for a node's VTEP, derived from its underlay address
-/// (the device keeps it when it is recreated, so peers' entries stay right).
-pub fn vtep_mac(underlay: Ipv4Addr) -> MacAddr {
-    let [a, b, c, d] = underlay.octets();
-    MacAddr([0x0a, 0x58, a, b, c, d])
+/// A stable, locally administered unicast MAC for a node's VTEP, derived from its underlay
+/// address, so the device keeps it when it is recreated and peers' entries stay right, and
+/// every peer can check a record's MAC. IPv4: `0a:58:` + the four octets (one MAC per
+/// address). IPv6: `0e:` + the top five bytes of the address's FNV-1a hash: the last bytes
+/// alone would collide for `2001:db8:1::5` and `2001:db8:2::5`, and `0e` keeps the two
+/// families' MACs apart.
+pub fn vtep_mac(underlay: impl Into<IpAddr>) -> MacAddr {
+    match underlay.into() {
+        IpAddr::V4(v4) => {
+            let [a, b, c, d] = v4.octets();
+            MacAddr([0x0a, 0x58, a, b, c, d])
+        }
+        IpAddr::V6(v6) => {
+            let [h0, h1, h2, h3, h4, ..] = fnv1a64(&v6.octets()).to_be_bytes();
+            MacAddr([0x0e, h0, h1, h2, h3, h4])
+        }
+    }
 }
 
 /// The node's VTEP address: the subnet's network address, as a /32 on the VXLAN device.
@@ -63,19 +106,43 @@ pub fn vtep_address(subnet: Ipv4Net) -> Ipv4Addr {
     subnet.network()
 }
 
+/// The node's IPv6 VTEP address: the IPv6 subnet's first address, a /128 on the device.
+pub fn vtep_address6(subnet: Ipv6Net) -> Ipv6Addr {
+    subnet.network()
+}
+
+/// A node's pod subnets with the VTEP address of each, IPv4 first.
+fn with_vteps(subnet: Ipv4Net, subnet6: Option<Ipv6Net>) -> Vec<(IpNet, IpAddr)> {
+    let v4 = (IpNet::V4(subnet), IpAddr::V4(vtep_address(subnet)));
+    let v6 = subnet6.map(|s| (IpNet::V6(s), IpAddr::V6(vtep_address6(s))));
+    std::iter::once(v4).chain(v6).collect()
+}
+
 /// Creates the VXLAN device, or adopts the one a previous run left (its MAC is derived
 /// from the underlay address, so the peers' FDB and neighbour entries stay valid), and
-/// gives it the subnet's VTEP address.
+/// gives it the VTEP address of each of the node's subnets.
 pub fn ensure_device(
     nl: &mut Netlink,
     config: &Config,
     underlay: &Underlay,
     subnet: Ipv4Net,
+    subnet6: Option<Ipv6Net>,
 ) -> Result<Device> {
-    let mtu = underlay.mtu - VXLAN_OVERHEAD;
+    let mtu = underlay.vxlan_mtu();
     let existing = match nl.link_by_name(&config.device)? {
         Some(link) if link.kind != LinkKind::Vxlan => {
             return Err(Error::Config(format!("{} exists and is not a VXLAN device", config.device)))
+        }
+        other => other,
+    };
+    let mac = vtep_mac(underlay.address);
+    let existing = match existing {
+        // The MAC is derived from the underlay address: another MAC means the device was
+        // made for another address (the node moved, or it was made by hand) and its VXLAN
+        // source address is wrong too, which only a new device can change.
+        Some(link) if link.mac != Some(mac) => {
+            nl.delete_link(link.index)?;
+            None
         }
         other => other,
     };
@@ -85,36 +152,48 @@ pub fn ensure_device(
             let spec = VxlanSpec {
                 vni: config.vni,
                 port: Some(config.port),
-                local: Some(IpAddr::V4(underlay.address)),
+                local: Some(underlay.address),
                 parent_index: Some(underlay.index),
                 learning: Some(false),
                 ..VxlanSpec::default()
             };
-            nl.add_vxlan(&LinkSpec::new(&config.device).mac(vtep_mac(underlay.address)).mtu(mtu), &spec)?;
+            nl.add_vxlan(&LinkSpec::new(&config.device).mac(mac).mtu(mtu), &spec)?;
             nl.require_link(&config.device)?
         }
     };
     if link.mtu != mtu {
         nl.set_link_mtu(link.index, mtu)?;
     }
-    // The MAC the node's record announces; a device made by hand may differ.
-    let mac = vtep_mac(underlay.address);
-    if link.mac != Some(mac) {
-        nl.set_link_mac(link.index, mac)?;
-    }
-    let vtep = IpNet::V4(Ipv4Net::new(vtep_address(subnet), 32).expect("/32"));
-    for stale in nl.addresses(Some(link.index), Some(IpFamily::V4))? {
-        if stale.address != vtep {
+    let vteps: Vec<IpNet> = with_vteps(subnet, subnet6)
+        .into_iter()
+        .map(|(_, vtep)| IpNet::new(vtep, if vtep.is_ipv4() { 32 } else { 128 }).expect("host prefix"))
+        .collect();
+    for stale in nl.addresses(Some(link.index), None)? {
+        // The kernel's own link-local IPv6 address stays.
+        if stale.scope != SCOPE_LINK && !vteps.contains(&stale.address) {
             nl.delete_address(link.index, stale.address)?;
         }
     }
-    nl.replace_address(link.index, vtep, AddressFlags::empty())?;
+    for vtep in vteps {
+        // No duplicate address detection: the address is the node's by its lease, and a
+        // tentative address could not be a route's source meanwhile.
+        nl.replace_address(link.index, vtep, AddressFlags::Nodad)?;
+    }
     nl.set_link_up(link.index)?;
     Ok(Device { index: link.index, mac, mtu })
 }
 
-fn peer_route(device: &Device, subnet: Ipv4Net) -> Route {
-    Route::new(IpNet::V4(subnet)).gateway(IpAddr::V4(vtep_address(subnet))).oif(device.index).onlink()
+/// Removes the VXLAN device a previous run with another backend left (with its routes,
+/// neighbours and FDB entries), when `--backend direct` needs none; a link of that name
+/// that is not VXLAN is not the agent's and is refused as in [`ensure_device`].
+pub fn remove_device(nl: &mut Netlink, config: &Config) -> Result<()> {
+    match nl.link_by_name(&config.device)? {
+        Some(link) if link.kind != LinkKind::Vxlan => {
+            Err(Error::Config(format!("{} exists and is not a VXLAN device", config.device)))
+        }
+        Some(link) => Ok(nl.delete_link(link.index)?),
+        None => Ok(()),
+    }
 }
 
 /// One kernel request of [`reconcile`] that failed: what it was for, and the error.
@@ -131,15 +210,68 @@ impl std::fmt::Display for Failure {
     }
 }
 
-/// Makes the device's routes, permanent neighbours and FDB entries exactly those of
-/// `peers`: missing ones are written, ones of peers that are gone are removed.
+/// What the kernel should hold for the peers: routes (on the device or the underlay
+/// interface), the device's permanent neighbours and its FDB entries.
+#[derive(Debug, Default)]
+struct Wanted {
+    routes: HashSet<(IpNet, IpAddr, u32)>,
+    neighbours: HashSet<(IpAddr, MacAddr)>,
+    remotes: HashSet<(MacAddr, IpAddr)>,
+}
+
+/// The entries one peer needs, in the order the kernel needs them.
+#[derive(Debug, Default)]
+struct PeerEntries {
+    fdb: Option<FdbEntry>,
+    neighbours: Vec<Neighbour>,
+    routes: Vec<Route>,
+}
+
+/// A peer's entries. A subnet goes direct when the peer's path is direct and the subnet is
+/// of the underlay's family (a route's gateway is of its destination's family); any other
+/// goes over the device. Without a device (`--backend direct`) such a subnet cannot be
+/// routed and is left out (the agent refuses that configuration at start).
+fn peer_entries(underlay: &Underlay, device: Option<&Device>, peer: &PeerRecord) -> PeerEntries {
+    let mut entries = PeerEntries::default();
+    for (subnet, vtep) in with_vteps(peer.subnet(), peer.subnet6()) {
+        let same_family = subnet.addr().is_ipv4() == underlay.address.is_ipv4();
+        if peer.path() == PeerPath::Direct && same_family {
+            entries.routes.push(Route::new(subnet).gateway(peer.underlay()).oif(underlay.index));
+        } else if let Some(device) = device {
+            entries.fdb =
+                Some(FdbEntry { index: device.index, mac: peer.vtep_mac(), dst: Some(peer.underlay()) });
+            entries.neighbours.push(Neighbour::permanent(device.index, vtep, peer.vtep_mac()));
+            entries.routes.push(Route::new(subnet).gateway(vtep).oif(device.index).onlink());
+        }
+    }
+    entries
+}
+
+/// Whether a route in the kernel is one the overlay writes: via a gateway on the device,
+/// or via a gateway on the underlay interface into a pod network (a direct route).
+fn is_overlay_route(config: &Config, underlay: &Underlay, device: Option<&Device>, route: &Route) -> bool {
+    let in_pod_network = match route.destination {
+        IpNet::V4(dst) => config.network.contains(&dst),
+        IpNet::V6(dst) => config.network6.is_some_and(|n| n.contains(&dst)),
+    };
+    route.gateway.is_some()
+        && route.nexthops.is_empty()
+        && (device.is_some_and(|d| route.oif == Some(d.index))
+            || (route.oif == Some(underlay.index) && in_pod_network))
+}
+
+/// Makes the overlay's routes, permanent neighbours and FDB entries exactly those of
+/// `peers`: missing ones are written, ones of peers that are gone (or that changed their
+/// path, subnet or MAC) are removed.
 ///
 /// Each peer (and each stale entry) is programmed on its own: a request the kernel refuses
 /// is returned as a [`Failure`] and the others still converge; the caller retries later.
 /// Only a failed dump (nothing can be compared then) is an error.
 pub fn reconcile(
     nl: &mut Netlink,
-    device: &Device,
+    config: &Config,
+    underlay: &Underlay,
+    device: Option<&Device>,
     peers: &BTreeMap<Ipv4Net, PeerRecord>,
 ) -> Result<Vec<Failure>> {
     let mut failures = Vec::new();
@@ -148,48 +280,97 @@ pub fn reconcile(
             failures.push(Failure { subject: subject(), error });
         }
     };
-    // Remove first: a peer that came back with another subnet or MAC must not leave its
-    // old entries next to the new ones.
-    for route in nl.routes(IpFamily::V4, Some(MAIN_TABLE))? {
-        let ours = route.oif == Some(device.index) && route.gateway.is_some();
-        let still = matches!(route.destination, IpNet::V4(dst) if peers.contains_key(&dst));
-        if ours && !still {
-            let outcome = nl.delete_route(&route);
-            attempt(&|| format!("stale route {}", route.destination), outcome);
-        }
-    }
     // What the peers want, as sets: the cost of a reconcile grows with the peers, not with
     // their square.
-    let neighbours: HashSet<(IpAddr, MacAddr)> =
-        peers.values().map(|p| (IpAddr::V4(vtep_address(p.subnet())), p.vtep_mac())).collect();
-    let remotes: HashSet<(MacAddr, IpAddr)> =
-        peers.values().map(|p| (p.vtep_mac(), IpAddr::V4(p.underlay()))).collect();
-    for neighbour in nl.neighbours(IpFamily::V4, Some(device.index))? {
-        let still = neighbour.mac.is_some_and(|mac| neighbours.contains(&(neighbour.address, mac)));
-        if neighbour.state == NeighbourState::Permanent && !still {
-            let outcome = nl.delete_neighbour(device.index, neighbour.address);
-            attempt(&|| format!("stale neighbour {}", neighbour.address), outcome);
+    let programs: Vec<(&PeerRecord, PeerEntries)> =
+        peers.values().map(|p| (p, peer_entries(underlay, device, p))).collect();
+    let mut wanted = Wanted::default();
+    for (_, entries) in &programs {
+        for route in &entries.routes {
+            wanted.routes.insert((
+                route.destination,
+                route.gateway.expect("gateway"),
+                route.oif.expect("oif"),
+            ));
+        }
+        wanted.neighbours.extend(entries.neighbours.iter().filter_map(|n| Some((n.address, n.mac?))));
+        wanted.remotes.extend(entries.fdb.iter().filter_map(|f| Some((f.mac, f.dst?))));
+    }
+    // Remove first: a peer that came back with another subnet, MAC or path must not leave
+    // its old entries next to the new ones.
+    for family in [IpFamily::V4, IpFamily::V6] {
+        for route in nl.routes(family, Some(MAIN_TABLE))? {
+            let still = match (route.gateway, route.oif) {
+                (Some(gateway), Some(oif)) => wanted.routes.contains(&(route.destination, gateway, oif)),
+                _ => false,
+            };
+            if is_overlay_route(config, underlay, device, &route) && !still {
+                let outcome = nl.delete_route(&route);
+                attempt(&|| format!("stale route {}", route.destination), outcome);
+            }
         }
     }
-    for entry in nl.fdb_entries(device.index)? {
-        let still = entry.dst.is_some_and(|dst| remotes.contains(&(entry.mac, dst)));
-        if entry.dst.is_some() && !still {
-            let outcome = nl.delete_fdb(&entry);
-            attempt(&|| format!("stale FDB entry {}", entry.mac), outcome);
+    if let Some(device) = device {
+        for family in [IpFamily::V4, IpFamily::V6] {
+            for neighbour in nl.neighbours(family, Some(device.index))? {
+                let still =
+                    neighbour.mac.is_some_and(|mac| wanted.neighbours.contains(&(neighbour.address, mac)));
+                if neighbour.state == NeighbourState::Permanent && !still {
+                    let outcome = nl.delete_neighbour(device.index, neighbour.address);
+                    attempt(&|| format!("stale neighbour {}", neighbour.address), outcome);
+                }
+            }
+        }
+        for entry in nl.fdb_entries(device.index)? {
+            let still = entry.dst.is_some_and(|dst| wanted.remotes.contains(&(entry.mac, dst)));
+            if entry.dst.is_some() && !still {
+                let outcome = nl.delete_fdb(&entry);
+                attempt(&|| format!("stale FDB entry {}", entry.mac), outcome);
+            }
         }
     }
-    for peer in peers.values() {
-        let outcome = program_peer(nl, device, peer);
+    for (peer, entries) in programs {
+        let outcome = program_peer(nl, &entries);
         attempt(&|| format!("peer {} ({})", peer.node(), peer.subnet()), outcome);
     }
     Ok(failures)
 }
 
-/// The FDB entry, permanent neighbour and route of one peer, in the order the route needs
-/// them (its gateway resolves through the neighbour, the neighbour's MAC through the FDB).
-fn program_peer(nl: &mut Netlink, device: &Device, peer: &PeerRecord) -> cni_net::Result<()> {
-    let mac = peer.vtep_mac();
-    nl.replace_fdb(&FdbEntry { index: device.index, mac, dst: Some(IpAddr::V4(peer.underlay())) })?;
-    nl.replace_neighbour(&Neighbour::permanent(device.index, IpAddr::V4(vtep_address(peer.subnet())), mac))?;
-    nl.replace_route(&peer_route(device, peer.subnet()))
+/// One peer's FDB entry, permanent neighbours and routes, in the order the routes need
+/// them (a VXLAN route's gateway resolves through the neighbour, the neighbour's MAC
+/// through the FDB).
+fn program_peer(nl: &mut Netlink, entries: &PeerEntries) -> cni_net::Result<()> {
+    if let Some(fdb) = &entries.fdb {
+        nl.replace_fdb(fdb)?;
+    }
+    for neighbour in &entries.neighbours {
+        nl.replace_neighbour(neighbour)?;
+    }
+    for route in &entries.routes {
+        nl.replace_route(route)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The derivation is part of the record's format (peers check a record's MAC against
+    /// it): pinned.
+    #[test]
+    fn vtep_macs_are_pinned_distinct_and_locally_administered_unicast() {
+        assert_eq!(vtep_mac(Ipv4Addr::new(192, 0, 2, 11)).to_string(), "0a:58:c0:00:02:0b");
+        let one: Ipv6Addr = "2001:db8:1::5".parse().unwrap();
+        let two: Ipv6Addr = "2001:db8:2::5".parse().unwrap();
+        assert_eq!(vtep_mac(one).to_string(), PINNED_V6);
+        assert_ne!(vtep_mac(one), vtep_mac(two), "same last bytes, different MACs");
+        for mac in [vtep_mac(one), vtep_mac(two)] {
+            assert_eq!(mac.octets()[0] & 0b11, 0b10, "{mac}: locally administered, unicast");
+        }
+    }
+
+    // FNV-1a-64 of the 16 bytes of 2001:db8:1::5 is 0xc8b7fdbf8293d6a3 (checked with an
+    // independent implementation).
+    const PINNED_V6: &str = "0e:c8:b7:fd:bf:82";
 }

@@ -3,10 +3,10 @@
 //! transaction, so two nodes can never hold one subnet; a node that stops renewing loses
 //! its record when etcd's clock says the TTL is over, and its peers see the deletion.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use cni_etcd::{Client, Compare, KeyValue, Op, Txn};
-use ipnet::Ipv4Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
@@ -17,10 +17,29 @@ use crate::{Error, Result};
 #[serde(rename_all = "camelCase")]
 pub struct NodeRecord {
     pub node: String,
-    /// The underlay address other nodes send this node's VXLAN packets to.
-    pub underlay: Ipv4Addr,
+    /// The underlay address other nodes send this node's VXLAN packets to (or, with
+    /// direct routing, route its pod subnets via); IPv4 or IPv6, the underlay's family.
+    pub underlay: IpAddr,
     /// The MAC of the node's VXLAN device.
     pub vtep_mac: String,
+    /// The node's IPv6 pod subnet (dual-stack only; absent in IPv4-only clusters, so
+    /// their records are unchanged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subnet6: Option<Ipv6Net>,
+}
+
+/// The IPv6 subnet that goes with an IPv4 subnet: the n-th /`--subnet-len6` of
+/// `--network6` for the n-th /`--subnet-len` of `--network`. Holding the IPv4 subnet's key
+/// is holding its IPv6 subnet too, so the one create-if-absent transaction leases both,
+/// and a peer's claimed IPv6 subnet can be checked against the key it sits under.
+pub fn paired_subnet6(config: &Config, subnet: Ipv4Net) -> Option<Ipv6Net> {
+    let network6 = config.network6?;
+    let index =
+        (u32::from(subnet.network()) - u32::from(config.network.network())) >> (32 - config.subnet_len);
+    // Config::validate made sure the IPv6 network has at least as many subnets.
+    let offset = u128::from(index) << (128 - u32::from(config.subnet_len6));
+    let base = u128::from(network6.network());
+    Some(Ipv6Net::new(Ipv6Addr::from(base + offset), config.subnet_len6).expect("valid prefix length"))
 }
 
 /// A subnet this agent holds.
@@ -75,15 +94,17 @@ fn parse(config: &Config, kv: &KeyValue) -> Option<(Ipv4Net, NodeRecord, i64)> {
     Some((subnet, record, kv.lease))
 }
 
+/// FNV-1a (64 bits): a small, fixed hash for values every node must derive alike (where a
+/// node starts looking for a subnet, an IPv6 node's VTEP MAC). Not for secrets.
+pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
 /// The node's subnets in the network, starting at a place derived from the node's name so
 /// that nodes starting together rarely try the same one.
 fn candidates(config: &Config) -> impl Iterator<Item = Ipv4Net> + '_ {
     let count = 1u64 << (config.subnet_len - config.network.prefix_len());
-    let start = config
-        .node
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
-        % count;
+    let start = fnv1a64(config.node.as_bytes()) % count;
     let base = u32::from(config.network.network());
     let size = 1u64 << (32 - config.subnet_len);
     (0..count).map(move |i| {
@@ -95,14 +116,18 @@ fn candidates(config: &Config) -> impl Iterator<Item = Ipv4Net> + '_ {
 
 /// Takes the node's subnet: its own record if it is still alive (a restarted agent keeps
 /// its subnet and lease), else `preferred` (the subnet it had before) if free, else the
-/// first free one. The record is (re)written with `record`'s current contents.
+/// first free one. The record is (re)written with `record`'s current contents and the IPv6
+/// subnet paired with the one taken.
 pub fn acquire(
     client: &mut Client,
     config: &Config,
     record: &NodeRecord,
     preferred: Option<Ipv4Net>,
 ) -> Result<SubnetLease> {
-    let value = serde_json::to_vec(record).expect("a record serialises");
+    let value = |subnet: Ipv4Net| {
+        let record = NodeRecord { subnet6: paired_subnet6(config, subnet), ..record.clone() };
+        serde_json::to_vec(&record).expect("a record serialises")
+    };
     let (kvs, _) = client.get_prefix(config.subnets_prefix().as_bytes(), false)?;
     let parsed: Vec<(Ipv4Net, NodeRecord, i64)> = kvs.iter().filter_map(|kv| parse(config, kv)).collect();
     if let Some((subnet, _, lease_id)) = parsed.iter().find(|(_, r, _)| r.node == config.node) {
@@ -111,7 +136,7 @@ pub fn acquire(
             // Same lease, same key: only the contents (a new underlay address) may change.
             let txn = Txn {
                 compare: vec![Compare::CreateRevision(key.clone(), kvs_create_revision(&kvs, &key))],
-                success: vec![Op::Put { key, value: value.clone(), lease: *lease_id }],
+                success: vec![Op::Put { key, value: value(*subnet), lease: *lease_id }],
                 failure: vec![],
             };
             if client.txn(&txn)?.succeeded {
@@ -129,7 +154,7 @@ pub fn acquire(
         let key = subnet_key(config, subnet);
         let txn = Txn {
             compare: vec![Compare::CreateRevision(key.clone(), 0)],
-            success: vec![Op::Put { key, value: value.clone(), lease: lease_id }],
+            success: vec![Op::Put { key, value: value(subnet), lease: lease_id }],
             failure: vec![],
         };
         if client.txn(&txn)?.succeeded {
@@ -166,6 +191,28 @@ mod tests {
         assert_eq!(key, b"/cni-rs/overlay/subnets/10.244.7.0-24");
         assert_eq!(key_subnet(&c, &key), Ok(subnet));
         assert!(key_subnet(&c, b"/other/10.244.7.0-24").unwrap_err().contains("not a subnet key"));
+    }
+
+    #[test]
+    fn ipv6_subnets_pair_one_to_one() {
+        let mut c = config("10.244.0.0/16", 24);
+        assert_eq!(paired_subnet6(&c, "10.244.7.0/24".parse().unwrap()), None);
+        c.network6 = Some("fd00:244::/48".parse().unwrap());
+        let pair = |c: &Config, s: &str| paired_subnet6(c, s.parse().unwrap()).unwrap().to_string();
+        assert_eq!(pair(&c, "10.244.0.0/24"), "fd00:244::/64");
+        assert_eq!(pair(&c, "10.244.7.0/24"), "fd00:244:0:7::/64");
+        assert_eq!(pair(&c, "10.244.255.0/24"), "fd00:244:0:ff::/64");
+        c.subnet_len6 = 120;
+        c.network6 = Some("fd00::/104".parse().unwrap());
+        assert_eq!(pair(&c, "10.244.1.0/24"), "fd00::100/120");
+    }
+
+    #[test]
+    fn ipv4_records_read_as_before() {
+        let old = br#"{"node":"n2","underlay":"192.0.2.2","vtepMac":"0a:58:c0:00:02:02"}"#;
+        let record: NodeRecord = serde_json::from_slice(old).unwrap();
+        assert_eq!((record.underlay, record.subnet6), ("192.0.2.2".parse().unwrap(), None));
+        assert_eq!(serde_json::to_vec(&record).unwrap(), old.to_vec(), "no new key in an IPv4 record");
     }
 
     #[test]

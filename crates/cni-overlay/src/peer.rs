@@ -8,27 +8,57 @@
 //! of the record and keeps the refused record's subnet out of the kernel.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use cni_etcd::KeyValue;
 use cni_net::MacAddr;
-use ipnet::Ipv4Net;
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
-use crate::config::Config;
+use crate::config::{Backend, Config};
 use crate::dataplane::vtep_mac;
-use crate::lease::{self, NodeRecord};
+use crate::lease::{self, paired_subnet6, NodeRecord};
 
-/// The largest record value read: a genuine one is about 80 bytes of JSON.
+/// The largest record value read: a genuine dual-stack one is about 130 bytes of JSON.
 pub const MAX_RECORD_BYTES: usize = 1024;
 
 /// The longest node name accepted (a DNS name's limit, as Kubernetes node names).
 pub const MAX_NODE_NAME: usize = 253;
 
 /// What this node is, against which peers are checked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Own {
     pub subnet: Ipv4Net,
-    pub underlay: Ipv4Addr,
+    /// The IPv6 subnet paired with `subnet` (dual-stack only).
+    pub subnet6: Option<Ipv6Net>,
+    pub underlay: IpAddr,
+    /// The connected prefixes of the underlay interface (of the underlay's family): a peer
+    /// whose underlay address lies in one shares this node's L2 and can be routed directly.
+    pub onlink: Vec<IpNet>,
+}
+
+impl Own {
+    fn is_onlink(&self, address: IpAddr) -> bool {
+        self.onlink.iter().any(|prefix| prefix.contains(&address))
+    }
+}
+
+/// How the data plane reaches a peer's pod subnets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerPath {
+    /// A route via the peer's underlay address on the underlay interface (its subnets of
+    /// the underlay's family; the other family, if any, still goes over VXLAN).
+    Direct,
+    /// Route, permanent neighbour and FDB entry on the VXLAN device.
+    Vxlan,
+}
+
+impl std::fmt::Display for PeerPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PeerPath::Direct => "direct",
+            PeerPath::Vxlan => "vxlan",
+        })
+    }
 }
 
 /// A peer the data plane may program: its subnet is one of the network's subnets of the
@@ -37,9 +67,11 @@ pub struct Own {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerRecord {
     subnet: Ipv4Net,
+    subnet6: Option<Ipv6Net>,
     node: String,
-    underlay: Ipv4Addr,
+    underlay: IpAddr,
     vtep_mac: MacAddr,
+    path: PeerPath,
 }
 
 impl PeerRecord {
@@ -65,25 +97,36 @@ impl PeerRecord {
         }
         let record: NodeRecord = serde_json::from_slice(value).map_err(|e| format!("record: {e}"))?;
         let node = checked_node(config, record.node)?;
+        let subnet6 = checked_subnet6(config, subnet, record.subnet6)?;
         let underlay = checked_underlay(config, own, record.underlay)?;
         let vtep_mac = checked_vtep_mac(&record.vtep_mac, underlay)?;
-        Ok(PeerRecord { subnet, node, underlay, vtep_mac })
+        let path = checked_path(config, own, underlay)?;
+        Ok(PeerRecord { subnet, subnet6, node, underlay, vtep_mac, path })
     }
 
     pub fn subnet(&self) -> Ipv4Net {
         self.subnet
     }
 
+    /// The peer's IPv6 subnet, when this node is dual-stack and the peer has one.
+    pub fn subnet6(&self) -> Option<Ipv6Net> {
+        self.subnet6
+    }
+
     pub fn node(&self) -> &str {
         &self.node
     }
 
-    pub fn underlay(&self) -> Ipv4Addr {
+    pub fn underlay(&self) -> IpAddr {
         self.underlay
     }
 
     pub fn vtep_mac(&self) -> MacAddr {
         self.vtep_mac
+    }
+
+    pub fn path(&self) -> PeerPath {
+        self.path
     }
 }
 
@@ -99,35 +142,84 @@ fn checked_node(config: &Config, node: String) -> Result<String, String> {
     Ok(node)
 }
 
-/// An address VXLAN packets may be sent to: a unicast host address outside the pod
-/// network, not this node's own; loopback only when this node's underlay is loopback too
-/// (nodes sharing one host, as in a test).
-fn checked_underlay(config: &Config, own: &Own, underlay: Ipv4Addr) -> Result<Ipv4Addr, String> {
-    let refused = |why: &str| Err(format!("underlay {underlay} {why}"));
-    if underlay.octets()[0] == 0 {
-        return refused("is not a host address (0.0.0.0/8)");
+/// A peer's IPv6 subnet must be exactly the one paired with the IPv4 subnet of its key
+/// (so it lies in `--network6`, has `--subnet-len6` and is held by whoever holds the key).
+/// A node without `--network6` ignores it; a dual-stack node accepts a peer without one
+/// (IPv4 only, as during a rollout of `--network6`).
+fn checked_subnet6(
+    config: &Config,
+    subnet: Ipv4Net,
+    claimed: Option<Ipv6Net>,
+) -> Result<Option<Ipv6Net>, String> {
+    let (Some(paired), Some(claimed)) = (paired_subnet6(config, subnet), claimed) else { return Ok(None) };
+    if claimed != paired {
+        return Err(format!("subnet6 {claimed} is not {paired}, the IPv6 subnet paired with {subnet}"));
     }
-    if underlay.is_multicast() || underlay.is_broadcast() {
-        return refused("is not unicast");
-    }
-    if underlay.octets()[0] >= 240 {
-        return refused("is reserved (240.0.0.0/4)");
+    Ok(Some(paired))
+}
+
+/// An address VXLAN packets (or directly routed pod packets) may be sent to: a unicast
+/// host address of the underlay's family outside the pod networks, not this node's own;
+/// loopback only when this node's underlay is loopback too (nodes sharing one host, as in
+/// a test).
+fn checked_underlay(config: &Config, own: &Own, underlay: IpAddr) -> Result<IpAddr, String> {
+    let refused = |why: &str| format!("underlay {underlay} {why}");
+    match (underlay, own.underlay) {
+        (IpAddr::V4(v4), IpAddr::V4(_)) => checked_underlay4(v4).map_err(refused)?,
+        (IpAddr::V6(v6), IpAddr::V6(_)) => checked_underlay6(v6).map_err(refused)?,
+        (_, own_underlay) => {
+            return Err(refused(&format!("is not of the family of this node's underlay {own_underlay}")))
+        }
     }
     if underlay.is_loopback() && !own.underlay.is_loopback() {
-        return refused("is loopback");
+        return Err(refused("is loopback"));
     }
     if underlay == own.underlay {
-        return refused("is this node's own address");
+        return Err(refused("is this node's own address"));
     }
-    if config.network.contains(&underlay) {
-        return refused(&format!("lies inside the pod network {}", config.network));
+    let in_pods = match underlay {
+        IpAddr::V4(v4) => config.network.contains(&v4),
+        IpAddr::V6(v6) => config.network6.is_some_and(|n| n.contains(&v6)),
+    };
+    if in_pods {
+        return Err(refused("lies inside the pod network"));
     }
     Ok(underlay)
 }
 
+fn checked_underlay4(underlay: Ipv4Addr) -> Result<(), &'static str> {
+    if underlay.octets()[0] == 0 {
+        return Err("is not a host address (0.0.0.0/8)");
+    }
+    if underlay.is_multicast() || underlay.is_broadcast() {
+        return Err("is not unicast");
+    }
+    if underlay.octets()[0] >= 240 {
+        return Err("is reserved (240.0.0.0/4)");
+    }
+    Ok(())
+}
+
+fn checked_underlay6(underlay: Ipv6Addr) -> Result<(), &'static str> {
+    if underlay.is_unspecified() {
+        return Err("is not a host address (::)");
+    }
+    if underlay.is_multicast() {
+        return Err("is not unicast");
+    }
+    // A link-local address names no interface without a scope, which a record cannot give.
+    if underlay.segments()[0] & 0xffc0 == 0xfe80 {
+        return Err("is link-local (fe80::/10)");
+    }
+    if underlay.to_ipv4_mapped().is_some() {
+        return Err("is an IPv4-mapped address (::ffff:0:0/96)");
+    }
+    Ok(())
+}
+
 /// The VTEP MAC must be the one every agent derives from its underlay address: a record
 /// cannot claim another node's MAC (and so take over its FDB entry).
-fn checked_vtep_mac(text: &str, underlay: Ipv4Addr) -> Result<MacAddr, String> {
+fn checked_vtep_mac(text: &str, underlay: IpAddr) -> Result<MacAddr, String> {
     let mac: MacAddr = text.parse().map_err(|_| format!("vtepMac {text:?} is not a MAC address"))?;
     if mac.octets()[0] & 1 != 0 || mac == MacAddr::default() {
         return Err(format!("vtepMac {mac} is not a unicast address"));
@@ -137,6 +229,21 @@ fn checked_vtep_mac(text: &str, underlay: Ipv4Addr) -> Result<MacAddr, String> {
         return Err(format!("vtepMac {mac} is not {derived}, the one derived from underlay {underlay}"));
     }
     Ok(mac)
+}
+
+/// The peer's path under `--backend`. With `direct` a peer off this node's L2 cannot be
+/// reached at all (a route via an address that is not on-link would send its pods'
+/// packets to whatever the default route leads to): refused.
+fn checked_path(config: &Config, own: &Own, underlay: IpAddr) -> Result<PeerPath, String> {
+    match (config.backend, own.is_onlink(underlay)) {
+        (Backend::Vxlan, _) | (Backend::Auto, false) => Ok(PeerPath::Vxlan),
+        (Backend::Direct | Backend::Auto, true) => Ok(PeerPath::Direct),
+        (Backend::Direct, false) => Err(format!(
+            "underlay {underlay} is not on-link on --iface {} (in none of its prefixes): --backend direct \
+             cannot reach it",
+            config.iface
+        )),
+    }
 }
 
 /// The peers believed so far, and the records refused (by key, with the revision whose
@@ -227,11 +334,31 @@ mod tests {
     }
 
     fn own() -> Own {
-        Own { subnet: "10.244.1.0/24".parse().unwrap(), underlay: Ipv4Addr::new(192, 0, 2, 1) }
+        Own {
+            subnet: "10.244.1.0/24".parse().unwrap(),
+            subnet6: None,
+            underlay: Ipv4Addr::new(192, 0, 2, 1).into(),
+            onlink: vec!["192.0.2.0/24".parse().unwrap()],
+        }
+    }
+
+    fn own6() -> Own {
+        Own {
+            subnet: "10.244.1.0/24".parse().unwrap(),
+            subnet6: Some("fd00:244:0:1::/64".parse().unwrap()),
+            underlay: "2001:db8::1".parse().unwrap(),
+            onlink: vec!["2001:db8::/64".parse().unwrap()],
+        }
+    }
+
+    fn record6(node: &str, underlay: &str, subnet6: &str) -> Vec<u8> {
+        let mac = vtep_mac(underlay.parse::<IpAddr>().unwrap());
+        format!(r#"{{"node":"{node}","underlay":"{underlay}","vtepMac":"{mac}","subnet6":"{subnet6}"}}"#)
+            .into_bytes()
     }
 
     fn record(node: &str, underlay: &str) -> Vec<u8> {
-        let mac = vtep_mac(underlay.parse().unwrap());
+        let mac = vtep_mac(underlay.parse::<IpAddr>().unwrap());
         format!(r#"{{"node":"{node}","underlay":"{underlay}","vtepMac":"{mac}"}}"#).into_bytes()
     }
 
@@ -243,8 +370,84 @@ mod tests {
     fn a_genuine_record_is_accepted() {
         let peer = parse("/cni-rs/overlay/subnets/10.244.2.0-24", &record("n2", "192.0.2.2")).unwrap();
         assert_eq!(peer.subnet(), "10.244.2.0/24".parse::<Ipv4Net>().unwrap());
-        assert_eq!((peer.node(), peer.underlay()), ("n2", Ipv4Addr::new(192, 0, 2, 2)));
+        assert_eq!((peer.node(), peer.underlay()), ("n2", Ipv4Addr::new(192, 0, 2, 2).into()));
         assert_eq!(peer.vtep_mac().to_string(), "0a:58:c0:00:02:02");
+        assert_eq!((peer.path(), peer.subnet6()), (PeerPath::Vxlan, None));
+    }
+
+    #[test]
+    fn the_backend_picks_each_peers_path() {
+        let key = b"/cni-rs/overlay/subnets/10.244.2.0-24";
+        let path = |backend: &str, underlay: &str| {
+            PeerRecord::parse(&config(&["--backend", backend]), &own(), key, &record("n2", underlay), 7)
+                .map(|p| p.path())
+        };
+        assert_eq!(path("vxlan", "192.0.2.2"), Ok(PeerPath::Vxlan));
+        assert_eq!(path("direct", "192.0.2.2"), Ok(PeerPath::Direct));
+        assert_eq!(path("auto", "192.0.2.2"), Ok(PeerPath::Direct));
+        assert_eq!(path("auto", "198.51.100.2"), Ok(PeerPath::Vxlan));
+        assert_eq!(path("vxlan", "198.51.100.2"), Ok(PeerPath::Vxlan));
+        // Claimed as direct but not on this node's L2: refused, not routed into the void.
+        let err = path("direct", "198.51.100.2").unwrap_err();
+        assert!(err.contains("not on-link on --iface e"), "{err}");
+    }
+
+    #[test]
+    fn dual_stack_records_are_checked_against_the_paired_subnet() {
+        let config = config(&["--network6", "fd00:244::/48", "--backend", "auto"]);
+        let key = b"/cni-rs/overlay/subnets/10.244.2.0-24";
+        let parse = |value: Vec<u8>| PeerRecord::parse(&config, &own6(), key, &value, 7);
+        let peer = parse(record6("n2", "2001:db8::2", "fd00:244:0:2::/64")).unwrap();
+        assert_eq!(peer.subnet6(), Some("fd00:244:0:2::/64".parse().unwrap()));
+        assert_eq!(
+            (peer.path(), peer.vtep_mac()),
+            (PeerPath::Direct, vtep_mac("2001:db8::2".parse::<IpAddr>().unwrap()))
+        );
+        let off_link = parse(record6("n2", "2001:db8:1::2", "fd00:244:0:2::/64")).unwrap();
+        assert_eq!(off_link.path(), PeerPath::Vxlan);
+        // A dual-stack node still accepts an IPv4-only peer.
+        assert_eq!(parse(record("n2", "2001:db8::2")).unwrap().subnet6(), None);
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            // Outside --network6, of the wrong length, another node's, this node's own.
+            (record6("n2", "2001:db8::2", "fd00:999:0:2::/64"), "not fd00:244:0:2::/64"),
+            (record6("n2", "2001:db8::2", "fd00:244::/48"), "not fd00:244:0:2::/64"),
+            (record6("n2", "2001:db8::2", "fd00:244:0:2::/96"), "not fd00:244:0:2::/64"),
+            (record6("n2", "2001:db8::2", "fd00:244:0:3::/64"), "not fd00:244:0:2::/64"),
+            (record6("n2", "2001:db8::2", "fd00:244:0:1::/64"), "not fd00:244:0:2::/64"),
+            (record6("n2", "2001:db8::2", "::/0"), "not fd00:244:0:2::/64"),
+            (record6("n2", "2001:db8::2", "nope"), "record:"),
+            (record6("n2", "2001:db8::2", "10.244.2.0/24"), "record:"),
+            // Underlays an IPv6 node must not send to.
+            (record6("n2", "::", "fd00:244:0:2::/64"), "(::)"),
+            (record6("n2", "ff02::1", "fd00:244:0:2::/64"), "not unicast"),
+            (record6("n2", "fe80::2", "fd00:244:0:2::/64"), "link-local"),
+            (record6("n2", "::ffff:192.0.2.2", "fd00:244:0:2::/64"), "IPv4-mapped"),
+            (record6("n2", "::1", "fd00:244:0:2::/64"), "loopback"),
+            (record6("n2", "2001:db8::1", "fd00:244:0:2::/64"), "this node's own address"),
+            (record6("n2", "fd00:244:0:9::1", "fd00:244:0:2::/64"), "inside the pod network"),
+            (record6("n2", "192.0.2.2", "fd00:244:0:2::/64"), "not of the family"),
+        ];
+        for (value, want) in cases {
+            let err = parse(value.clone()).unwrap_err();
+            assert!(err.contains(want), "{}: {err}", String::from_utf8_lossy(&value));
+        }
+        // An IPv4-only node ignores the key: the record reads as before.
+        let v4 = PeerRecord::parse(
+            &super::tests::config(&[]),
+            &own(),
+            key,
+            &record6("n2", "192.0.2.2", "x::/64"),
+            7,
+        );
+        assert!(v4.is_err(), "an unparsable subnet6 is a malformed record for every node");
+        let v4 = PeerRecord::parse(
+            &super::tests::config(&[]),
+            &own(),
+            key,
+            &record6("n2", "192.0.2.2", "fd00::/64"),
+            7,
+        );
+        assert_eq!(v4.unwrap().subnet6(), None);
     }
 
     #[test]
@@ -305,7 +508,7 @@ mod tests {
 
     #[test]
     fn loopback_peers_only_for_a_loopback_node() {
-        let own = Own { subnet: "10.244.1.0/24".parse().unwrap(), underlay: Ipv4Addr::LOCALHOST };
+        let own = Own { underlay: Ipv4Addr::LOCALHOST.into(), ..own() };
         let key = b"/cni-rs/overlay/subnets/10.244.2.0-24";
         assert!(PeerRecord::parse(&config(&[]), &own, key, &record("n2", "127.0.0.2"), 7).is_ok());
     }

@@ -74,3 +74,27 @@ fn a_hostile_etcd_member_is_an_error_not_an_abort() {
     assert!(host.netlink().unwrap().link_by_name("otvx0").unwrap().is_none(), "a device was left behind");
     assert!(!dir.path().join("subnet.env").exists(), "a subnet file was written");
 }
+
+/// `--backend direct` can route a pod subnet only via a next hop of its family: with an
+/// IPv6 pod network beside an IPv4 underlay the agent refuses to start (exit 1, naming the
+/// flag and the way out) before it touches etcd or the node.
+#[test]
+fn direct_routing_of_a_family_the_underlay_lacks_is_refused() {
+    let host = TestNetns::with_prefix("orcli").unwrap();
+    let dir = tempfile::Builder::new().prefix("or-cli-").tempdir().unwrap();
+    let port = cni_etcd::testing::free_port();
+    let out = agent()
+        .args(["--etcd-endpoints", &format!("http://127.0.0.1:{port}"), "--iface", "lo", "--node", "or-cli"])
+        .args(["--backend", "direct", "--network6", "fd00:244::/48", "--device", "orvx0", "--netns"])
+        .arg(host.path())
+        .arg("--subnet-file")
+        .arg(dir.path().join("subnet.env"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(stderr.contains("--backend direct needs every pod network of the underlay's family"), "{stderr}");
+    assert!(stderr.contains("--backend auto"), "{stderr}");
+    assert!(!stderr.contains("etcd unreachable"), "etcd was asked first: {stderr}");
+    assert!(!dir.path().join("subnet.env").exists(), "a subnet file was written");
+}

@@ -5,18 +5,25 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 
-use cni_net::netlink::{AddressFlags, FdbEntry, IpFamily, LinkSpec, NeighbourState, VethSpec, MAIN_TABLE};
+use cni_net::netlink::{
+    AddressFlags, FdbEntry, IpFamily, LinkSpec, NeighbourState, Route, VethSpec, MAIN_TABLE,
+};
 use cni_net::{MacAddr, Netlink};
 use cni_overlay::config::Config;
 use cni_overlay::dataplane::{self, Device};
-use cni_overlay::peer::{Own, PeerRecord};
+use cni_overlay::peer::{Own, PeerPath, PeerRecord};
 use cni_testkit::ns::TestNetns;
 use ipnet::{IpNet, Ipv4Net};
 
 fn config() -> Config {
+    config_with(&[])
+}
+
+fn config_with(extra: &[&str]) -> Config {
     let args: Vec<String> =
         ["--etcd-endpoints", "http://127.0.0.1:1", "--iface", "ovu0", "--node", "n", "--device", "ovvx0"]
             .iter()
+            .chain(extra)
             .map(|s| s.to_string())
             .collect();
     Config::parse(&args).unwrap()
@@ -36,18 +43,29 @@ const OWN_SUBNET: &str = "10.244.1.0/24";
 
 /// A peer's record as the agent would accept it from etcd (its MAC derived from `underlay`).
 fn peer(subnet: Ipv4Net, node: &str, underlay: [u8; 4]) -> PeerRecord {
-    let own = Own { subnet: OWN_SUBNET.parse().unwrap(), underlay: Ipv4Addr::new(192, 168, 92, 1) };
+    peer_as(&config(), subnet, node, underlay)
+}
+
+/// The same, as an agent with `config` (its backend decides the peer's path) sees it.
+fn peer_as(config: &Config, subnet: Ipv4Net, node: &str, underlay: [u8; 4]) -> PeerRecord {
+    let own = Own {
+        subnet: OWN_SUBNET.parse().unwrap(),
+        subnet6: None,
+        underlay: Ipv4Addr::new(192, 168, 92, 1).into(),
+        onlink: vec!["192.168.92.0/24".parse().unwrap()],
+    };
     let underlay = Ipv4Addr::from(underlay);
     let key = format!("/cni-rs/overlay/subnets/{}-{}", subnet.network(), subnet.prefix_len());
     let value = format!(
         r#"{{"node":"{node}","underlay":"{underlay}","vtepMac":"{}"}}"#,
         dataplane::vtep_mac(underlay)
     );
-    PeerRecord::parse(&config(), &own, key.as_bytes(), value.as_bytes(), 1).unwrap()
+    PeerRecord::parse(config, &own, key.as_bytes(), value.as_bytes(), 1).unwrap()
 }
 
 fn converge(nl: &mut Netlink, device: &Device, peers: &BTreeMap<Ipv4Net, PeerRecord>) {
-    let failures = dataplane::reconcile(nl, device, peers).unwrap();
+    let underlay = dataplane::underlay(nl, "ovu0").unwrap();
+    let failures = dataplane::reconcile(nl, &config(), &underlay, Some(device), peers).unwrap();
     assert!(failures.is_empty(), "{failures:?}");
 }
 
@@ -84,10 +102,10 @@ fn reconcile_converges_on_one_entry_set_per_peer() {
     let config = config();
     let underlay = dataplane::underlay(&mut nl, "ovu0").unwrap();
     let subnet: Ipv4Net = OWN_SUBNET.parse().unwrap();
-    let device = dataplane::ensure_device(&mut nl, &config, &underlay, subnet).unwrap();
+    let device = dataplane::ensure_device(&mut nl, &config, &underlay, subnet, None).unwrap();
     assert_eq!(device.mtu, underlay.mtu - 50);
     // Adopted, not made again: same index; the VTEP address is the only one.
-    let again = dataplane::ensure_device(&mut nl, &config, &underlay, subnet).unwrap();
+    let again = dataplane::ensure_device(&mut nl, &config, &underlay, subnet, None).unwrap();
     assert_eq!(again.index, device.index);
     let addresses = nl.addresses(Some(device.index), Some(IpFamily::V4)).unwrap();
     assert_eq!(addresses.iter().map(|a| a.address.to_string()).collect::<Vec<_>>(), ["10.244.1.0/32"]);
@@ -136,7 +154,8 @@ fn one_refused_peer_does_not_stop_the_others() {
     let (_ns, mut nl) = host();
     let config = config();
     let underlay = dataplane::underlay(&mut nl, "ovu0").unwrap();
-    let device = dataplane::ensure_device(&mut nl, &config, &underlay, OWN_SUBNET.parse().unwrap()).unwrap();
+    let device =
+        dataplane::ensure_device(&mut nl, &config, &underlay, OWN_SUBNET.parse().unwrap(), None).unwrap();
     let [a, b, c]: [Ipv4Net; 3] =
         ["10.244.2.0/24", "10.244.3.0/24", "10.244.4.0/24"].map(|s| s.parse().unwrap());
     let peers = BTreeMap::from([
@@ -149,7 +168,7 @@ fn one_refused_peer_does_not_stop_the_others() {
     let obstacle = IpNet::V4(Ipv4Net::new(b.network(), 32).unwrap());
     nl.add_address(lo, obstacle, AddressFlags::empty()).unwrap();
 
-    let failures = dataplane::reconcile(&mut nl, &device, &peers).unwrap();
+    let failures = dataplane::reconcile(&mut nl, &config, &underlay, Some(&device), &peers).unwrap();
     assert_eq!(failures.len(), 1, "{failures:?}");
     assert!(failures[0].subject.contains("10.244.3.0/24"), "{}", failures[0]);
     let (routes, neighbours, fdb) = state(&mut nl, &device);
@@ -161,4 +180,71 @@ fn one_refused_peer_does_not_stop_the_others() {
     converge(&mut nl, &device, &peers);
     let (routes, _, _) = state(&mut nl, &device);
     assert_eq!(routes, [IpNet::V4(a), IpNet::V4(b), IpNet::V4(c)]);
+}
+
+/// `--backend auto`: a peer on the underlay's prefix gets one plain route via its underlay
+/// address (no neighbour, no FDB entry); when it moves off the L2 it is reprogrammed over
+/// VXLAN, and back; the direct route of a peer that is gone is removed. The kernel's own
+/// dumps are the judge.
+#[test]
+fn a_peer_changing_path_is_reprogrammed() {
+    let (_ns, mut nl) = host();
+    let config = config_with(&["--backend", "auto"]);
+    let underlay = dataplane::underlay(&mut nl, "ovu0").unwrap();
+    assert_eq!(underlay.onlink, ["192.168.92.0/24".parse::<IpNet>().unwrap()]);
+    let device =
+        dataplane::ensure_device(&mut nl, &config, &underlay, OWN_SUBNET.parse().unwrap(), None).unwrap();
+    // A route to the other segment, so the off-link peer's underlay is reachable.
+    nl.replace_route(
+        &Route::new("198.51.100.0/24".parse().unwrap()).gateway("192.168.92.254".parse().unwrap()),
+    )
+    .unwrap();
+    let b: Ipv4Net = "10.244.2.0/24".parse().unwrap();
+    let direct_routes = |nl: &mut Netlink| -> Vec<(IpNet, Option<IpAddr>)> {
+        nl.routes(IpFamily::V4, Some(MAIN_TABLE))
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.oif == Some(underlay.index) && IpNet::V4(config.network).contains(&r.destination))
+            .map(|r| (r.destination, r.gateway))
+            .collect()
+    };
+    let reconcile = |nl: &mut Netlink, peers: &BTreeMap<Ipv4Net, PeerRecord>| {
+        let failures = dataplane::reconcile(nl, &config, &underlay, Some(&device), peers).unwrap();
+        assert!(failures.is_empty(), "{failures:?}");
+    };
+
+    let on_link = BTreeMap::from([(b, peer_as(&config, b, "b", [192, 168, 92, 2]))]);
+    assert_eq!(on_link[&b].path(), PeerPath::Direct);
+    reconcile(&mut nl, &on_link);
+    assert_eq!(direct_routes(&mut nl), [(IpNet::V4(b), Some("192.168.92.2".parse().unwrap()))]);
+    let (routes, neighbours, fdb) = state(&mut nl, &device);
+    assert!(
+        routes.is_empty() && neighbours.is_empty() && fdb.is_empty(),
+        "{routes:?} {neighbours:?} {fdb:?}"
+    );
+
+    let moved = BTreeMap::from([(b, peer_as(&config, b, "b", [198, 51, 100, 2]))]);
+    assert_eq!(moved[&b].path(), PeerPath::Vxlan);
+    reconcile(&mut nl, &moved);
+    assert!(direct_routes(&mut nl).is_empty(), "the direct route outlived the move");
+    let (routes, neighbours, fdb) = state(&mut nl, &device);
+    assert_eq!((routes, neighbours.len()), (vec![IpNet::V4(b)], 1));
+    assert_eq!(fdb, [(dataplane::vtep_mac(Ipv4Addr::new(198, 51, 100, 2)), "198.51.100.2".parse().unwrap())]);
+
+    reconcile(&mut nl, &on_link);
+    assert_eq!(direct_routes(&mut nl).len(), 1);
+    let (routes, neighbours, fdb) = state(&mut nl, &device);
+    assert!(
+        routes.is_empty() && neighbours.is_empty() && fdb.is_empty(),
+        "{routes:?} {neighbours:?} {fdb:?}"
+    );
+
+    reconcile(&mut nl, &BTreeMap::new());
+    assert!(direct_routes(&mut nl).is_empty(), "the gone peer's direct route stayed");
+    // A route of the operator's own outside the pod network is not the overlay's.
+    assert!(nl
+        .routes(IpFamily::V4, Some(MAIN_TABLE))
+        .unwrap()
+        .iter()
+        .any(|r| r.destination.to_string() == "198.51.100.0/24"));
 }

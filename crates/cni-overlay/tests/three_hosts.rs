@@ -8,18 +8,8 @@ mod harness;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use cni_testkit::traffic::{tcp_echo, tcp_echo_server, udp_echo, udp_echo_server};
-use harness::{ip_counter, wait_for, Cluster, Host, DEVICE, TTL};
-
-/// TCP from `from`'s pod to `to`'s pod, 64 KiB each way (dozens of full-size segments).
-fn pods_talk(from: &Host, to: &Host) -> Result<(), String> {
-    let server_ns = to.pod.as_ref().unwrap();
-    let server = tcp_echo_server(server_ns.netns(), SocketAddr::new(to.pod_ip.unwrap().into(), 0))
-        .map_err(|e| e.to_string())?;
-    let payload: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
-    tcp_echo(from.pod.as_ref().unwrap().netns(), server.local_addr(), &payload, Duration::from_secs(5))
-        .map_err(|e| format!("{} -> {}: {e}", from.name, to.name))
-}
+use cni_testkit::traffic::{udp_echo, udp_echo_server};
+use harness::{ip_counter, pods_talk, wait_for, Cluster, Host, DEVICE, TTL};
 
 /// One UDP datagram of `size` bytes from `from`'s pod to an echo server in `to`'s pod.
 fn udp_across(from: &Host, to: &Host, size: usize) -> Result<(), String> {

@@ -1,25 +1,29 @@
 //! Three "hosts" (network namespaces) joined by an underlay bridge in a throwaway
 //! namespace, a real 3-member etcd cluster on 127.0.0.1, one overlay agent per host and a
 //! pod per host attached by the real bridge + host-local plugins. Names carry `ov`, or the
-//! prefix given to [`Cluster::start`].
+//! prefix given to [`Cluster::start`]. [`Layout`] picks the underlay's family (IPv4 or
+//! IPv6) and puts hosts on a second L2 segment that the underlay namespace routes to.
 
 // Each test binary uses only part of the harness.
 #![allow(dead_code)]
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use cni_etcd::testing::EtcdCluster;
 use cni_net::netlink::{
-    BridgeOptions, FdbEntry, IpFamily, LinkSpec, Neighbour, NeighbourState, Route, VethSpec, MAIN_TABLE,
+    AddressFlags, BridgeOptions, FdbEntry, IpFamily, LinkSpec, Neighbour, NeighbourState, Route, VethSpec,
+    MAIN_TABLE,
 };
 use cni_net::Netlink;
 use cni_testkit::binaries::workspace_binary;
 use cni_testkit::ns::TestNetns;
 use cni_testkit::runner::PluginCall;
-use ipnet::Ipv4Net;
+use cni_testkit::traffic::{tcp_echo, tcp_echo_server};
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use serde_json::Value;
 
 pub const TTL: u64 = 3;
@@ -31,16 +35,58 @@ pub struct Host {
     pub prefix: String,
     pub name: String,
     pub ns: TestNetns,
-    pub underlay: Ipv4Addr,
+    pub underlay: IpAddr,
     pub dir: PathBuf,
     pub agent: Option<Child>,
     pub pod: Option<TestNetns>,
     pub pod_ip: Option<Ipv4Addr>,
+    /// The pod's IPv6 address, with a dual-stack conflist.
+    pub pod_ip6: Option<Ipv6Addr>,
+}
+
+/// How the hosts' underlay is laid out.
+#[derive(Debug, Clone, Default)]
+pub struct Layout {
+    /// Underlay addresses of IPv6 (`fd00:91::N/64`) instead of IPv4 (`192.168.91.N/24`).
+    pub ipv6: bool,
+    /// Hosts (by index) on a second L2 segment (`192.168.92.0/24`, `fd00:92::/64`),
+    /// reached from the first through the underlay namespace as a router.
+    pub routed: Vec<usize>,
+}
+
+impl Layout {
+    /// Host `i`'s underlay address on segment `segment` (1 or 2), with its prefix.
+    pub fn address(&self, segment: u8, i: usize) -> IpNet {
+        let host = i as u8 + 1;
+        self.on_segment(segment, host)
+    }
+
+    /// The underlay namespace's (the router's) address on a segment.
+    pub fn router(&self, segment: u8) -> IpNet {
+        self.on_segment(segment, 254)
+    }
+
+    fn on_segment(&self, segment: u8, host: u8) -> IpNet {
+        if self.ipv6 {
+            let address = Ipv6Addr::new(0xfd00, 0x90 + u16::from(segment), 0, 0, 0, 0, 0, u16::from(host));
+            IpNet::V6(Ipv6Net::new(address, 64).unwrap())
+        } else {
+            IpNet::V4(Ipv4Net::new(Ipv4Addr::new(192, 168, 90 + segment, host), 24).unwrap())
+        }
+    }
+
+    pub fn segment_of(&self, i: usize) -> u8 {
+        if self.routed.contains(&i) {
+            2
+        } else {
+            1
+        }
+    }
 }
 
 pub struct Cluster {
     pub etcd: EtcdCluster,
-    pub _underlay: TestNetns,
+    pub underlay_ns: TestNetns,
     pub hosts: Vec<Host>,
     pub plugins: tempfile::TempDir,
     pub _tmp: tempfile::TempDir,
@@ -51,11 +97,15 @@ pub use cni_testkit::poll::poll as wait_for;
 
 /// The overlay entries one host has for peers: routes, permanent neighbours and FDB
 /// entries with a remote on its VXLAN device, from netlink dumps.
+///
+/// `routes` and `neighbours` are of both families; `direct` are the routes into the pod
+/// networks via a gateway on the underlay interface (direct routing).
 #[derive(Debug, Default)]
 pub struct Entries {
     pub routes: Vec<Route>,
     pub neighbours: Vec<Neighbour>,
     pub fdb: Vec<FdbEntry>,
+    pub direct: Vec<Route>,
 }
 
 impl Entries {
@@ -68,9 +118,51 @@ impl Entries {
             || self.neighbours.iter().any(|n| n.address == IpAddr::V4(subnet.network()))
     }
 
-    pub fn has_underlay(&self, underlay: Ipv4Addr) -> bool {
-        self.fdb.iter().any(|f| f.dst == Some(IpAddr::V4(underlay)))
+    pub fn has_underlay(&self, underlay: impl Into<IpAddr>) -> bool {
+        let underlay = underlay.into();
+        self.fdb.iter().any(|f| f.dst == Some(underlay))
     }
+
+    /// Any route (over the device or direct) to `subnet`.
+    pub fn routes_to(&self, subnet: impl Into<IpNet>) -> bool {
+        let subnet = subnet.into();
+        self.routes.iter().chain(&self.direct).any(|r| r.destination == subnet)
+    }
+
+    /// The direct routes as (destination, gateway), sorted.
+    pub fn direct_routes(&self) -> Vec<(IpNet, IpAddr)> {
+        let mut routes: Vec<(IpNet, IpAddr)> =
+            self.direct.iter().filter_map(|r| Some((r.destination, r.gateway?))).collect();
+        routes.sort();
+        routes
+    }
+
+    /// The device's routes' destinations, sorted.
+    pub fn vxlan_routes(&self) -> Vec<IpNet> {
+        let mut routes: Vec<IpNet> = self.routes.iter().map(|r| r.destination).collect();
+        routes.sort();
+        routes
+    }
+}
+
+/// TCP from `from`'s pod to `to`'s pod over IPv4 (or IPv6), 64 KiB each way (dozens of
+/// full-size segments).
+pub fn pods_talk_over(from: &Host, to: &Host, ipv6: bool) -> Result<(), String> {
+    let family = if ipv6 { "IPv6" } else { "IPv4" };
+    let target: IpAddr = match ipv6 {
+        false => to.pod_ip.ok_or("no IPv4 pod address")?.into(),
+        true => to.pod_ip6.ok_or("no IPv6 pod address")?.into(),
+    };
+    let server = tcp_echo_server(to.pod.as_ref().unwrap().netns(), SocketAddr::new(target, 0))
+        .map_err(|e| format!("{family} server in {}'s pod: {e}", to.name))?;
+    let payload: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+    tcp_echo(from.pod.as_ref().unwrap().netns(), server.local_addr(), &payload, Duration::from_secs(5))
+        .map_err(|e| format!("{family} {} -> {}: {e}", from.name, to.name))
+}
+
+/// TCP over IPv4 between the pods of `from` and `to`.
+pub fn pods_talk(from: &Host, to: &Host) -> Result<(), String> {
+    pods_talk_over(from, to, false)
 }
 
 /// A counter of the `Ip:` line of `/proc/net/snmp` in `ns` (e.g. `FragCreates`).
@@ -107,22 +199,36 @@ impl Host {
 
     pub fn entries(&self) -> Entries {
         let mut nl = self.netlink();
-        let Some(device) = nl.link_by_name(DEVICE).unwrap() else { return Entries::default() };
+        let pod_networks: [IpNet; 2] = ["10.244.0.0/16".parse().unwrap(), "fd00:244::/48".parse().unwrap()];
+        let underlay = nl.require_link("ovu0").unwrap().index;
+        let routes: Vec<Route> = [IpFamily::V4, IpFamily::V6]
+            .into_iter()
+            .flat_map(|family| nl.routes(family, Some(MAIN_TABLE)).unwrap())
+            .filter(|r| r.gateway.is_some())
+            .collect();
+        let direct = routes
+            .iter()
+            .filter(|r| r.oif == Some(underlay) && pod_networks.iter().any(|n| n.contains(&r.destination)))
+            .cloned()
+            .collect();
+        let Some(device) = nl.link_by_name(DEVICE).unwrap() else {
+            return Entries { direct, ..Entries::default() };
+        };
         Entries {
-            routes: nl
-                .routes(IpFamily::V4, Some(MAIN_TABLE))
-                .unwrap()
+            routes: routes.into_iter().filter(|r| r.oif == Some(device.index)).collect(),
+            neighbours: [IpFamily::V4, IpFamily::V6]
                 .into_iter()
-                .filter(|r| r.oif == Some(device.index) && r.gateway.is_some())
-                .collect(),
-            neighbours: nl
-                .neighbours(IpFamily::V4, Some(device.index))
-                .unwrap()
-                .into_iter()
+                .flat_map(|family| nl.neighbours(family, Some(device.index)).unwrap())
                 .filter(|n| n.state == NeighbourState::Permanent)
                 .collect(),
             fdb: nl.fdb_entries(device.index).unwrap().into_iter().filter(|f| f.dst.is_some()).collect(),
+            direct,
         }
+    }
+
+    /// The IPv6 subnet the agent wrote to its env file (dual-stack).
+    pub fn subnet6(&self) -> Option<Ipv6Net> {
+        cni_overlay::cniconf::read_subnet6(&self.subnet_file())
     }
 
     /// Starts the agent (in the test's own namespace, where etcd listens on 127.0.0.1,
@@ -181,10 +287,22 @@ impl Host {
             .in_namespace(self.ns.path())
             .run();
         let result = out.json();
-        let address = result["ips"][0]["address"].as_str().expect("an address");
-        let ip: Ipv4Net = address.parse().unwrap();
-        assert!(self.subnet().unwrap().contains(&ip.addr()), "{ip} is outside the node's subnet");
-        self.pod_ip = Some(ip.addr());
+        for ip in result["ips"].as_array().expect("ips") {
+            match ip["address"].as_str().expect("an address").parse::<IpNet>().unwrap() {
+                IpNet::V4(ip) => {
+                    assert!(self.subnet().unwrap().contains(&ip.addr()), "{ip} is outside the node's subnet");
+                    self.pod_ip = Some(ip.addr());
+                }
+                IpNet::V6(ip) => {
+                    assert!(
+                        self.subnet6().unwrap().contains(&ip.addr()),
+                        "{ip} is outside the node's subnet"
+                    );
+                    self.pod_ip6 = Some(ip.addr());
+                }
+            }
+        }
+        assert!(self.pod_ip.is_some(), "no IPv4 address in {result}");
         self.pod = Some(pod);
     }
 }
@@ -203,6 +321,11 @@ impl Cluster {
 
     /// `hosts` hosts (at most 9) on `etcd`, every name in the test carrying `prefix`.
     pub fn start(prefix: &str, etcd: EtcdCluster, count: usize) -> Cluster {
+        Cluster::start_with(prefix, etcd, count, &Layout::default())
+    }
+
+    /// The same with the underlay laid out as `layout` says.
+    pub fn start_with(prefix: &str, etcd: EtcdCluster, count: usize, layout: &Layout) -> Cluster {
         cni_testkit::ns::require_root();
         let tmp = tempfile::Builder::new().prefix(&format!("{prefix}-overlay-")).tempdir().unwrap();
         let plugins = tempfile::Builder::new().prefix(&format!("{prefix}-plugins-")).tempdir().unwrap();
@@ -213,9 +336,21 @@ impl Cluster {
 
         let underlay = TestNetns::with_prefix(&format!("{prefix}u")).unwrap();
         let mut unl = underlay.netlink().unwrap();
-        let bridge = unl.add_bridge(&LinkSpec::new("ovbr"), &BridgeOptions::default()).unwrap();
-        let bridge = bridge.map(|l| l.index).unwrap_or_else(|| unl.require_link("ovbr").unwrap().index);
-        unl.set_link_up(bridge).unwrap();
+        let mut bridges = Vec::new();
+        for segment in [1u8, 2] {
+            let name = if segment == 1 { "ovbr".to_string() } else { format!("ovbr{segment}") };
+            let bridge = unl.add_bridge(&LinkSpec::new(&name), &BridgeOptions::default()).unwrap();
+            let bridge = bridge.map(|l| l.index).unwrap_or_else(|| unl.require_link(&name).unwrap().index);
+            unl.set_link_up(bridge).unwrap();
+            if !layout.routed.is_empty() {
+                unl.add_address(bridge, layout.router(segment), AddressFlags::Nodad).unwrap();
+            }
+            bridges.push(bridge);
+        }
+        if !layout.routed.is_empty() {
+            let key = if layout.ipv6 { "net/ipv6/conf/all/forwarding" } else { "net/ipv4/ip_forward" };
+            cni_net::sysctl::write_in(underlay.netns(), key, "1").unwrap();
+        }
         let mut hosts = Vec::new();
         for i in 0..count {
             let name = format!("{prefix}-{}", (b'a' + i as u8) as char);
@@ -227,28 +362,34 @@ impl Cluster {
             })
             .unwrap();
             let port = unl.require_link(&port).unwrap();
-            unl.set_link_master(port.index, bridge).unwrap();
+            let segment = layout.segment_of(i);
+            unl.set_link_master(port.index, bridges[usize::from(segment) - 1]).unwrap();
             unl.set_link_up(port.index).unwrap();
-            let underlay_ip = Ipv4Addr::new(192, 168, 91, i as u8 + 1);
+            let address = layout.address(segment, i);
             let mut nl = ns.netlink().unwrap();
             let link = nl.require_link("ovu0").unwrap();
-            let net = ipnet::IpNet::V4(Ipv4Net::new(underlay_ip, 24).unwrap());
-            nl.add_address(link.index, net, cni_net::netlink::AddressFlags::empty()).unwrap();
+            nl.add_address(link.index, address, AddressFlags::Nodad).unwrap();
             nl.set_link_up(link.index).unwrap();
+            if !layout.routed.is_empty() {
+                let other = layout.router(3 - segment).trunc();
+                let via = layout.router(segment).addr();
+                nl.replace_route(&Route::new(other).gateway(via).oif(link.index)).unwrap();
+            }
             let dir = tmp.path().join(&name);
             std::fs::create_dir_all(&dir).unwrap();
             hosts.push(Host {
                 prefix: prefix.to_string(),
                 name,
                 ns,
-                underlay: underlay_ip,
+                underlay: address.addr(),
                 dir,
                 agent: None,
                 pod: None,
                 pod_ip: None,
+                pod_ip6: None,
             });
         }
-        Cluster { etcd, _underlay: underlay, hosts, plugins, _tmp: tmp }
+        Cluster { etcd, underlay_ns: underlay, hosts, plugins, _tmp: tmp }
     }
 
     /// Every agent's log, for failure messages.
@@ -260,9 +401,29 @@ impl Cluster {
             .join("\n")
     }
 
+    /// TCP between the pods of every ordered pair of hosts, over IPv4 and (with `ipv6`)
+    /// IPv6; panics with the agents' logs on the first failure.
+    pub fn all_pods_talk(&self, ipv6: bool) {
+        let families: &[bool] = if ipv6 { &[false, true] } else { &[false] };
+        for from in &self.hosts {
+            for to in self.hosts.iter().filter(|h| h.name != from.name) {
+                for &v6 in families {
+                    pods_talk_over(from, to, v6).unwrap_or_else(|e| panic!("{e}\n{}", self.logs()));
+                }
+            }
+        }
+    }
+
+    /// Waits until host `i`'s entries satisfy `check`; panics with them and the logs if
+    /// they do not within `limit`.
+    pub fn wait_entries(&self, i: usize, limit: Duration, what: &str, check: impl Fn(&Entries) -> bool) {
+        let reached = wait_for(limit, || check(&self.hosts[i].entries()).then_some(()));
+        assert!(reached.is_some(), "host {i}: {what}: {:?}\n{}", self.hosts[i].entries(), self.logs());
+    }
+
     /// Waits until host `i` has exactly the entries of `peers` (by index).
     pub fn wait_peers(&self, i: usize, peers: &[usize], limit: Duration) -> bool {
-        let want: Vec<(Ipv4Net, Ipv4Addr)> = peers
+        let want: Vec<(Ipv4Net, IpAddr)> = peers
             .iter()
             .map(|&p| (self.hosts[p].subnet().expect("peer subnet"), self.hosts[p].underlay))
             .collect();
