@@ -25,7 +25,7 @@ pub fn config_stage(name: &str, req: &Request) -> Option<Result<(), CniError>> {
         "ipvlan" => ipvlan::IpvlanConf::load(req).map(drop),
         "loopback" => Ok(()),
         "macvlan" => macvlan::Settings::load(req).map(drop),
-        "portmap" => portmap::config::PortMapConf::load(req).map(drop),
+        "portmap" => portmap::config::PortmapConf::load(req).map(drop),
         "ptp" => ptp::PtpConf::load(req).map(drop),
         "sbr" => sbr::load(req).map(drop),
         "static" => static_ipam::StaticIpam::load(req).map(drop),

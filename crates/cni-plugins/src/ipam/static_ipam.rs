@@ -11,7 +11,7 @@ use serde::Deserialize;
 use std::net::IpAddr;
 
 #[derive(Debug, Deserialize)]
-pub(crate) struct NetConf {
+pub(crate) struct RawConf {
     ipam: StaticConf,
 }
 
@@ -93,7 +93,7 @@ fn addresses(req: &Request, conf: &StaticConf) -> Result<Vec<AddressConf>, CniEr
 
 impl StaticIpam {
     pub(crate) fn load(req: &Request) -> Result<(StaticConf, Vec<AddressConf>), CniError> {
-        let conf: NetConf = req.config()?;
+        let conf: RawConf = req.config()?;
         let addrs = addresses(req, &conf.ipam)?;
         Ok((conf.ipam, addrs))
     }

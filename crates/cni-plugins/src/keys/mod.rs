@@ -74,7 +74,7 @@ pub fn plugin_keys(name: &str) -> Option<Keys> {
         "portmap" => vec![config_keys::<m::portmap::config::RawConf>()],
         "ptp" => vec![config_keys::<i::ptp::PtpConf>()],
         "sbr" => vec![config_keys::<m::sbr::SbrConf>()],
-        "static" => [vec![config_keys::<ipam::static_ipam::NetConf>()], requested_ips()].concat(),
+        "static" => [vec![config_keys::<ipam::static_ipam::RawConf>()], requested_ips()].concat(),
         "tap" => [vec![config_keys::<i::tap::TapConf>()], requested_mac()].concat(),
         "tuning" => [
             vec![

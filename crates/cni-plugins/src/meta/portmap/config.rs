@@ -2,7 +2,7 @@
 //!
 //! Keys (reference defaults): `snat` [true], `masqAll` [false], `markMasqBit` [13],
 //! `externalSetMarkChain` (an iptables chain of another tool; refused here, see
-//! [`PortMapConf::load`]), `conditionsV4` / `conditionsV6` (see [`super::conditions`]),
+//! [`PortmapConf::load`]), `conditionsV4` / `conditionsV6` (see [`super::conditions`]),
 //! and the `portMappings` capability in `runtimeConfig`.
 
 use super::conditions::Conditions;
@@ -134,7 +134,7 @@ pub(crate) struct RawConf {
 
 /// The portmap configuration.
 #[derive(Debug, Clone)]
-pub struct PortMapConf {
+pub struct PortmapConf {
     /// Masquerade traffic that needs it to come back (from localhost, hairpin).
     pub snat: bool,
     /// Masquerade every mapped connection, whatever its source.
@@ -178,20 +178,20 @@ fn mapping(raw: &RawPortMapping) -> Result<PortMapping, CniError> {
     })
 }
 
-impl PortMapConf {
+impl PortmapConf {
     /// Parses and validates the request's configuration.
-    pub fn load(req: &Request) -> Result<PortMapConf, CniError> {
+    pub fn load(req: &Request) -> Result<PortmapConf, CniError> {
         let raw: RawConf = req.config()?;
         Self::from_raw(raw)
     }
 
     /// Parses a configuration given as JSON (for tests of the rule builders).
     #[cfg(test)]
-    pub fn from_value(value: serde_json::Value) -> Result<PortMapConf, CniError> {
+    pub fn from_value(value: serde_json::Value) -> Result<PortmapConf, CniError> {
         Self::from_raw(cni_sdk::config::parse_value("config", &value)?)
     }
 
-    fn from_raw(raw: RawConf) -> Result<PortMapConf, CniError> {
+    fn from_raw(raw: RawConf) -> Result<PortmapConf, CniError> {
         if raw.external_set_mark_chain.is_some() && raw.mark_masq_bit.is_some() {
             return Err(invalid("cannot specify both externalSetMarkChain and markMasqBit".into()));
         }
@@ -218,7 +218,7 @@ impl PortMapConf {
                 mappings.push(m);
             }
         }
-        Ok(PortMapConf {
+        Ok(PortmapConf {
             snat: raw.snat.unwrap_or(true),
             masq_all: raw.masq_all.unwrap_or(false),
             mark_masq_bit,
@@ -250,8 +250,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn parse(value: serde_json::Value) -> Result<PortMapConf, CniError> {
-        PortMapConf::from_raw(serde_json::from_value(value).unwrap())
+    fn parse(value: serde_json::Value) -> Result<PortmapConf, CniError> {
+        PortmapConf::from_raw(serde_json::from_value(value).unwrap())
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::common::{open_container_netns, NetResultExt};
 use cni_net::nft::NftClient;
 use cni_net::Netlink;
 use cni_sdk::{CniError, CniResult, ErrorCode, Plugin, Request};
-use config::PortMapConf;
+use config::PortmapConf;
 use host::ContainerIps;
 use rules::{DispatchKey, Target};
 use std::collections::HashSet;
@@ -30,7 +30,7 @@ fn nft_client() -> Result<crate::common::nft_attach::Client, CniError> {
 
 /// Each mapping, for each family the container has an address of and the mapping's
 /// `hostIP` allows.
-pub fn targets(conf: &PortMapConf, ips: &ContainerIps) -> Vec<Target> {
+pub fn targets(conf: &PortmapConf, ips: &ContainerIps) -> Vec<Target> {
     let mut out = Vec::new();
     for m in &conf.mappings {
         for v6 in [false, true] {
@@ -64,7 +64,7 @@ fn result_from_container(req: &Request) -> Result<CniResult, CniError> {
 
 impl Plugin for Portmap {
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
-        let conf = PortMapConf::load(req)?;
+        let conf = PortmapConf::load(req)?;
         let prev = match req.chained_prev_result()? {
             Some(prev) => prev,
             None => result_from_container(req)?,
@@ -98,7 +98,7 @@ impl Plugin for Portmap {
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
-        let conf = PortMapConf::load(req)?;
+        let conf = PortmapConf::load(req)?;
         let prev = req.require_prev_result()?;
         let ips = ContainerIps::from_result(&prev, &req.ifname);
         let expected: HashSet<DispatchKey> = targets(&conf, &ips).iter().map(|t| t.key).collect();

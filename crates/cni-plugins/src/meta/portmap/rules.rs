@@ -41,7 +41,7 @@
 //! deleted something waits for an RCU grace period; the plugin does not pay it, since its
 //! client hands the socket to a detached helper (see `NftClient::close_without_waiting`).
 
-use super::config::{PortMapConf, Protocol, DEFAULT_MARK_MASQ_BIT};
+use super::config::{PortmapConf, Protocol, DEFAULT_MARK_MASQ_BIT};
 use crate::common::nft_attach::{self, DispatchTable};
 use cni_net::nft::{
     priority, Batch, Chain, ChainType, CmpOp, Expr, Family, Field, Hook, KeyType, KeyValue, MapData, MetaKey,
@@ -256,7 +256,7 @@ pub fn ensure_masq_bit(nft: &mut NftClient, bit: u32) -> Result<(), CniError> {
 }
 
 /// The rules of one attachment's chain.
-fn attachment_rules(conf: &PortMapConf, chain: &str, targets: &[Target]) -> Vec<RuleBuilder> {
+fn attachment_rules(conf: &PortmapConf, chain: &str, targets: &[Target]) -> Vec<RuleBuilder> {
     let mark = 1u32 << conf.mark_masq_bit;
     let mut rules = Vec::new();
     for t in targets {
@@ -316,7 +316,7 @@ pub fn install(
     nft: &mut NftClient,
     network: &str,
     who: &Attachment,
-    conf: &PortMapConf,
+    conf: &PortmapConf,
     targets: &[Target],
 ) -> Result<(), CniError> {
     if conf.snat {
@@ -390,7 +390,7 @@ mod tests {
 
     #[test]
     fn snat_and_masq_all_decide_which_connections_are_marked() {
-        let conf = |keys: serde_json::Value| PortMapConf::from_value(keys).unwrap();
+        let conf = |keys: serde_json::Value| PortmapConf::from_value(keys).unwrap();
         let targets = |ip: &str| {
             let ip: IpAddr = ip.parse().unwrap();
             vec![Target {
@@ -399,7 +399,7 @@ mod tests {
                 container_port: 8080,
             }]
         };
-        let count = |c: &PortMapConf, ip: &str| attachment_rules(c, "cni-x", &targets(ip)).len();
+        let count = |c: &PortmapConf, ip: &str| attachment_rules(c, "cni-x", &targets(ip)).len();
         let default = conf(serde_json::json!({}));
         assert_eq!(count(&default, "10.0.0.2"), 3, "localhost + hairpin marks, then DNAT");
         assert_eq!(count(&default, "fd00::2"), 2, "hairpin mark, then DNAT");
