@@ -159,6 +159,33 @@ fn dispatch(
     stderr: &mut dyn Write,
     version_for_errors: &mut String,
 ) -> Result<Option<String>, CniError> {
+    let command = command_from_env(plugin, env, stderr)?;
+    if command == Command::Version {
+        // The answer does not depend on stdin, so it is not read: VERSION never blocks.
+        return Ok(Some(serde_json::to_string(&plugin.version_info()).expect("version info serialises")));
+    }
+    let req = read_request(plugin, env, command, stdin, version_for_errors)?;
+    match command {
+        Command::Add => {
+            let result = plugin.add(&req)?;
+            let value = result.to_value(req.version).map_err(|e| e.to_cni_error())?;
+            Ok(Some(pretty(&value)))
+        }
+        Command::Del => plugin.del(&req).map(|_| None),
+        Command::Check => plugin.check(&req).map(|_| None),
+        Command::Gc => plugin.gc(&req).map(|_| None),
+        Command::Status => plugin.status(&req).map(|_| None),
+        Command::Version => unreachable!("answered above"),
+    }
+}
+
+/// CNI_COMMAND and the variables its verb needs. Run with no CNI_COMMAND at all (a person
+/// trying the binary), the plugin also says what it is on stderr.
+fn command_from_env(
+    plugin: &dyn Plugin,
+    env: &dyn Environment,
+    stderr: &mut dyn Write,
+) -> Result<Command, CniError> {
     let var = |k: &str| env.var(k).unwrap_or_default();
     let command_text = var("CNI_COMMAND");
     let command = Command::parse(&command_text);
@@ -178,17 +205,22 @@ fn dispatch(
             format!("required env variables [{}] missing", missing.join(",")),
         ));
     }
-    let Some(command) = command else {
-        return Err(CniError::new(
-            ErrorCode::InvalidEnvironment,
-            format!("unknown CNI_COMMAND: {command_text}"),
-        ));
-    };
-    if command == Command::Version {
-        // The answer does not depend on stdin, so it is not read: VERSION never blocks.
-        return Ok(Some(serde_json::to_string(&plugin.version_info()).expect("version info serialises")));
-    }
+    command.ok_or_else(|| {
+        CniError::new(ErrorCode::InvalidEnvironment, format!("unknown CNI_COMMAND: {command_text}"))
+    })
+}
 
+/// The request of a verb other than VERSION: the configuration from stdin and the
+/// environment, each validated. `version_for_errors` learns the configuration's version as
+/// soon as it is known, so a later failure is reported in that version's shape.
+fn read_request(
+    plugin: &dyn Plugin,
+    env: &dyn Environment,
+    command: Command,
+    stdin: &mut dyn Read,
+    version_for_errors: &mut String,
+) -> Result<Request, CniError> {
+    let var = |k: &str| env.var(k).unwrap_or_default();
     // Room for a typical configuration with its prevResult up front: read_to_end on an
     // empty buffer probes with 32-byte reads and doubles, six system calls for 2 KiB.
     let mut stdin_bytes = Vec::with_capacity(16 * 1024);
@@ -219,7 +251,7 @@ fn dispatch(
         refuse_own_namespace(&netns)?;
     }
 
-    let req = Request {
+    Ok(Request {
         command,
         container_id,
         netns,
@@ -230,19 +262,7 @@ fn dispatch(
         conf,
         version,
         trace: TraceContext::from_env(|key| env.var(key)),
-    };
-    match command {
-        Command::Add => {
-            let result = plugin.add(&req)?;
-            let value = result.to_value(version).map_err(|e| e.to_cni_error())?;
-            Ok(Some(pretty(&value)))
-        }
-        Command::Del => plugin.del(&req).map(|_| None),
-        Command::Check => plugin.check(&req).map(|_| None),
-        Command::Gc => plugin.gc(&req).map(|_| None),
-        Command::Status => plugin.status(&req).map(|_| None),
-        Command::Version => unreachable!("answered above"),
-    }
+    })
 }
 
 /// The configuration's version must be one the plugin speaks, and the verb must exist in
