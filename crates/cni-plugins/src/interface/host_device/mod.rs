@@ -214,6 +214,7 @@ impl HostDevice {
             let _ = remove_state(&state);
         })?;
         let mut cont_nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
+        iface::refuse_router_addresses(ns, req, &req.ifname, !addresses.is_empty())?;
         if addresses.is_empty() {
             cont_nl.set_link_up(link.index).or_cni(&format!("set {} up", req.ifname))?;
         } else {
