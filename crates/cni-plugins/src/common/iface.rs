@@ -40,6 +40,11 @@ fn kernel_route(route: &Route, oif: u32, gateway: Option<IpAddr>) -> KernelRoute
 /// container's address is unique by allocation, and waiting for DAD costs 1–2 s per ADD.
 /// A route that already exists is skipped (another network may have installed the default
 /// route first; the first one wins).
+///
+/// An address the kernel already holds is left as it is, lifetimes included: the `slaac`
+/// IPAM plugin reports addresses the kernel autoconfigured, and replacing one would make
+/// it permanent, so the container would keep a prefix its router renumbered away or
+/// withdrew. Its default route, learnt from the same advertisement, is kept the same way.
 pub fn configure(
     nl: &mut Netlink,
     link: &Link,
