@@ -126,16 +126,7 @@ fn no_router_is_code_11_within_the_timeout_and_changes_nothing() {
     let lan = bridge_lan(1, None);
     let (host, container) = (&lan.env.host, &lan.env.containers[0]);
     let scope = Scope::new().netns("host", host).netns("container", container);
-    // The rig's links are new: their link-local addresses and routes are still coming.
-    let mut before = scope.take();
-    loop {
-        std::thread::sleep(Duration::from_millis(200));
-        let now = scope.take();
-        if now.diff(&before).is_empty() {
-            break;
-        }
-        before = now;
-    }
+    let before = settled(&scope);
     let conf = bridge_conf(json!({"type": "slaac", "timeout": 1.5}));
     let out = call("bridge", "ADD", host, Some(container), &conf).run();
     assert!(!out.success(), "ADD succeeded without a router: {}", out.stdout);
@@ -196,6 +187,26 @@ fn an_interface_that_is_not_there_is_a_clear_error() {
     assert!(out.error().msg.contains("eth0 is not in the container"), "{}", out.stdout);
     // DEL of what is not there is success.
     ok(call("slaac", "DEL", host, Some(container), &conf).ifname("eth0").run());
+}
+
+/// The bridge as gateway would take the router's link-local address: refused before any
+/// link is made.
+#[test]
+fn bridge_as_gateway_with_slaac_is_refused() {
+    cni_testkit::ns::require_root();
+    let lan = bridge_lan(1, None);
+    let (host, container) = (&lan.env.host, &lan.env.containers[0]);
+    for key in ["isGateway", "isDefaultGateway"] {
+        let mut conf = bridge_conf(json!({"type": "slaac"}));
+        conf[key] = json!(true);
+        let scope = Scope::new().netns("host", host).netns("container", container);
+        let before = settled(&scope);
+        let out = call("bridge", "ADD", host, Some(container), &conf).run();
+        let error = out.error();
+        assert_eq!(error.code, 7, "{key}: {}", out.stdout);
+        assert!(error.msg.contains("isGateway") && error.msg.contains("slaac"), "{}", error.msg);
+        assert_eq!(scope.take().diff(&before), Vec::<String>::new(), "{key}");
+    }
 }
 
 #[test]

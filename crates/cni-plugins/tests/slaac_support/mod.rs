@@ -149,6 +149,20 @@ pub fn macvlan_conf(ipam: Value) -> Value {
         "ipam": ipam})
 }
 
+/// A snapshot of `scope` once two in a row agree: the rig's links are new, and their
+/// link-local addresses and routes are still coming.
+pub fn settled(scope: &cni_testkit::snapshot::Scope<'_>) -> cni_testkit::snapshot::Snapshot {
+    let mut before = scope.take();
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = scope.take();
+        if now.diff(&before).is_empty() {
+            return now;
+        }
+        before = now;
+    }
+}
+
 /// `ip -j -6 addr` entries of `dev` in `ns` with global scope.
 pub fn global_addresses(ns: &TestNetns, dev: &str) -> Vec<Value> {
     let links = ns.ip_json(&["-6", "addr", "show", "dev", dev, "scope", "global"]);
