@@ -120,6 +120,24 @@ fn macvlan_reports_the_advertised_address_and_reaches_the_router() {
     reported(&again, LAN_PREFIX);
 }
 
+/// host-device moves the LAN-facing link itself into the container, then asks slaac; DEL
+/// gives it back to the host.
+#[test]
+fn host_device_reports_the_advertised_address_and_gives_the_device_back() {
+    cni_testkit::ns::require_root();
+    let lan = macvlan_lan(1, &plain_router(LAN_PREFIX));
+    let (host, container) = (&lan.env.host, &lan.env.containers[0]);
+    let dir = tempfile::Builder::new().prefix("sl-hd").tempdir().unwrap();
+    let conf = json!({"cniVersion": "1.1.0", "name": "slnet", "type": "host-device", "device": MASTER,
+        "dataDir": dir.path(), "ipam": {"type": "slaac"}});
+    let result = add("host-device", host, container, &conf);
+    let (address, gateway) = reported(&result, LAN_PREFIX);
+    on_the_interface(container, address, gateway);
+    echo(container, &lan.lan, LAN_ROUTER, 7054);
+    ok(call("host-device", "DEL", host, Some(container), &conf).run());
+    assert!(host.netlink().unwrap().link_by_name(MASTER).unwrap().is_some(), "{MASTER} is not back");
+}
+
 #[test]
 fn no_router_is_code_11_within_the_timeout_and_changes_nothing() {
     cni_testkit::ns::require_root();
