@@ -33,7 +33,10 @@ pub fn is_autoconfigured(a: &IpAddress) -> bool {
 }
 
 pub fn state(a: &IpAddress) -> State {
+    // A preferred lifetime of 0 is checked as well as the flag: the kernel marks a new
+    // address deprecated only when its lifetime timer next runs.
     if a.flags.intersects(AddressFlags::Dadfailed | AddressFlags::Deprecated)
+        || a.preferred_lifetime == Some(0)
         || a.address.prefix_len() != AUTOCONF_PREFIX_LEN
     {
         State::Unusable
@@ -86,7 +89,7 @@ mod tests {
     fn address(text: &str, flags: AddressFlags) -> IpAddress {
         let address: IpNet = text.parse().unwrap();
         let scope = if address.addr().to_string().starts_with("fe80") { 253 } else { 0 };
-        IpAddress { index: 2, address, flags, scope, label: None }
+        IpAddress { index: 2, address, flags, scope, label: None, preferred_lifetime: Some(3600) }
     }
 
     #[test]
@@ -104,6 +107,9 @@ mod tests {
         assert_eq!(in_state(&all, State::Usable, 16), vec!["2001:db8:1::5/64".parse::<IpNet>().unwrap()]);
         assert_eq!(in_state(&all, State::Tentative, 16), vec!["2001:db8:2::5/64".parse::<IpNet>().unwrap()]);
         assert_eq!(in_state(&all, State::Usable, 0), Vec::<IpNet>::new());
+        let mut expired = address("2001:db8:8::5/64", AddressFlags::empty());
+        expired.preferred_lifetime = Some(0);
+        assert_eq!(state(&expired), State::Unusable);
         assert!(has_link_local(&all));
         assert!(!has_link_local(&[address("fe80::5/64", AddressFlags::Tentative)]));
     }
