@@ -195,6 +195,48 @@ fn a_failed_add_puts_back_what_it_enabled() {
     assert_eq!(container.ip_json(&["-6", "route", "show", "table", "all", "dev", "eth0"]), json!([]));
 }
 
+/// A container that forwards (a router of its own) keeps forwarding: the interface takes
+/// advertisements through accept_ra=2 instead.
+#[test]
+fn a_forwarding_container_keeps_forwarding() {
+    cni_testkit::ns::require_root();
+    let lan = bridge_lan(1, Some(&plain_router(BRIDGE_PREFIX)));
+    let (host, container) = (&lan.env.host, &lan.env.containers[0]);
+    for key in ["all", "default"] {
+        cni_net::sysctl::write_in(container.netns(), &format!("net/ipv6/conf/{key}/forwarding"), "1")
+            .unwrap();
+    }
+    let result = add("bridge", host, container, &bridge_conf(json!({"type": "slaac"})));
+    let (address, gateway) = reported(&result, BRIDGE_PREFIX);
+    on_the_interface(container, address, gateway);
+    let read = |key: &str| {
+        cni_net::sysctl::read_in(container.netns(), &format!("net/ipv6/conf/eth0/{key}")).unwrap()
+    };
+    assert_eq!((read("forwarding"), read("accept_ra")), ("1".to_string(), "2".to_string()));
+}
+
+/// The IPAM plugin's own DEL on an interface that stays: autoconfiguration off, its
+/// addresses gone; a second DEL is success.
+#[test]
+fn del_removes_the_autoconfigured_addresses_and_is_idempotent() {
+    cni_testkit::ns::require_root();
+    let lan = bridge_lan(1, Some(&plain_router(BRIDGE_PREFIX)));
+    let (host, container) = (&lan.env.host, &lan.env.containers[0]);
+    let container_path = container.path().display().to_string();
+    run_ip(host, &["link", "add", "slv0", "type", "veth", "peer", "name", "eth0", "netns", &container_path]);
+    run_ip(host, &["link", "set", "slv0", "master", BRIDGE, "up"]);
+    let conf = json!({"cniVersion": "1.1.0", "name": "slnet", "ipam": {"type": "slaac"}});
+    let result = call("slaac", "ADD", host, Some(container), &conf).ifname("eth0").run().json();
+    let (address, gateway) = reported(&result, BRIDGE_PREFIX);
+    on_the_interface(container, address, gateway);
+    for _ in 0..2 {
+        ok(call("slaac", "DEL", host, Some(container), &conf).ifname("eth0").run());
+        assert_eq!(global_addresses(container, "eth0"), Vec::<Value>::new());
+        let autoconf = cni_net::sysctl::read_in(container.netns(), "net/ipv6/conf/eth0/autoconf").unwrap();
+        assert_eq!(autoconf, "0");
+    }
+}
+
 #[test]
 fn an_interface_that_is_not_there_is_a_clear_error() {
     cni_testkit::ns::require_root();
