@@ -1,5 +1,6 @@
 //! Telling a link's neighbours about a new address: a gratuitous ARP for IPv4 and an
-//! unsolicited neighbour advertisement for IPv6.
+//! unsolicited neighbour advertisement for IPv6; and asking a link's routers to advertise
+//! now (a router solicitation), for address autoconfiguration.
 //!
 //! A container interface that shares a segment with other machines (macvlan, ipvlan, a
 //! host device) may take over an address another MAC had before; without an announcement
@@ -150,6 +151,50 @@ pub fn unsolicited_na_v6(index: u32, mac: MacAddr, target: Ipv6Addr) -> io::Resu
     Ok(())
 }
 
+/// A router solicitation (RFC 4861 4.1) with the source link-layer address option, which
+/// lets the router answer without resolving us first. The kernel fills in the checksum.
+fn router_solicitation_packet(mac: MacAddr) -> [u8; 16] {
+    let mut packet = [0u8; 16];
+    packet[0] = 133; // router solicitation
+    packet[8] = 1; // source link-layer address
+    packet[9] = 1; // length in units of 8 bytes
+    packet[10..16].copy_from_slice(&mac.0);
+    packet
+}
+
+/// Asks the routers on link `index` (MAC `mac`) to advertise now, to all-routers. The
+/// kernel solicits by itself only when the link comes up and only while it accepts router
+/// advertisements; a link that was up before is otherwise left waiting for the next
+/// unsolicited advertisement, minutes away. The link must have a usable (non-tentative)
+/// link-local address: it is the source, and the option may not go with `::`.
+pub fn router_solicitation(index: u32, mac: MacAddr) -> io::Result<()> {
+    let fd = socket(libc::AF_INET6, libc::SOCK_RAW, libc::IPPROTO_ICMPV6)?;
+    // Routers drop neighbour discovery that did not come with hop limit 255.
+    set_int(&fd, libc::IPPROTO_IPV6, libc::IPV6_MULTICAST_HOPS, 255)?;
+    set_int(&fd, libc::IPPROTO_IPV6, libc::IPV6_MULTICAST_IF, index as i32)?;
+    // SAFETY: sockaddr_in6 is plain old data; all-zero is a valid starting value.
+    let mut to: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+    to.sin6_family = libc::AF_INET6 as u16;
+    to.sin6_addr.s6_addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2).octets();
+    to.sin6_scope_id = index;
+    let packet = router_solicitation_packet(mac);
+    // SAFETY: the buffer and the address are valid for the lengths passed.
+    let sent = unsafe {
+        libc::sendto(
+            fd.as_raw_fd(),
+            packet.as_ptr().cast(),
+            packet.len(),
+            0,
+            (&to as *const libc::sockaddr_in6).cast(),
+            std::mem::size_of::<libc::sockaddr_in6>() as u32,
+        )
+    };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,5 +208,8 @@ mod tests {
         let na = unsolicited_na(mac, "fd00::5".parse().unwrap());
         assert_eq!((na[0], na[4], na[24], na[25]), (136, 0x20, 2, 1));
         assert_eq!(&na[26..], &mac.0);
+        let rs = router_solicitation_packet(mac);
+        assert_eq!((rs[0], rs[1], rs[8], rs[9]), (133, 0, 1, 1));
+        assert_eq!(&rs[10..], &mac.0);
     }
 }

@@ -53,4 +53,19 @@ mod tests {
         assert!(check_add("bridge", &good, Version::V1_1_0).unwrap().is_ok());
         assert!(check_add("whereabouts", &good, Version::V1_1_0).is_none());
     }
+
+    #[test]
+    fn the_slaac_ipam_stage_runs_behind_an_interface_plugin() {
+        let with =
+            |ipam: Value| conf(json!({"cniVersion": "1.1.0", "name": "n", "type": "macvlan", "ipam": ipam}));
+        let bad = with(json!({"type": "slaac", "timeout": 600}));
+        let e = check_add("macvlan", &bad, Version::V1_1_0).unwrap().unwrap_err();
+        assert_eq!(e.code, 7);
+        assert!(e.msg.contains("ipam.timeout"), "{}", e.msg);
+        let good = with(json!({"type": "slaac", "timeout": 5}));
+        assert!(check_add("macvlan", &good, Version::V1_1_0).unwrap().is_ok());
+        let gateway = conf(json!({"cniVersion": "1.1.0", "name": "n", "type": "bridge", "isGateway": true,
+            "ipam": {"type": "slaac"}}));
+        assert!(check_add("bridge", &gateway, Version::V1_1_0).unwrap().unwrap_err().msg.contains("slaac"));
+    }
 }

@@ -10,7 +10,7 @@ use cni_sdk::{CniError, Request};
 /// `None` for a name the registry does not know.
 pub fn config_stage(name: &str, req: &Request) -> Option<Result<(), CniError>> {
     use crate::interface::{bridge, dummy, host_device, ipvlan, macvlan, ptp, tap, vlan};
-    use crate::ipam::{dhcp, etcd, host_local, static_ipam};
+    use crate::ipam::{dhcp, etcd, host_local, slaac, static_ipam};
     use crate::meta::{bandwidth, dnsname, firewall, portmap, sbr, tuning, vrf};
     Some(match name {
         "bandwidth" => bandwidth::config::load(req).map(drop),
@@ -28,6 +28,7 @@ pub fn config_stage(name: &str, req: &Request) -> Option<Result<(), CniError>> {
         "portmap" => portmap::config::PortmapConf::load(req).map(drop),
         "ptp" => ptp::PtpConf::load(req).map(drop),
         "sbr" => sbr::load(req).map(drop),
+        "slaac" => slaac::config::load(req).map(drop),
         "static" => static_ipam::StaticIpam::load(req).map(drop),
         "tap" => tap::Settings::load(req).map(drop),
         "tuning" => tuning::config::load(req).map(drop),

@@ -26,6 +26,7 @@ pub fn plugins() -> &'static [Entry] {
         Entry { name: "portmap", make: || Box::new(crate::meta::portmap::Portmap) },
         Entry { name: "ptp", make: || Box::new(crate::interface::ptp::Ptp) },
         Entry { name: "sbr", make: || Box::new(crate::meta::sbr::Sbr) },
+        Entry { name: "slaac", make: || Box::new(crate::ipam::slaac::Slaac) },
         Entry { name: "static", make: || Box::new(crate::ipam::static_ipam::StaticIpam) },
         Entry { name: "tap", make: || Box::new(crate::interface::tap::Tap) },
         Entry { name: "tuning", make: || Box::new(crate::meta::tuning::Tuning) },

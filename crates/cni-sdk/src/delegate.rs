@@ -197,11 +197,21 @@ pub fn ipam_forward(req: &Request) -> Result<(), CniError> {
 }
 
 /// Whether the configured IPAM plugin talks over the container's interface, so that the
-/// interface must exist before its ADD: `dhcp` does. An interface plugin asks any other
-/// IPAM plugin first, so that a request IPAM refuses (a bad range, a malformed or taken
-/// address) has created nothing yet.
+/// interface must exist before its ADD: `dhcp` and `slaac` do. An interface plugin asks
+/// any other IPAM plugin first, so that a request IPAM refuses (a bad range, a malformed
+/// or taken address) has created nothing yet.
 pub fn ipam_needs_interface(req: &Request) -> bool {
-    req.conf.ipam.as_ref().is_some_and(|i| i.ipam_type == "dhcp")
+    req.conf.ipam.as_ref().is_some_and(|i| i.ipam_type == "dhcp" || ipam_is_slaac_type(&i.ipam_type))
+}
+
+/// Whether the configured IPAM plugin is `slaac`, which has the kernel take the addresses
+/// routers advertise: only then may the container interface autoconfigure addresses.
+pub fn ipam_autoconfigures(req: &Request) -> bool {
+    req.conf.ipam.as_ref().is_some_and(|i| ipam_is_slaac_type(&i.ipam_type))
+}
+
+fn ipam_is_slaac_type(ipam_type: &str) -> bool {
+    ipam_type == "slaac"
 }
 
 /// [`ipam_forward`] when the configuration names an IPAM plugin; nothing otherwise.

@@ -48,6 +48,9 @@ pub struct IpAddress {
     /// Scope; 0 universe, 253 link, 254 host.
     pub scope: u8,
     pub label: Option<String>,
+    /// Seconds left of the preferred lifetime (`IFA_CACHEINFO`; `u32::MAX`: forever), when
+    /// the kernel gave one. 0 is a deprecated address, whatever its flags say yet.
+    pub preferred_lifetime: Option<u32>,
 }
 
 impl IpAddress {
@@ -56,12 +59,14 @@ impl IpAddress {
         let mut local = None;
         let mut flags = AddressFlags::from_bits_retain(message.header.flags.bits() as u32);
         let mut label = None;
+        let mut preferred_lifetime = None;
         for attribute in &message.attributes {
             match attribute {
                 AddressAttribute::Address(addr) => address = Some(*addr),
                 AddressAttribute::Local(addr) => local = Some(*addr),
                 AddressAttribute::Flags(all) => flags = *all,
                 AddressAttribute::Label(text) => label = Some(text.clone()),
+                AddressAttribute::CacheInfo(info) => preferred_lifetime = Some(info.ifa_preferred),
                 _ => {}
             }
         }
@@ -73,6 +78,7 @@ impl IpAddress {
             flags,
             scope: u8::from(message.header.scope),
             label,
+            preferred_lifetime,
         })
     }
 }

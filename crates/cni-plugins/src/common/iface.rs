@@ -40,6 +40,11 @@ fn kernel_route(route: &Route, oif: u32, gateway: Option<IpAddr>) -> KernelRoute
 /// container's address is unique by allocation, and waiting for DAD costs 1–2 s per ADD.
 /// A route that already exists is skipped (another network may have installed the default
 /// route first; the first one wins).
+///
+/// An address the kernel already holds is left as it is, lifetimes included: the `slaac`
+/// IPAM plugin reports addresses the kernel autoconfigured, and replacing one would make
+/// it permanent, so the container would keep a prefix its router renumbered away or
+/// withdrew. Its default route, learnt from the same advertisement, is kept the same way.
 pub fn configure(
     nl: &mut Netlink,
     link: &Link,
@@ -160,6 +165,28 @@ pub fn result_from_link(nl: &mut Netlink, link: &Link, sandbox: &str) -> Result<
         ips,
         ..Default::default()
     })
+}
+
+/// The reference's plugins#160: a container interface whose addresses come from CNI (an
+/// IPAM plugin's, a chain's prevResult) must not also take addresses from router
+/// advertisements, which no result names (a second source address nobody allocated). So
+/// `autoconf` goes off on `ifname` in `ns`, before the link comes up, unless the IPAM
+/// plugin is `slaac`, whose addresses those are. Route learning (`accept_ra`) stays as
+/// it is: the default router an advertisement gives is how an IPv6 segment routes, and
+/// DHCPv6 hosts depend on it. An interface CNI gives no address (layer 2 only) keeps the
+/// kernel's default: autoconfiguration is then the only IPv6 it can get. A namespace
+/// without IPv6 has no such setting, and nothing to turn off.
+pub fn refuse_router_addresses(
+    ns: &cni_net::NetNs,
+    req: &Request,
+    ifname: &str,
+    addressed_by_cni: bool,
+) -> Result<(), CniError> {
+    if !addressed_by_cni || cni_sdk::delegate::ipam_autoconfigures(req) {
+        return Ok(());
+    }
+    let key = format!("net/ipv6/conf/{ifname}/autoconf");
+    cni_net::sysctl::write_in(ns, &key, "0").ignore_missing().map(drop).or_cni(&format!("set {key}=0"))
 }
 
 /// Turns off IPv6 duplicate address detection on a link this plugin created on the host

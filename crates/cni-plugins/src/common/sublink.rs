@@ -107,6 +107,7 @@ pub fn attach(
     let mut nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
     let link = nl.require_link(&req.ifname).or_cni("look up the new interface")?;
     let link = ContainerLink::guard(ns, link);
+    iface::refuse_router_addresses(ns, req, &link.link.name, !addresses.is_empty())?;
     iface::configure(&mut nl, &link.link, &addresses.result, CONTAINER_IFACE, false)?;
     let now = nl.link_by_index(link.link.index).or_cni("look up the new interface")?;
     let interface = result_interface(now.as_ref().unwrap_or(&link.link), &req.netns);

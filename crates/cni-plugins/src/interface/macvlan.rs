@@ -219,6 +219,7 @@ impl Macvlan {
             }
         }
         let link = cont_nl.require_link(&req.ifname).or_cni("look up the container macvlan")?;
+        iface::refuse_router_addresses(ns, req, &link.name, delegate::has_ipam(req))?;
 
         let addresses = Addresses::from_ipam_if_configured(req)?;
         if addresses.is_empty() {

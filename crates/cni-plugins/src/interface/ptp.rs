@@ -116,6 +116,7 @@ impl Ptp {
                 container_mac: None,
             },
         )?;
+        crate::common::iface::refuse_router_addresses(ns, req, &cont_link.name, true)?;
         if result.ips.iter().any(|ip| ip.address.addr().is_ipv6()) {
             crate::common::iface::skip_link_local_dad(&host_veth.link.name)?;
         }

@@ -147,6 +147,7 @@ impl Tap {
             nl.set_link_master(link.index, bridge.index)
                 .or_cni(&format!("failed to set tap {} as a port of bridge {}", req.ifname, bridge.name))?;
         }
+        iface::refuse_router_addresses(ns, req, &req.ifname, !addresses.is_empty())?;
         if addresses.is_empty() {
             nl.set_link_up(link.index).or_cni(&format!("set {} up", req.ifname))?;
         } else {

@@ -74,6 +74,7 @@ pub fn plugin_keys(name: &str) -> Option<Keys> {
         "portmap" => vec![config_keys::<m::portmap::config::RawConf>()],
         "ptp" => vec![config_keys::<i::ptp::PtpConf>()],
         "sbr" => vec![config_keys::<m::sbr::SbrConf>()],
+        "slaac" => vec![config_keys::<ipam::slaac::config::RawConf>()],
         "static" => [vec![config_keys::<ipam::static_ipam::RawConf>()], requested_ips()].concat(),
         "tap" => [vec![config_keys::<i::tap::TapConf>()], requested_mac()].concat(),
         "tuning" => [

@@ -74,6 +74,13 @@ impl BridgeConf {
         if self.disable_container_interface && cni_sdk::delegate::has_ipam(req) {
             return Err(CniError::invalid_config("cannot use ipam when disableContainerInterface is set"));
         }
+        if self.is_gateway && cni_sdk::delegate::ipam_autoconfigures(req) {
+            // slaac's gateway is the advertising router: the bridge would take the router's
+            // link-local address as its own, a duplicate on the segment.
+            return Err(CniError::invalid_config(
+                "isGateway/isDefaultGateway: with ipam slaac the gateway is the advertising router, not the bridge",
+            ));
+        }
         match self.ip_masq_backend.as_deref() {
             None | Some("nftables") => {}
             // Masquerading is programmed over nf_tables netlink; an iptables backend would

@@ -143,6 +143,7 @@ impl Bridge {
             &mut cont_nl,
             &VethRequest { container_ns: ns, container_ifname: &req.ifname, mtu: conf.mtu(), container_mac },
         )?;
+        iface::refuse_router_addresses(ns, req, &cont_link.name, delegate::has_ipam(req))?;
         attach_host_end(
             &mut host_nl,
             &host_veth.link,

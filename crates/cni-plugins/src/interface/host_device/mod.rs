@@ -203,8 +203,13 @@ impl HostDevice {
         let mut host_nl = Netlink::new().or_cni("open netlink")?;
         let device = select::find(&mut host_nl, selector)?;
         // IPAM first: a request it refuses is refused before any link changes (dropped, the
-        // allocation is released; the link guard, made later, is undone first).
-        let addresses = Addresses::from_ipam_if_configured(req)?;
+        // allocation is released; the link guard, made later, is undone first). An IPAM
+        // plugin that works on the interface (slaac, dhcp) is asked once it is in place.
+        let ipam_after_move = delegate::has_ipam(req) && delegate::ipam_needs_interface(req);
+        let addresses = match ipam_after_move {
+            true => Addresses::none(),
+            false => Addresses::from_ipam_if_configured(req)?,
+        };
         // The record goes down before the move: a runtime killed at any later moment
         // leaves a DEL that knows the MTU and state to restore (a record with nothing
         // moved is harmless: DEL finds no device in the container and removes it).
@@ -214,6 +219,11 @@ impl HostDevice {
             let _ = remove_state(&state);
         })?;
         let mut cont_nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
+        iface::refuse_router_addresses(ns, req, &req.ifname, ipam_after_move || !addresses.is_empty())?;
+        let addresses = match ipam_after_move {
+            true => Addresses::from_ipam(req)?,
+            false => addresses,
+        };
         if addresses.is_empty() {
             cont_nl.set_link_up(link.index).or_cni(&format!("set {} up", req.ifname))?;
         } else {
