@@ -46,6 +46,20 @@ pub fn shaped_list(data_dir: &Path, rate: u64, burst: u64) -> Value {
     })
 }
 
+/// How many plugins libcni starts for one ADD of W1 / W1nm / W2: the process starts the
+/// exec model cannot avoid (a delegated IPAM plugin may run inside its caller, as ours
+/// does, so it is not counted).
+pub fn chain_execs(chain: crate::options::WorkloadId) -> Option<usize> {
+    use crate::options::WorkloadId;
+    let list = match chain {
+        WorkloadId::W1 => bridge_list(Path::new(""), true),
+        WorkloadId::W1nm => bridge_list(Path::new(""), false),
+        WorkloadId::W2 => podman_list(Path::new("")),
+        _ => return None,
+    };
+    list["plugins"].as_array().map(Vec::len)
+}
+
 pub const SHAPED_PLUGINS: [&str; 3] = ["bridge", "host-local", "bandwidth"];
 pub const PODMAN_PLUGINS: [&str; 5] = ["bridge", "host-local", "portmap", "firewall", "tuning"];
 pub const BRIDGE_PLUGINS: [&str; 2] = ["bridge", "host-local"];

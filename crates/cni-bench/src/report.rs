@@ -86,8 +86,45 @@ pub fn table(reports: &[WorkloadReport], floor: Option<&SetOutcome>) -> String {
         for line in status_line(floor).into_iter().chain(floor.notes.iter().cloned()) {
             let _ = writeln!(text, "- floor: {line}");
         }
+        for line in exec_floor_lines(reports, floor) {
+            let _ = writeln!(text, "- {line}");
+        }
     }
     text
+}
+
+/// Where each chain's ADD stands against the exec model's floor: the `floor` row's ADD
+/// (the kernel work, one process) plus one process start (the set's median VERSION, W5)
+/// per plugin libcni runs. What is above it is the plugins' own work: IPAM files,
+/// nftables, configuration, the netlink requests the floor does not make.
+fn exec_floor_lines(reports: &[WorkloadReport], floor: &SetOutcome) -> Vec<String> {
+    let median = |out: &SetOutcome, op: &str| out.find(op)?.timings.summary().map(|s| s.median);
+    let Some(kernel) = median(floor, "ADD") else { return Vec::new() };
+    let mut lines = Vec::new();
+    for id in [WorkloadId::W1, WorkloadId::W1nm, WorkloadId::W2] {
+        let Some(report) = reports.iter().find(|r| r.id == id) else { continue };
+        let Some(execs) = crate::configs::chain_execs(id) else { continue };
+        for (index, out) in report.outcomes.iter().enumerate() {
+            let start = outcome(reports, WorkloadId::W5, index).and_then(|w5| median(w5, VERSION_ALL_OP));
+            let (Some(add), Some(start)) = (out.ran().then(|| median(out, "ADD")).flatten(), start) else {
+                continue;
+            };
+            let exec_floor = kernel + start * execs as u32;
+            let own = add.saturating_sub(exec_floor);
+            lines.push(format!(
+                "{} {}: ADD {} = exec-model floor {} (floor ADD {} + {execs} x start {}) + {} own work ({:.0}%)",
+                id.name(),
+                out.label,
+                human(add),
+                human(exec_floor),
+                human(kernel),
+                human(start),
+                human(own),
+                100.0 * own.as_secs_f64() / add.as_secs_f64(),
+            ));
+        }
+    }
+    lines
 }
 
 fn status_line(out: &SetOutcome) -> Option<String> {
@@ -376,5 +413,40 @@ mod tests {
         assert_eq!(by_name("W2 ADD >=").met, None);
         let json = to_json(&reports, None, &goals, serde_json::json!({}));
         assert_eq!(json["workloads"][0]["ratio_b_over_a"]["ADD"], 15.0);
+    }
+
+    fn version_outcome(label: &str, start_us: u64) -> SetOutcome {
+        let mut out = SetOutcome::new(label, None);
+        out.op(VERSION_ALL_OP).add_phase([Duration::from_micros(start_us); 3], Duration::ZERO);
+        out
+    }
+
+    #[test]
+    fn chain_adds_are_split_into_exec_floor_and_own_work() {
+        let ms = Duration::from_millis;
+        let mut a2 = SetOutcome::new("A", None);
+        a2.op("ADD").add_phase([ms(6); 3], Duration::ZERO);
+        let mut b2 = SetOutcome::new("B", None);
+        b2.op("ADD").add_phase([ms(100); 3], Duration::ZERO);
+        let reports = [
+            WorkloadReport { id: WorkloadId::W2, title: "w2".into(), outcomes: vec![a2, b2] },
+            WorkloadReport {
+                id: WorkloadId::W5,
+                title: "w5".into(),
+                outcomes: vec![version_outcome("A", 500), version_outcome("B", 1000)],
+            },
+        ];
+        let mut floor = SetOutcome::new("floor", None);
+        floor.op("ADD").add_phase([ms(1); 3], Duration::ZERO);
+        // W2 runs four plugins: 1 ms + 4 x 0.5 ms = 3 ms of floor, 3 ms of A's own work.
+        let lines = exec_floor_lines(&reports, &floor);
+        assert_eq!(
+            lines[0],
+            "W2 A: ADD 6.00 ms = exec-model floor 3.00 ms (floor ADD 1.00 ms + 4 x start 500 µs) + 3.00 ms own work (50%)"
+        );
+        assert!(lines[1].starts_with("W2 B: ADD 100.00 ms = exec-model floor 5.00 ms"), "{lines:?}");
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        // Without W5's starts there is no floor to compare with.
+        assert!(exec_floor_lines(&reports[..1], &floor).is_empty());
     }
 }
