@@ -7,6 +7,13 @@
 //! - `provide`: `[{"option": "host-name", "fromArg": "K8S_POD_NAME"}, {"option": "12",
 //!   "value": "web"}]`: options sent to the server, the value given or taken from CNI_ARGS;
 //! - `broadcast`: accepted (requests in INIT always ask for broadcast replies).
+//!
+//! And, beyond the reference (which speaks DHCPv4 only):
+//! - `families`: `[4]` (the default), `[6]` or `[4, 6]`: which protocols to lease from; with
+//!   both, one ADD gets a DHCPv4 and a DHCPv6 lease (or neither: a failed second one
+//!   releases the first);
+//! - `ipv6PrefixLength` [128]: the prefix length a DHCPv6 address gets (DHCPv6 carries
+//!   none; see [`super::lease6`]).
 
 use std::io;
 use std::path::PathBuf;
@@ -18,9 +25,10 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::client::ClientParams;
+use super::lease::Leased;
 use super::options::DEFAULT_REQUESTED;
 use super::protocol::{self, Op, Response, ValidAttachment, DEFAULT_SOCKET_PATH};
-use super::store::AttachmentKey;
+use super::store::{AttachmentKey, Family};
 
 /// How long the plugin waits for the daemon: more than an acquisition may take with the
 /// daemon's default timeout and retransmissions.
@@ -43,6 +51,43 @@ pub(crate) struct DhcpConf {
     #[serde(default)]
     #[allow(dead_code)] // accepted for compatibility; see the module doc
     broadcast: Option<bool>,
+    #[serde(default)]
+    families: Option<Vec<u8>>,
+    #[serde(default)]
+    ipv6_prefix_length: Option<u8>,
+}
+
+impl DhcpConf {
+    /// The families to lease from, checked: 4 and/or 6, each once, IPv4 first.
+    fn families(&self) -> Result<Vec<Family>, CniError> {
+        let Some(list) = &self.families else { return Ok(vec![Family::V4]) };
+        let mut families = Vec::new();
+        for (i, n) in list.iter().enumerate() {
+            let family = Family::try_from(*n)
+                .map_err(|e| CniError::invalid_config(format!("dhcp: ipam.families[{i}]: {e}")))?;
+            if families.contains(&family) {
+                return Err(CniError::invalid_config(format!(
+                    "dhcp: ipam.families[{i}]: {n} is listed twice"
+                )));
+            }
+            families.push(family);
+        }
+        if families.is_empty() {
+            return Err(CniError::invalid_config("dhcp: ipam.families: empty; give [4], [6] or [4, 6]"));
+        }
+        families.sort();
+        Ok(families)
+    }
+
+    fn prefix_len(&self) -> Result<Option<u8>, CniError> {
+        match self.ipv6_prefix_length {
+            Some(n @ 1..=128) => Ok(Some(n)),
+            Some(n) => Err(CniError::invalid_config(format!(
+                "dhcp: ipam.ipv6PrefixLength: {n} is not a prefix length (1-128)"
+            ))),
+            None => Ok(None),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -108,6 +153,25 @@ fn client_id(network: &str, container_id: &str, ifname: &str) -> Vec<u8> {
     id
 }
 
+/// The DUID of an attachment (RFC 8415 11.5, DUID-UUID): type 4 and 16 bytes of a hash
+/// of the attachment, the same for every ADD and every daemon that asks.
+fn duid(network: &str, container_id: &str, ifname: &str) -> Vec<u8> {
+    let digest = Sha256::digest(format!("cni-dhcp6/{container_id}/{network}/{ifname}").as_bytes());
+    let mut duid = vec![0, 4];
+    duid.extend_from_slice(&digest[..16]);
+    duid
+}
+
+/// What the DHCPv6 client sends: the attachment's DUID; the options it asks for are fixed.
+fn params6(req: &Request, conf: &DhcpConf) -> Result<ClientParams, CniError> {
+    Ok(ClientParams {
+        client_id: duid(&req.conf.name, &req.container_id, &req.ifname),
+        provide: Vec::new(),
+        request: Vec::new(),
+        prefix_len: conf.prefix_len()?,
+    })
+}
+
 pub(crate) fn params(req: &Request, conf: &DhcpConf) -> Result<ClientParams, CniError> {
     let skip_default = conf.request.iter().any(|r| r.skip_default);
     let mut request: Vec<u8> = if skip_default { Vec::new() } else { DEFAULT_REQUESTED.to_vec() };
@@ -147,6 +211,7 @@ pub(crate) fn params(req: &Request, conf: &DhcpConf) -> Result<ClientParams, Cni
         client_id: client_id(&req.conf.name, &req.container_id, &req.ifname),
         provide,
         request,
+        prefix_len: None,
     })
 }
 
@@ -195,30 +260,75 @@ fn call(
     }
 }
 
+/// The lease in the daemon's answer to an ADD of `family` (a daemon too old to know the
+/// family would answer with a v4 lease: refused, not passed on as v6).
+fn lease_of(response: Response, family: Family) -> Result<Leased, CniError> {
+    let lease =
+        response.lease.ok_or_else(|| CniError::internal("dhcp: the daemon answered ADD without a lease"))?;
+    match (&lease, family) {
+        (Leased::V4(_), Family::V4) | (Leased::V6(_), Family::V6) => Ok(lease),
+        _ => Err(CniError::new(
+            ErrorCode::IncompatibleVersion,
+            "dhcp: the daemon answered with a lease of the other address family (a daemon without DHCPv6?)",
+        )),
+    }
+}
+
+/// One result from an attachment's leases: their addresses (IPv4 first), routes, and DNS
+/// servers and search domains of both (the domain is DHCPv4's: DHCPv6 has none).
+fn result_of(leases: &[Leased]) -> CniResult {
+    let mut result =
+        CniResult { interfaces: Vec::new(), ips: Vec::new(), routes: Vec::new(), dns: Default::default() };
+    for lease in leases {
+        result.ips.push(lease.ip_config());
+        result.routes.extend(lease.routes());
+        let dns = lease.dns();
+        if result.dns.domain.is_empty() {
+            result.dns.domain = dns.domain;
+        }
+        result.dns.nameservers.extend(dns.nameservers);
+        for name in dns.search {
+            if !result.dns.search.contains(&name) {
+                result.dns.search.push(name);
+            }
+        }
+    }
+    result
+}
+
 pub struct Dhcp;
 
 impl Plugin for Dhcp {
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
         let (conf, socket) = load(req)?;
-        let params = params(req, &conf)?;
+        // Every key is checked before the daemon is asked for anything.
+        let mut wanted = Vec::new();
+        for family in conf.families()? {
+            let params = match family {
+                Family::V4 => params(req, &conf)?,
+                Family::V6 => params6(req, &conf)?,
+            };
+            wanted.push((family, params));
+        }
         let netns = req
             .netns_path()
             .ok_or_else(|| CniError::new(ErrorCode::InvalidEnvironment, "dhcp: CNI_NETNS is required"))?;
-        let response = call(
-            req,
-            &socket,
-            Op::Add { key: key(req), netns: netns.to_string(), params },
-            ErrorCode::TryAgainLater,
-        )?;
-        let lease = response
-            .lease
-            .ok_or_else(|| CniError::internal("dhcp: the daemon answered ADD without a lease"))?;
-        Ok(CniResult {
-            interfaces: Vec::new(),
-            ips: vec![lease.ip_config()],
-            routes: lease.routes(),
-            dns: lease.dns(),
-        })
+        let mut leases = Vec::new();
+        for (family, params) in wanted {
+            let op = Op::Add { key: key(req), netns: netns.to_string(), params, family };
+            let lease = call(req, &socket, op, ErrorCode::TryAgainLater).and_then(|r| lease_of(r, family));
+            match lease {
+                Ok(lease) => leases.push(lease),
+                Err(e) => {
+                    if !leases.is_empty() {
+                        // All or nothing: the first family's lease goes back.
+                        let _ = call(req, &socket, Op::Del { key: key(req) }, ErrorCode::TryAgainLater);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(result_of(&leases))
     }
 
     fn del(&self, req: &Request) -> Result<(), CniError> {
@@ -227,15 +337,17 @@ impl Plugin for Dhcp {
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
-        let (_, socket) = load(req)?;
-        let response = call(req, &socket, Op::Check { key: key(req) }, ErrorCode::TryAgainLater)?;
-        if let (Some(lease), Ok(Some(prev))) = (&response.lease, req.prev_result()) {
-            let addr = std::net::IpAddr::V4(lease.address.addr());
-            if !prev.ips.iter().any(|ip| ip.address.addr() == addr) {
-                return Err(CniError::internal(format!(
-                    "dhcp: the lease is for {addr}, which is not in the result of {}",
-                    req.ifname
-                )));
+        let (conf, socket) = load(req)?;
+        for family in conf.families()? {
+            let response = call(req, &socket, Op::Check { key: key(req), family }, ErrorCode::TryAgainLater)?;
+            if let (Some(lease), Ok(Some(prev))) = (&response.lease, req.prev_result()) {
+                let addr = lease.address().addr();
+                if !prev.ips.iter().any(|ip| ip.address.addr() == addr) {
+                    return Err(CniError::internal(format!(
+                        "dhcp: the lease is for {addr}, which is not in the result of {}",
+                        req.ifname
+                    )));
+                }
             }
         }
         Ok(())
