@@ -109,3 +109,149 @@ fn dnsmasq_lease_with_dns_then_release_and_same_address_again() {
     let second = add(&net, &container, &conf);
     assert_eq!(addresses(&second, true), v6);
 }
+
+/// How many kea log lines name `address` and contain `what` (kea logs one line per
+/// allocation, renewal, release).
+fn kea_lines(net: &Network, what: &str, address: &str) -> usize {
+    net.log("kea6.log").lines().filter(|l| l.contains(what) && l.contains(&format!("{address} "))).count()
+}
+
+#[test]
+fn kea_renewals_survive_kill_9_and_a_new_server_is_reached_by_rebind() {
+    let net = Network::new(PREFIX);
+    let mut server = net.kea6(12, 8, 2, 5, 16);
+    let mut daemon = net.daemon();
+    let container = TestNetns::with_prefix(PREFIX).unwrap();
+    let conf = conf(&net, &[6]);
+    let result = add(&net, &container, &conf);
+    let v6 = addresses(&result, true);
+    assert!(v6[0].starts_with("fd77::1") && v6[0].ends_with("/64"), "{result}");
+    assert_eq!(result["dns"], json!({"nameservers": ["fd77::53"], "search": ["k6.example"]}));
+    let ip = bare(&v6[0]);
+    wait_for("a RENEW at the server", Duration::from_secs(20), || {
+        kea_lines(&net, "DHCP6_LEASE_RENEW", &ip) >= 1
+    });
+
+    // No graceful shutdown: the lease must come back from the state directory.
+    daemon.kill();
+    let seen = kea_lines(&net, "DHCP6_LEASE_RENEW", &ip);
+    let _daemon = net.daemon();
+    wait_for("a RENEW by the restarted daemon", Duration::from_secs(20), || {
+        kea_lines(&net, "DHCP6_LEASE_RENEW", &ip) > seen
+    });
+    let status = net.status();
+    assert_eq!(status.leases.len(), 1, "{status:?}");
+    assert_eq!(status.leases[0].address, v6[0]);
+    assert!(run(&net, "CHECK", &container, &with_prev(&conf, &result)).success());
+
+    // A new server (another DUID, the same lease file) ignores RENEWs naming the old one:
+    // the lease lives on through REBIND at T2.
+    server.kill();
+    let before = kea_lines(&net, "DHCP6_LEASE_RENEW", &ip);
+    let _server = net.kea6(12, 8, 2, 5, 16);
+    wait_for("the daemon to rebind", Duration::from_secs(30), || {
+        net.log("daemon.log").contains(&format!("rebound lease {}", v6[0]))
+    });
+    // Any extension by the new server is a REBIND's: it drops RENEWs for another server.
+    assert!(kea_lines(&net, "DHCP6_LEASE_RENEW", &ip) > before, "{}", net.log("kea6.log"));
+    assert_eq!(net.status().leases[0].state, "bound");
+
+    assert!(run(&net, "DEL", &container, &conf).success());
+    wait_for("kea to see the RELEASE", Duration::from_secs(10), || {
+        kea_lines(&net, "DHCP6_RELEASE_NA", &ip) >= 1
+    });
+    assert!(net.records().is_empty(), "{:?}", net.records());
+}
+
+#[test]
+fn no_addresses_available_and_no_server_are_code_11_and_leave_nothing() {
+    let net = Network::new(PREFIX);
+    let mut server = net.kea6(60, 40, 20, 30, 1);
+    let _daemon = net.daemon();
+    let conf = conf(&net, &[6]);
+    let first = TestNetns::with_prefix(PREFIX).unwrap();
+    add(&net, &first, &conf);
+    // The pool's one address is taken.
+    let second = TestNetns::with_prefix(PREFIX).unwrap();
+    let out = run(&net, "ADD", &second, &conf);
+    assert!(!out.success(), "a second lease from a pool of one: {}", out.stdout);
+    let err = out.error();
+    assert_eq!(err.code, 11, "{err:?}");
+    assert!(err.msg.contains("NoAddrsAvail") && err.msg.contains("DHCPv6"), "{}", err.msg);
+    assert_eq!(net.records().len(), 1, "only the first lease: {:?}", net.records());
+
+    server.kill();
+    let third = TestNetns::with_prefix(PREFIX).unwrap();
+    let out = run(&net, "ADD", &third, &conf);
+    let err = out.error();
+    assert_eq!(err.code, 11, "{err:?}");
+    assert!(err.msg.contains("no DHCPv6 lease") && err.msg.contains("no answer"), "{}", err.msg);
+    assert_eq!(net.records().len(), 1, "{:?}", net.records());
+    let daemon_alive = net.status();
+    assert!(daemon_alive.ok);
+}
+
+/// Dual-stack through the bridge plugin: one ADD, a DHCPv4 and a DHCPv6 lease from one
+/// dnsmasq, both addresses on the interface, both released by one DEL.
+#[test]
+fn dual_stack_through_bridge() {
+    let net = Network::new(PREFIX);
+    let _server = net.dnsmasq_dual();
+    let _daemon = net.daemon();
+    let container = TestNetns::with_prefix(PREFIX).unwrap();
+    let conf = conf(&net, &[6, 4]);
+    let result = add(&net, &container, &conf);
+    let (v4, v6) = (addresses(&result, false), addresses(&result, true));
+    assert_eq!((v4.len(), v6.len()), (1, 1), "{result}");
+    assert!(result["ips"][0]["address"].as_str().unwrap().starts_with("10.77.0."), "IPv4 first: {result}");
+    assert_eq!(result["ips"][0]["gateway"], "10.77.0.1");
+    assert_eq!(
+        result["dns"],
+        json!({"nameservers": ["10.77.0.53", "fd77::53"], "domain": "example.test",
+               "search": ["a.example", "b.example", "six.example"]})
+    );
+    assert_eq!(v6_on_interface(&container), v6);
+    let v4_on = container.ip_json(&["-4", "addr", "show", "dev", "eth0"]).to_string();
+    assert!(v4_on.contains(&bare(&v4[0])), "{v4_on}");
+    assert_eq!(net.records().len(), 2, "{:?}", net.records());
+    assert!(run(&net, "CHECK", &container, &with_prev(&conf, &result)).success());
+
+    assert!(run(&net, "DEL", &container, &conf).success());
+    wait_for("dnsmasq to see both releases", Duration::from_secs(10), || {
+        let log = net.log("dnsmasq.log");
+        log.contains(&format!("DHCPRELEASE(srv0) {}", bare(&v4[0])))
+            && log.contains("DHCPRELEASE(srv0) ")
+            && log.matches("DHCPRELEASE(srv0)").count() >= 2
+    });
+    assert!(net.records().is_empty(), "{:?}", net.records());
+}
+
+/// Dual-stack through macvlan on the test network's bridge; a failed DHCPv6 half (no v6
+/// server) rolls the DHCPv4 lease back.
+#[test]
+fn dual_stack_through_macvlan_and_a_failed_half_rolls_back() {
+    let net = Network::new(PREFIX);
+    let mut server = net.dnsmasq_dual();
+    let _daemon = net.daemon();
+    let container = TestNetns::with_prefix(PREFIX).unwrap();
+    let mut conf = conf(&net, &[4, 6]);
+    conf["type"] = json!("macvlan");
+    conf["master"] = json!(BRIDGE);
+    conf["mode"] = json!("bridge");
+    let result = add(&net, &container, &conf);
+    let (v4, v6) = (addresses(&result, false), addresses(&result, true));
+    assert_eq!((v4.len(), v6.len()), (1, 1), "{result}");
+    assert_eq!(v6_on_interface(&container), v6);
+    assert!(run(&net, "DEL", &container, &conf).success());
+    assert!(net.records().is_empty(), "{:?}", net.records());
+
+    // Only DHCPv4 now: the v6 half fails, and the v4 lease it got goes back.
+    server.kill();
+    let _v4_only = net.dnsmasq();
+    let other = TestNetns::with_prefix(PREFIX).unwrap();
+    let out = run(&net, "ADD", &other, &conf);
+    assert!(!out.success(), "{}", out.stdout);
+    assert_eq!(out.error().code, 11, "{:?}", out.error());
+    assert!(net.records().is_empty(), "the v4 lease was kept: {:?}", net.records());
+    assert!(net.status().leases.is_empty());
+}
