@@ -219,8 +219,8 @@ fn dual_stack_through_bridge() {
     assert!(run(&net, "DEL", &container, &conf).success());
     wait_for("dnsmasq to see both releases", Duration::from_secs(10), || {
         let log = net.log("dnsmasq.log");
+        // The v4 line names the address; the v6 one the client's DUID.
         log.contains(&format!("DHCPRELEASE(srv0) {}", bare(&v4[0])))
-            && log.contains("DHCPRELEASE(srv0) ")
             && log.matches("DHCPRELEASE(srv0)").count() >= 2
     });
     assert!(net.records().is_empty(), "{:?}", net.records());
