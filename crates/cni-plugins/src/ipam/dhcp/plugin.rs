@@ -441,6 +441,66 @@ mod tests {
     }
 
     #[test]
+    fn families_and_the_v6_prefix_length_are_checked() {
+        let conf = |ipam: serde_json::Value| load(&request(ipam, "")).unwrap().0;
+        assert_eq!(conf(json!({"type": "dhcp"})).families().unwrap(), [Family::V4], "drop-in default");
+        assert_eq!(conf(json!({"families": [6, 4]})).families().unwrap(), [Family::V4, Family::V6]);
+        for (bad, field) in [
+            (json!({"families": []}), "ipam.families"),
+            (json!({"families": [4, 4]}), "ipam.families[1]"),
+            (json!({"families": [5]}), "ipam.families[0]"),
+        ] {
+            let err = conf(bad.clone()).families().unwrap_err();
+            assert!(err.code == 7 && err.msg.contains(field), "{bad}: {err:?}");
+        }
+        let err = load(&request(json!({"families": ["6"]}), "")).unwrap_err();
+        assert!(err.msg.contains("families"), "{err:?}");
+        let req = request(json!({"families": [6], "ipv6PrefixLength": 64}), "");
+        let p = params6(&req, &load(&req).unwrap().0).unwrap();
+        assert_eq!(p.prefix_len, Some(64));
+        assert_eq!(&p.client_id[..2], &[0, 4], "DUID-UUID");
+        assert_eq!(p.client_id.len(), 18);
+        assert_eq!(p.client_id, params6(&req, &load(&req).unwrap().0).unwrap().client_id, "stable");
+        for bad in [0, 129] {
+            let err = conf(json!({"ipv6PrefixLength": bad})).prefix_len().unwrap_err();
+            assert!(err.code == 7 && err.msg.contains("ipam.ipv6PrefixLength"), "{err:?}");
+        }
+    }
+
+    #[test]
+    fn a_dual_stack_result_puts_ipv4_first_and_merges_dns() {
+        let v4: Leased = serde_json::from_value(json!({
+            "address": "10.1.0.5/24", "server_id": "10.1.0.1", "routers": ["10.1.0.1"],
+            "dns_servers": ["10.1.0.53"], "domain": "example.org", "search": ["a.example"],
+            "lease_secs": 60, "renew_secs": 30, "rebind_secs": 52, "acquired_unix": 1000
+        }))
+        .unwrap();
+        let v6: Leased = serde_json::from_value(json!({
+            "address": "fd00::5/64", "server_duid": [0, 3, 0, 1], "iaid": 7,
+            "dns_servers": ["fd00::53"], "search": ["a.example", "b.example"],
+            "preferred_secs": 50, "lease_secs": 60, "renew_secs": 25, "rebind_secs": 40, "acquired_unix": 1000
+        }))
+        .unwrap();
+        assert!(matches!((&v4, &v6), (Leased::V4(_), Leased::V6(_))), "each reads as its family");
+        let result = result_of(&[v4.clone(), v6.clone()]);
+        let ips: Vec<(String, Option<std::net::IpAddr>)> =
+            result.ips.iter().map(|ip| (ip.address.to_string(), ip.gateway)).collect();
+        assert_eq!(
+            ips,
+            [
+                ("10.1.0.5/24".to_string(), Some("10.1.0.1".parse().unwrap())),
+                ("fd00::5/64".to_string(), None)
+            ]
+        );
+        assert_eq!(result.dns.nameservers, ["10.1.0.53", "fd00::53"]);
+        assert_eq!(result.dns.domain, "example.org");
+        assert_eq!(result.dns.search, ["a.example", "b.example"]);
+        assert_eq!(result.routes.len(), 1, "the v4 default route only");
+        let response = Response { lease: Some(v4), ..Response::ok() };
+        assert_eq!(lease_of(response, Family::V6).unwrap_err().code, 1, "a v4 lease for a v6 ADD");
+    }
+
+    #[test]
     fn client_ids_are_stable_and_bounded() {
         assert_eq!(client_id("net", "c1", "eth0"), b"\0c1/net/eth0");
         let long = client_id("net", &"a".repeat(300), "eth0");

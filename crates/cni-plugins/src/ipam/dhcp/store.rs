@@ -365,6 +365,31 @@ mod tests {
     }
 
     #[test]
+    fn an_attachments_v4_and_v6_records_live_side_by_side() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let v4 = record("a");
+        let lease6: Leased = serde_json::from_value(serde_json::json!({
+            "address": "fd00::5/64", "server_duid": [0, 3, 0, 1], "iaid": 7, "preferred_secs": 50,
+            "lease_secs": 60, "renew_secs": 25, "rebind_secs": 40, "acquired_unix": 1000
+        }))
+        .unwrap();
+        let v6 = Record { family: Family::V6, lease: lease6, ..record("a") };
+        store.save(&v4).unwrap();
+        store.save(&v6).unwrap();
+        assert_eq!(v6.file_name(), "net+a+eth0+6.json");
+        let text = fs::read_to_string(dir.path().join("net+a+eth0.json")).unwrap();
+        assert!(!text.contains("family"), "v4 records are written as before: {text}");
+        let (mut records, unreadable) = store.load_all().unwrap();
+        assert!(unreadable.is_empty(), "{unreadable:?}");
+        records.sort_by_key(|r| r.family);
+        assert_eq!(records, [v4.clone(), v6.clone()]);
+        store.remove(&v4.key, Family::V6).unwrap();
+        assert_eq!(store.load_all().unwrap().0, [v4], "removing the v6 record leaves the v4 one");
+        assert_eq!(mode_of(&dir.path().join("net+a+eth0.json")), 0o600);
+    }
+
+    #[test]
     fn interface_names_cannot_forge_a_separator() {
         // An interface name may hold `+` and `%`: escaped, they never make another key's name.
         let plain = key("n", "c", "x+y");
