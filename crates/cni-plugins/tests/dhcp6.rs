@@ -255,3 +255,21 @@ fn dual_stack_through_macvlan_and_a_failed_half_rolls_back() {
     assert!(net.records().is_empty(), "the v4 lease was kept: {:?}", net.records());
     assert!(net.status().leases.is_empty());
 }
+
+/// A container whose interfaces come up with IPv6 disabled has no link-local source for
+/// DHCPv6: ADD says so (after a bounded wait) and keeps nothing.
+#[test]
+fn ipv6_disabled_in_the_container_is_a_clear_error() {
+    let net = Network::new(PREFIX);
+    let _server = net.dnsmasq6();
+    let _daemon = net.daemon();
+    let container = TestNetns::with_prefix(PREFIX).unwrap();
+    let out =
+        container.command("sysctl").args(["-qw", "net.ipv6.conf.default.disable_ipv6=1"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run(&net, "ADD", &container, &conf(&net, &[6]));
+    assert!(!out.success(), "{}", out.stdout);
+    assert!(out.error().msg.contains("no usable IPv6 link-local address"), "{:?}", out.error());
+    assert!(net.records().is_empty(), "{:?}", net.records());
+    assert!(net.status().leases.is_empty());
+}

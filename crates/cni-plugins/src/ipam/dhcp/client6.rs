@@ -116,18 +116,21 @@ fn bound_socket(ns: &NetNs, ifname: &str, ifindex: u32) -> Result<UdpSocket, Cli
     Ok(socket)
 }
 
-/// Waits (bounded) until `index` has a link-local address that is no longer tentative.
-/// Without one nothing can be sent; running out of time only costs retransmissions.
-fn wait_for_link_local(netlink: &mut Netlink, index: u32, limit: Duration) {
+/// Waits (bounded) until `index` has a link-local address that is no longer tentative;
+/// false when none came (IPv6 disabled on the interface, or DAD failed).
+fn wait_for_link_local(netlink: &mut Netlink, index: u32, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
+    loop {
         let ready = netlink.addresses(Some(index), Some(IpFamily::V6)).is_ok_and(|addrs| {
             addrs.iter().any(|a| {
                 a.scope == 253 && !a.flags.intersects(AddressFlags::Tentative | AddressFlags::Dadfailed)
             })
         });
         if ready {
-            return;
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -150,7 +153,12 @@ impl Client6 {
             LinkCondition::Running,
             timing.timeout.min(Duration::from_secs(3)),
         );
-        wait_for_link_local(&mut netlink, link.index, timing.timeout.min(Duration::from_secs(5)));
+        if !wait_for_link_local(&mut netlink, link.index, timing.timeout.min(Duration::from_secs(5))) {
+            return Err(ClientError::Io(io::Error::other(format!(
+                "{ifname} has no usable IPv6 link-local address (IPv6 disabled on it?), which DHCPv6 \
+                 needs as its source"
+            ))));
+        }
         Ok(Client6 {
             socket: bound_socket(ns, ifname, link.index)?,
             ifindex: link.index,

@@ -306,11 +306,15 @@ impl Daemon {
                             self.update(tracked, Some(new), Phase::Bound, String::new());
                         }
                         Err(e @ (ClientError::Nak(_) | ClientError::Refused(_))) => {
-                            log::info(format_args!("lease {lease} of {} refused: {e}", record.key));
                             let why = match e {
                                 ClientError::Nak(msg) => format!("DHCPNAK {}", msg.unwrap_or_default()),
+                                ClientError::Refused(status) => status,
                                 other => other.to_string(),
                             };
+                            log::info(format_args!(
+                                "lease {lease} of {} refused by the server: {why}",
+                                record.key
+                            ));
                             self.update(tracked, Some(lease.lost()), Phase::Expired, why);
                         }
                         Err(e) => {
