@@ -215,6 +215,10 @@ fn dual_stack_through_bridge() {
     assert!(v4_on.contains(&bare(&v4[0])), "{v4_on}");
     assert_eq!(net.records().len(), 2, "{:?}", net.records());
     assert!(run(&net, "CHECK", &container, &with_prev(&conf, &result)).success());
+    let mut gc = conf.clone();
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": container.name(), "ifname": "eth0"}]);
+    assert!(call("bridge", "GC", &net.host, None, &gc).run().success());
+    assert_eq!(net.records().len(), 2, "GC kept the valid attachment's leases: {:?}", net.records());
 
     assert!(run(&net, "DEL", &container, &conf).success());
     wait_for("dnsmasq to see both releases", Duration::from_secs(10), || {
@@ -242,8 +246,16 @@ fn dual_stack_through_macvlan_and_a_failed_half_rolls_back() {
     let (v4, v6) = (addresses(&result, false), addresses(&result, true));
     assert_eq!((v4.len(), v6.len()), (1, 1), "{result}");
     assert_eq!(v6_on_interface(&container), v6);
-    assert!(run(&net, "DEL", &container, &conf).success());
+    // GC without the attachment in the valid list releases both of its leases.
+    let mut gc = conf.clone();
+    gc["cni.dev/valid-attachments"] = json!([]);
+    assert!(call("macvlan", "GC", &net.host, None, &gc).run().success());
     assert!(net.records().is_empty(), "{:?}", net.records());
+    assert!(net.status().leases.is_empty());
+    wait_for("dnsmasq to see both releases", Duration::from_secs(10), || {
+        net.log("dnsmasq.log").matches("DHCPRELEASE(srv0)").count() >= 2
+    });
+    assert!(run(&net, "DEL", &container, &conf).success());
 
     // Only DHCPv4 now: the v6 half fails, and the v4 lease it got goes back.
     server.kill();
