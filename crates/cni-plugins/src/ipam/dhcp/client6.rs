@@ -318,15 +318,14 @@ impl Client6 {
     /// RELEASE, sent once; the server's REPLY is not waited for (the address is dropped
     /// either way, and DEL must not hang on a server that is gone).
     pub fn release(&self, lease: &Lease6) -> Result<(), ClientError> {
-        let msg = self.message(
+        let mut msg = self.message(
             MessageType::Release,
             random_xid(),
             Some(&lease.server_duid),
             IaNa::request(self.iaid, Some(lease.address.addr())),
         );
-        let mut bytes = msg;
-        bytes.push(OPT_ELAPSED_TIME, vec![0, 0]);
-        self.socket.send_to(&bytes.encode(), SocketAddrV6::new(ALL_SERVERS, SERVER_PORT, 0, self.ifindex))?;
+        msg.push(OPT_ELAPSED_TIME, vec![0, 0]);
+        self.socket.send_to(&msg.encode(), SocketAddrV6::new(ALL_SERVERS, SERVER_PORT, 0, self.ifindex))?;
         Ok(())
     }
 }
