@@ -1,8 +1,8 @@
 //! The daemon's DHCPv6 client against a scripted server (a socket in the test's server
 //! namespace) that plays the attacker or the broken network: garbage, replies to other
 //! transactions and other clients, special addresses offered, lifetimes out of order, an
-//! oversized DNS list, a search list that tries to write resolver settings, and NoBinding
-//! on renewal. None of it may crash the daemon or end up in a lease.
+//! oversized DNS list, a search list that tries to write resolver settings, a zero valid
+//! lifetime and NoBinding on renewal. None of it may crash the daemon or end up in a lease.
 
 mod common;
 mod dhcp_support;
@@ -143,8 +143,12 @@ fn hostile_replies_are_dropped_and_no_binding_on_renewal_ends_the_lease() {
                         send(&other_server.encode());
                         send(&good(&msg, MessageType::Reply).encode());
                     }
+                    // The first RENEW: our address with a valid lifetime of 0.
+                    k if k == MessageType::Renew as u8 && renewals.fetch_add(1, Ordering::Relaxed) == 0 => {
+                        let held = msg.ia_nas().next().unwrap().addresses[0].address.to_string();
+                        send(&reply(&msg, MessageType::Reply, &held, 0, 0).encode());
+                    }
                     k if k == MessageType::Renew as u8 => {
-                        renewals.fetch_add(1, Ordering::Relaxed);
                         let mut m = Message::new(MessageType::Reply, msg.xid);
                         m.push(OPT_CLIENT_ID, msg.option(OPT_CLIENT_ID).unwrap().to_vec());
                         m.push(OPT_SERVER_ID, SERVER_DUID.to_vec());
@@ -178,14 +182,18 @@ fn hostile_replies_are_dropped_and_no_binding_on_renewal_ends_the_lease() {
             assert!(log.contains(why), "not logged as dropped: {why}\n{log}");
         }
 
-        // T1 is 1 s: the RENEW gets NoBinding, the lease ends and the daemon asks again.
+        // T1 is 1 s: the first RENEW gets a valid lifetime of 0, the second NoBinding; each
+        // ends the lease and the daemon asks again.
+        wait_for("a valid lifetime of 0 to end the lease", Duration::from_secs(20), || {
+            net.log("daemon.log").contains("refused by the server: the server ended the binding")
+        });
         wait_for("the NoBinding to end the lease", Duration::from_secs(20), || {
             net.log("daemon.log").contains("NoBinding (3): forgotten")
         });
         wait_for("a new lease after it", Duration::from_secs(20), || {
             net.log("daemon.log").contains("new lease fd77::42/64")
         });
-        assert!(renewals.load(Ordering::Relaxed) >= 1);
+        assert!(renewals.load(Ordering::Relaxed) >= 2);
         let status = net.status();
         assert!(status.ok && status.leases.len() == 1, "the daemon keeps running: {status:?}");
         assert!(call("bridge", "DEL", &net.host, Some(&container), &conf).run().success());

@@ -288,7 +288,8 @@ impl Client6 {
     }
 
     /// RENEW (to the lease's server) or REBIND (to any): the REPLY extends the lease. A
-    /// NoBinding answer, or a reply without our address, ends it (the caller starts over).
+    /// NoBinding answer, our address with a valid lifetime of 0, or another address, ends
+    /// it (the caller starts over).
     pub fn extend(&self, lease: &Lease6, rebind: bool, limit: Duration) -> Result<Lease6, ClientError> {
         let (kind, server) = if rebind {
             (MessageType::Rebind, None)
@@ -303,6 +304,17 @@ impl Client6 {
                 if m.option(OPT_SERVER_ID) != Some(server) {
                     return None;
                 }
+            }
+            // A valid lifetime of 0 for our address is the server ending the binding.
+            let ended = m
+                .ia_nas()
+                .filter(|ia| ia.iaid == self.iaid)
+                .flat_map(|ia| ia.addresses)
+                .any(|a| a.address == lease.address.addr() && a.valid == 0);
+            if ended {
+                return Some(Err(ClientError::Refused(
+                    "the server ended the binding (valid lifetime 0)".into(),
+                )));
             }
             match self.binding(m, sent)? {
                 Ok(new) if new.address.addr() == lease.address.addr() => Some(Ok(new)),
