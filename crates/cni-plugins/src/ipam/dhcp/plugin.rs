@@ -320,8 +320,10 @@ impl Plugin for Dhcp {
             match lease {
                 Ok(lease) => leases.push(lease),
                 Err(e) => {
-                    if !leases.is_empty() {
-                        // All or nothing: the first family's lease goes back.
+                    // All or nothing: the first family's lease goes back, and so does the
+                    // lease of the wrong family an older daemon may have taken.
+                    let wrong_family = e.code == ErrorCode::IncompatibleVersion as u32;
+                    if !leases.is_empty() || wrong_family {
                         let _ = call(req, &socket, Op::Del { key: key(req) }, ErrorCode::TryAgainLater);
                     }
                     return Err(e);
