@@ -9,7 +9,8 @@ pub const USAGE: &str = "usage: cni-bench [options]
   --budget SECONDS     start no further round that would end after this (default 540), so a
                        full run ends within 10 minutes; the first round always runs
   --workloads LIST     comma-separated subset of W1,W1nm,W2,W3,W4,W5,W6,W7,nft,macvlan,floor,dhcp,
-                       dns,soak,podman,cri (default: all but dhcp and dns, which need dnsmasq, soak, 8
+                       dhcp6,dns,soak,podman,cri (default: all but dhcp, dhcp6 (DHCPv6, ours
+                       only: the reference has none) and dns, which need dnsmasq, soak, 8
                        workers x N ADD/DEL cycles: -n 1250 is the 10,000-cycle soak, podman,
                        podman run --rm on the CNI backend and on netavark, and cri,
                        RunPodSandbox through containerd's CRI plugin)
@@ -39,6 +40,7 @@ pub enum WorkloadId {
     Nft,
     Floor,
     Dhcp,
+    Dhcp6,
     Dns,
     Macvlan,
     Soak,
@@ -47,7 +49,7 @@ pub enum WorkloadId {
 }
 
 impl WorkloadId {
-    pub const ALL: [WorkloadId; 16] = [
+    pub const ALL: [WorkloadId; 17] = [
         WorkloadId::W1,
         WorkloadId::W1nm,
         WorkloadId::W2,
@@ -60,20 +62,26 @@ impl WorkloadId {
         WorkloadId::Macvlan,
         WorkloadId::Floor,
         WorkloadId::Dhcp,
+        WorkloadId::Dhcp6,
         WorkloadId::Dns,
         WorkloadId::Soak,
         WorkloadId::Podman,
         WorkloadId::Cri,
     ];
 
-    /// What runs when `--workloads` is not given: all but dhcp, which needs dnsmasq and
+    /// What runs when `--workloads` is not given: all but dhcp and dhcp6, which need dnsmasq and
     /// whose Go side takes seconds per ADD (it would not fit a full run's budget or CI's
     /// smoke run), soak, long by design, and podman and cri, which start whole containers.
     pub fn defaults() -> Vec<WorkloadId> {
         let named_only = |w: &WorkloadId| {
             matches!(
                 w,
-                WorkloadId::Dhcp | WorkloadId::Dns | WorkloadId::Soak | WorkloadId::Podman | WorkloadId::Cri
+                WorkloadId::Dhcp
+                    | WorkloadId::Dhcp6
+                    | WorkloadId::Dns
+                    | WorkloadId::Soak
+                    | WorkloadId::Podman
+                    | WorkloadId::Cri
             )
         };
         WorkloadId::ALL.into_iter().filter(|w| !named_only(w)).collect()
@@ -92,6 +100,7 @@ impl WorkloadId {
             WorkloadId::Nft => "nft",
             WorkloadId::Floor => "floor",
             WorkloadId::Dhcp => "dhcp",
+            WorkloadId::Dhcp6 => "dhcp6",
             WorkloadId::Dns => "dns",
             WorkloadId::Macvlan => "macvlan",
             WorkloadId::Soak => "soak",
@@ -202,7 +211,7 @@ fn workloads(list: &str) -> Result<Vec<WorkloadId>, String> {
     for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let id = WorkloadId::parse(part).ok_or_else(|| {
             format!(
-                "unknown workload {part:?} (known: W1,W1nm,W2,W3,W4,W5,W6,W7,nft,macvlan,floor,dhcp,dns,soak,podman,cri)"
+                "unknown workload {part:?} (known: W1,W1nm,W2,W3,W4,W5,W6,W7,nft,macvlan,floor,dhcp,dhcp6,dns,soak,podman,cri)"
             )
         })?;
         if !chosen.contains(&id) {

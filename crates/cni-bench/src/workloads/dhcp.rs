@@ -2,6 +2,11 @@
 //! a server namespace on the run's bridge, each set with its own lease daemon (ours keeps
 //! its state in the run's state root). ADD of all, then DEL of all, through libcni.
 //!
+//! dhcp6: the same with DHCPv6 (`"families": [6]`). Ours only: the reference dhcp IPAM
+//! speaks DHCPv4 alone, so a Go set is skipped with that reason. An ADD includes waiting
+//! for the container interface's link-local address to finish duplicate address
+//! detection (the kernel's, about a second), which DHCPv6 needs as its source.
+//!
 //! The Go daemon's ADD takes seconds, so this workload uses at most [`MAX_CONTAINERS`] containers
 //! and one round; setting up the network (bridge, server veth, dnsmasq) is not timed.
 
@@ -9,12 +14,12 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{BenchContext, SetOutcome, Workload};
+use super::{BenchContext, SetOutcome, Status, Workload};
 use crate::error::{BenchError, Result};
 use crate::options::WorkloadId;
 use crate::plugin_set::PluginSet;
 use crate::sandbox::{BenchHost, OwnedNetns};
-use cni_net::netlink::{AddressFlags, BridgeOptions, LinkSpec, VethSpec};
+use cni_net::netlink::{AddressFlags, BridgeOptions, IpFamily, LinkSpec, VethSpec};
 use cni_net::Netlink;
 use serde_json::json;
 
@@ -22,7 +27,10 @@ pub const MAX_CONTAINERS: usize = 20;
 const DNSMASQ: &str = "/usr/sbin/dnsmasq";
 const BRIDGE: &str = "cnkd0";
 
-pub struct DhcpWorkload;
+pub struct DhcpWorkload {
+    /// DHCPv6 rather than DHCPv4.
+    pub v6: bool,
+}
 
 /// Kills and reaps a process it owns when dropped (also on error paths).
 struct Reaped(Child);
@@ -36,7 +44,7 @@ impl Drop for Reaped {
 
 /// The server's side of the run: the host's bridge, a veth from it into `server`, and the
 /// server's address, made over netlink like everything else in the run.
-fn wire_server(host: &OwnedNetns, server: &OwnedNetns) -> Result<()> {
+fn wire_server(host: &OwnedNetns, server: &OwnedNetns, v6: bool) -> Result<()> {
     let setup = |what: &str| {
         let what = what.to_string();
         move |e| BenchError::setup(what, e)
@@ -56,7 +64,19 @@ fn wire_server(host: &OwnedNetns, server: &OwnedNetns) -> Result<()> {
     let srv = nl.require_link("srv0").map_err(setup("look up the server's interface"))?;
     let address = "10.77.0.1/16".parse().expect("a valid address");
     nl.add_address(srv.index, address, AddressFlags::empty()).map_err(setup("address the server"))?;
+    if v6 {
+        let address = "fd77::1/64".parse().expect("a valid address");
+        nl.add_address(srv.index, address, AddressFlags::Nodad).map_err(setup("address the server (v6)"))?;
+    }
     nl.set_link_up(srv.index).map_err(setup("set the server's interface up"))?;
+    if v6 {
+        // dnsmasq answers DHCPv6 from the link-local address: wait until it is usable.
+        wait_for("the server's link-local address", || {
+            nl.addresses(Some(srv.index), Some(IpFamily::V6)).is_ok_and(|addrs| {
+                addrs.iter().any(|a| a.scope == 253 && !a.flags.contains(AddressFlags::Tentative))
+            })
+        })?;
+    }
     Ok(())
 }
 
@@ -81,11 +101,18 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) -> Result<()> {
 
 impl Workload for DhcpWorkload {
     fn id(&self) -> WorkloadId {
-        WorkloadId::Dhcp
+        if self.v6 {
+            WorkloadId::Dhcp6
+        } else {
+            WorkloadId::Dhcp
+        }
     }
 
     fn title(&self) -> String {
-        format!("bridge + dhcp (each set's daemon) against dnsmasq, up to {MAX_CONTAINERS} containers")
+        let protocol = if self.v6 { "DHCPv6" } else { "DHCPv4" };
+        format!(
+            "bridge + dhcp {protocol} (each set's daemon) against dnsmasq, up to {MAX_CONTAINERS} containers"
+        )
     }
 
     fn needs(&self) -> Vec<&'static str> {
@@ -101,9 +128,19 @@ impl Workload for DhcpWorkload {
             out.note("needs dnsmasq (Debian package dnsmasq-base)");
             return Err(BenchError::io("dhcp", std::io::Error::other("dnsmasq is not installed")));
         }
+        // Ours keeps leases on disk (the -statedir flag); the reference has no DHCPv6.
+        let daemon_bin = set.binary("dhcp");
+        let help = Command::new(&daemon_bin).args(["daemon", "--help"]).output();
+        let ours = help.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("-statedir"));
+        if self.v6 && !ours {
+            out.status = Status::Skipped(
+                "skipped: no Go counterpart (the reference dhcp IPAM speaks DHCPv4 only)".into(),
+            );
+            return Ok(());
+        }
         let host = BenchHost::create(ctx.state_root())?;
         let server = OwnedNetns::create(&format!("cnk-s{}-{}", std::process::id(), ctx.pool.len()))?;
-        wire_server(&host.netns, &server)?;
+        wire_server(&host.netns, &server, self.v6)?;
 
         let dir = host.data_dir();
         let dnsmasq_args: Vec<String> = [
@@ -116,19 +153,19 @@ impl Workload for DhcpWorkload {
             "--except-interface=lo",
             "--port=0",
             "--no-ping",
-            "--dhcp-range=10.77.1.0,10.77.255.250,255.255.0.0,1h",
-            "--dhcp-option=3,10.77.0.1",
         ]
         .iter()
+        .chain(if self.v6 {
+            ["--dhcp-range=fd77::100,fd77::ffff,64,1h", "--dhcp-option=option6:dns-server,[fd77::53]"].iter()
+        } else {
+            ["--dhcp-range=10.77.1.0,10.77.255.250,255.255.0.0,1h", "--dhcp-option=3,10.77.0.1"].iter()
+        })
         .map(|s| s.to_string())
         .chain([format!("--dhcp-leasefile={}", dir.join("dnsmasq.leases").display())])
         .collect();
         let _dnsmasq = spawn_in(&server, Path::new(DNSMASQ), &dnsmasq_args, &dir.join("dnsmasq.log"))?;
 
         // Ours keeps leases on disk: in the run's state root, not in /var/lib/cni/dhcp.
-        let daemon_bin = set.binary("dhcp");
-        let help = Command::new(&daemon_bin).args(["daemon", "--help"]).output();
-        let ours = help.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("-statedir"));
         let socket = dir.join("dhcp.sock");
         let mut daemon_args = vec!["daemon".to_string(), "-socketpath".into(), socket.display().to_string()];
         if ours {
@@ -137,11 +174,15 @@ impl Workload for DhcpWorkload {
         let _daemon = spawn_in(&host.netns, &daemon_bin, &daemon_args, &dir.join("daemon.log"))?;
         wait_for("the dhcp daemon's socket", || socket.exists())?;
 
+        let mut ipam = json!({"type": "dhcp", "daemonSocketPath": socket});
+        if self.v6 {
+            ipam["families"] = json!([6]);
+            ipam["ipv6PrefixLength"] = json!(64);
+        }
         let config = json!({
             "cniVersion": "1.0.0",
             "name": "cnkdhcp",
-            "plugins": [{"type": "bridge", "bridge": BRIDGE,
-                         "ipam": {"type": "dhcp", "daemonSocketPath": socket}}],
+            "plugins": [{"type": "bridge", "bridge": BRIDGE, "ipam": ipam}],
         });
         let list = super::chain::load_list(&config)?;
         let cni = libcni::CniConfig::new([set.dir.clone()]).with_cache_dir(host.cache_dir.path());

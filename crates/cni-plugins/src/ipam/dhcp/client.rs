@@ -26,7 +26,7 @@ const SERVER_PORT: u16 = 67;
 /// The first retransmission comes after this; each next one after twice the last, up to
 /// `resend_max` (RFC 2131 4.1 starts at 4 s, which alone would eat most of a runtime's
 /// patience on a lossy first packet while the bridge port comes up).
-const FIRST_RESEND: Duration = Duration::from_secs(1);
+pub(super) const FIRST_RESEND: Duration = Duration::from_secs(1);
 
 /// What a client sends about itself, fixed for the lifetime of an attachment.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -37,6 +37,10 @@ pub struct ClientParams {
     pub provide: Vec<(u8, Vec<u8>)>,
     /// Option 55.
     pub request: Vec<u8>,
+    /// DHCPv6 only (where `client_id` is the DUID): the prefix length leases get, /128
+    /// when unset (DHCPv6 carries none; see [`super::lease6`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_len: Option<u8>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -52,6 +56,9 @@ pub enum ClientError {
     Timeout(Duration),
     #[error("the server refused (DHCPNAK){}", .0.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
     Nak(Option<String>),
+    /// A DHCPv6 server's refusal (a status such as NoBinding or NoAddrsAvail).
+    #[error("the server refused: {0}")]
+    Refused(String),
     #[error("{0}")]
     Io(#[from] io::Error),
     #[error("{0}")]
@@ -129,7 +136,7 @@ fn bound_socket(ns: &NetNs, ifname: &str) -> Result<UdpSocket, ClientError> {
 }
 
 /// A random transaction id (RFC 2131: chosen by the client, random).
-fn random_xid() -> u32 {
+pub(super) fn random_xid() -> u32 {
     let mut bytes = [0u8; 4];
     // SAFETY: the buffer is valid for 4 bytes; getrandom writes at most that.
     let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
@@ -191,47 +198,26 @@ impl Client {
         limit: Duration,
         accept: &mut dyn FnMut(&Message) -> bool,
     ) -> Result<Message, ClientError> {
-        let start = Instant::now();
-        let deadline = start + limit;
-        let mut resend = FIRST_RESEND;
-        let mut buf = vec![0u8; 1500];
-        loop {
-            msg.secs = start.elapsed().as_secs().min(u64::from(u16::MAX)) as u16;
-            if let Err(e) = self.socket.send_to(&msg.encode(), SocketAddrV4::new(dest, SERVER_PORT)) {
-                // Unreachable now (no address yet, link down) may pass: wait and retry.
-                log::debug(format_args!("send to {dest}: {e}"));
-            }
-            let next_send = (Instant::now() + resend).min(deadline);
-            resend = (resend * 2).min(self.timing.resend_max.max(FIRST_RESEND));
-            loop {
-                let now = Instant::now();
-                if now >= deadline {
-                    return Err(ClientError::Timeout(limit));
-                }
-                if now >= next_send {
-                    break;
-                }
-                self.socket.set_read_timeout(Some(next_send - now))?;
-                let len = match self.socket.recv(&mut buf) {
-                    Ok(len) => len,
-                    Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                        continue
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e.into()),
-                };
-                let Ok(reply) = Message::decode(&buf[..len]) else { continue };
-                if reply.op != BOOTREPLY || reply.xid != msg.xid || reply.chaddr[..6] != self.mac {
-                    continue;
+        let (mac, xid) = (self.mac, msg.xid);
+        retransmit(
+            &self.socket,
+            limit,
+            self.timing.resend_max,
+            &mut |elapsed| {
+                msg.secs = elapsed.as_secs().min(u64::from(u16::MAX)) as u16;
+                self.socket.send_to(&msg.encode(), SocketAddrV4::new(dest, SERVER_PORT)).map(drop)
+            },
+            &mut |bytes| {
+                let reply = Message::decode(bytes).ok()?;
+                if reply.op != BOOTREPLY || reply.xid != xid || reply.chaddr[..6] != mac {
+                    return None;
                 }
                 if reply_type(&reply) == Some(MessageType::Nak) {
-                    return Err(ClientError::Nak(reply.option(opt::MESSAGE).and_then(opt::text)));
+                    return Some(Err(ClientError::Nak(reply.option(opt::MESSAGE).and_then(opt::text))));
                 }
-                if accept(&reply) {
-                    return Ok(reply);
-                }
-            }
-        }
+                accept(&reply).then_some(Ok(reply))
+            },
+        )
     }
 
     /// INIT: DISCOVER, take the first usable OFFER, REQUEST it, wait for the ACK.
@@ -311,6 +297,60 @@ impl Client {
             self.socket.send_to(&bytes, SocketAddrV4::new(Ipv4Addr::BROADCAST, SERVER_PORT))?;
         }
         Ok(())
+    }
+}
+
+/// What [`retransmit`] makes of a received datagram: `None` to drop it, or the outcome.
+pub(super) type Verdict<T> = Option<Result<T, ClientError>>;
+
+/// One client exchange on `socket`, for v4 and v6 alike: `send` (given the time since the
+/// first send) goes out at once and again with doubling gaps from [`FIRST_RESEND`] up to
+/// `resend_max`, until `accept` decides on a received datagram (`None` drops it: garbage,
+/// another transaction's) or `limit` passes. A send that fails (no address yet, link
+/// down) is only logged: the next retransmission may pass.
+pub(super) fn retransmit<T>(
+    socket: &UdpSocket,
+    limit: Duration,
+    resend_max: Duration,
+    send: &mut dyn FnMut(Duration) -> io::Result<()>,
+    accept: &mut dyn FnMut(&[u8]) -> Verdict<T>,
+) -> Result<T, ClientError> {
+    let start = Instant::now();
+    let deadline = start + limit;
+    let mut resend = FIRST_RESEND;
+    // The largest UDP payload: a longer datagram would arrive cut short and look valid.
+    let mut buf = vec![0u8; 65536];
+    loop {
+        if let Err(e) = send(start.elapsed()) {
+            log::debug(format_args!("send: {e}"));
+        }
+        let next_send = (Instant::now() + resend).min(deadline);
+        resend = (resend * 2).min(resend_max.max(FIRST_RESEND));
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(ClientError::Timeout(limit));
+            }
+            if now >= next_send {
+                break;
+            }
+            socket.set_read_timeout(Some(next_send - now))?;
+            let len = match socket.recv(&mut buf) {
+                Ok(len) => len,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if let Some(outcome) = accept(&buf[..len]) {
+                return outcome;
+            }
+        }
     }
 }
 

@@ -1,13 +1,14 @@
 //! The lease-keeping daemon: answers the plugin's requests and keeps every lease alive.
 //!
-//! Each lease has a maintenance thread that sleeps until T1, renews (unicast), rebinds at
-//! T2 (broadcast) and, when the lease expires or the server refuses (NAK), logs it, marks
+//! Each lease (an attachment may hold a DHCPv4 and a DHCPv6 one) has a maintenance thread
+//! that sleeps until T1, renews, rebinds at T2 and, when the lease expires or the server
+//! refuses (a v4 NAK, a v6 NoBinding), logs it, marks
 //! the lease `expired` (STATUS shows it, CHECK fails) and keeps trying to get an address
 //! again. Threads only ever enter a container's namespace through [`NetNs::run`] to create
 //! a socket, which moves them back out before it returns.
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -20,9 +21,51 @@ use cni_types::validate::{validate_container_id, validate_interface_name, valida
 use cni_types::ErrorCode;
 
 use super::client::{log, Client, ClientError, ClientParams, Timing};
-use super::lease::{unix_now, Lease};
+use super::client6::Client6;
+use super::lease::{unix_now, Lease, Leased};
 use super::protocol::{self, LeaseStatus, Op, Request, Response, PROTOCOL_VERSION};
-use super::store::{AttachmentKey, Record, Store};
+use super::store::{AttachmentKey, Family, Record, Store};
+
+/// Which lease the daemon means: an attachment's, of one family.
+type LeaseId = (AttachmentKey, Family);
+
+/// A client of either family, for the lease a record holds.
+enum Exchanger {
+    V4(Client),
+    V6(Client6),
+}
+
+impl Exchanger {
+    fn acquire(&self, previous: Option<IpAddr>) -> Result<Leased, ClientError> {
+        match (self, previous) {
+            (Exchanger::V4(c), Some(IpAddr::V4(a))) => c.acquire(Some(a)).map(Leased::V4),
+            (Exchanger::V4(c), _) => c.acquire(None).map(Leased::V4),
+            (Exchanger::V6(c), Some(IpAddr::V6(a))) => c.acquire(Some(a)).map(Leased::V6),
+            (Exchanger::V6(c), _) => c.acquire(None).map(Leased::V6),
+        }
+    }
+
+    fn extend(&self, lease: &Leased, rebind: bool, limit: Duration) -> Result<Leased, ClientError> {
+        match (self, lease) {
+            (Exchanger::V4(c), Leased::V4(l)) => c.extend(l, rebind, limit).map(Leased::V4),
+            (Exchanger::V6(c), Leased::V6(l)) => c.extend(l, rebind, limit).map(Leased::V6),
+            _ => Err(family_mismatch()),
+        }
+    }
+
+    fn release(&self, lease: &Leased) -> Result<(), ClientError> {
+        match (self, lease) {
+            (Exchanger::V4(c), Leased::V4(l)) => c.release(l),
+            (Exchanger::V6(c), Leased::V6(l)) => c.release(l),
+            _ => Err(family_mismatch()),
+        }
+    }
+}
+
+/// A record whose lease is not of its family: damage, never written by the daemon.
+fn family_mismatch() -> ClientError {
+    ClientError::Io(std::io::Error::other("the record's lease is not of the record's address family"))
+}
 
 /// A retry after a failed renewal waits half the time left to the next deadline (RFC 2131
 /// 4.4.5), at least this...
@@ -112,13 +155,13 @@ impl Tracked {
 pub struct Daemon {
     settings: Settings,
     store: Store,
-    leases: Mutex<HashMap<AttachmentKey, Arc<Tracked>>>,
+    leases: Mutex<HashMap<LeaseId, Arc<Tracked>>>,
     /// The address each recently deleted attachment had: servers that pick addresses by
     /// hardware address (a new veth has a new one) give it back when asked.
-    released: Mutex<HashMap<AttachmentKey, Ipv4Addr>>,
+    released: Mutex<HashMap<LeaseId, IpAddr>>,
 }
 
-fn phase_at(lease: &Lease, now: u64) -> Phase {
+fn phase_at(lease: &Leased, now: u64) -> Phase {
     if now < lease.renew_at() {
         Phase::Bound
     } else if now < lease.rebind_at() {
@@ -141,7 +184,7 @@ impl Daemon {
         }))
     }
 
-    fn leases(&self) -> MutexGuard<'_, HashMap<AttachmentKey, Arc<Tracked>>> {
+    fn leases(&self) -> MutexGuard<'_, HashMap<LeaseId, Arc<Tracked>>> {
         self.leases.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -149,9 +192,13 @@ impl Daemon {
         PathBuf::from(format!("{}{netns}", self.settings.host_prefix))
     }
 
-    fn client(&self, record: &Record) -> Result<Client, ClientError> {
+    fn client(&self, record: &Record) -> Result<Exchanger, ClientError> {
         let ns = NetNs::open(self.netns_path(&record.netns))?;
-        Client::open(&ns, &record.key.ifname, record.params.clone(), self.settings.timing)
+        let (ifname, params, timing) = (&record.key.ifname, &record.params, self.settings.timing);
+        Ok(match record.family {
+            Family::V4 => Exchanger::V4(Client::open(&ns, ifname, params.clone(), timing)?),
+            Family::V6 => Exchanger::V6(Client6::open(&ns, ifname, params, timing)?),
+        })
     }
 
     /// Resumes the leases a previous run left on disk: those whose namespace and interface
@@ -179,21 +226,21 @@ impl Daemon {
             if !alive {
                 log::info(format_args!(
                     "released lease {} of {}: its namespace or interface is gone",
-                    record.lease.address, record.key
+                    record.lease, record.key
                 ));
-                if let Err(e) = self.store.remove(&record.key) {
+                if let Err(e) = self.store.remove(&record.key, record.family) {
                     log::info(format_args!("cannot remove the record of {}: {e}", record.key));
                 }
                 continue;
             }
-            log::info(format_args!("resuming lease {} of {}", record.lease.address, record.key));
+            log::info(format_args!("resuming lease {} of {}", record.lease, record.key));
             self.track(record);
         }
         Ok(())
     }
 
     fn track(self: &Arc<Daemon>, record: Record) {
-        let key = record.key.clone();
+        let key = (record.key.clone(), record.family);
         let phase = phase_at(&record.lease, unix_now());
         let tracked = Arc::new(Tracked {
             state: Mutex::new(TrackedState { record, phase, last_error: String::new(), stopping: false }),
@@ -207,7 +254,7 @@ impl Daemon {
     }
 
     /// Saves the record unless the lease was stopped meanwhile (a DEL removed its file).
-    fn update(&self, tracked: &Tracked, lease: Option<Lease>, phase: Phase, error: String) {
+    fn update(&self, tracked: &Tracked, lease: Option<Leased>, phase: Phase, error: String) {
         let mut state = tracked.lock();
         if state.stopping {
             return;
@@ -252,27 +299,23 @@ impl Daemon {
                             log::info(format_args!(
                                 "{} lease {} of {} for {} s",
                                 if rebind { "rebound" } else { "renewed" },
-                                new.address,
+                                new,
                                 record.key,
-                                new.lease_secs
+                                new.lease_secs()
                             ));
                             self.update(tracked, Some(new), Phase::Bound, String::new());
                         }
-                        Err(ClientError::Nak(msg)) => {
+                        Err(e @ (ClientError::Nak(_) | ClientError::Refused(_))) => {
+                            let why = match e {
+                                ClientError::Nak(msg) => format!("DHCPNAK {}", msg.unwrap_or_default()),
+                                ClientError::Refused(status) => status,
+                                other => other.to_string(),
+                            };
                             log::info(format_args!(
-                                "lease {} of {} refused by the server: {msg:?}",
-                                lease.address, record.key
+                                "lease {lease} of {} refused by the server: {why}",
+                                record.key
                             ));
-                            let mut lost = lease.clone();
-                            lost.lease_secs = 0;
-                            lost.renew_secs = 0;
-                            lost.rebind_secs = 0;
-                            self.update(
-                                tracked,
-                                Some(lost),
-                                Phase::Expired,
-                                format!("DHCPNAK {}", msg.unwrap_or_default()),
-                            );
+                            self.update(tracked, Some(lease.lost()), Phase::Expired, why);
                         }
                         Err(e) => {
                             log::debug(format_args!("{} {}: {e}", phase.name(), record.key));
@@ -288,23 +331,23 @@ impl Daemon {
                     let first = tracked.lock().phase != Phase::Expired;
                     if first {
                         log::info(format_args!(
-                            "lease {} of {} expired; asking for a new one",
-                            lease.address, record.key
+                            "lease {lease} of {} expired; asking for a new one",
+                            record.key
                         ));
                         self.update(tracked, None, Phase::Expired, "lease expired".into());
                     }
-                    match self.client(&record).and_then(|c| c.acquire(Some(lease.address.addr()))) {
+                    match self.client(&record).and_then(|c| c.acquire(Some(lease.address().addr()))) {
                         Ok(new) => {
                             // The daemon does not readdress the container (the interface
                             // plugin configured it); a different address makes CHECK fail,
                             // so the runtime can re-create the attachment.
-                            let moved = new.address.addr() != lease.address.addr();
+                            let moved = new.address().addr() != lease.address().addr();
                             log::info(format_args!(
                                 "new lease {} for {}{}",
-                                new.address,
+                                new,
                                 record.key,
                                 if moved {
-                                    format!(" (the interface still has {})", lease.address)
+                                    format!(" (the interface still has {lease})")
                                 } else {
                                     String::new()
                                 }
@@ -327,11 +370,13 @@ impl Daemon {
     fn add(
         self: &Arc<Daemon>,
         key: AttachmentKey,
+        family: Family,
         netns: String,
         params: ClientParams,
         trace: Trace,
     ) -> Response {
-        let existing = self.leases().get(&key).cloned();
+        let id = (key.clone(), family);
+        let existing = self.leases().get(&id).cloned();
         if let Some(tracked) = existing {
             let state = tracked.lock();
             // A repeated ADD for the same attachment gets its lease back.
@@ -339,7 +384,7 @@ impl Daemon {
                 return Response::with_lease(state.record.lease.clone());
             }
         }
-        let record = Record::new(key.clone(), netns, params, placeholder_lease());
+        let record = Record::new(key.clone(), family, netns, params, placeholder_lease());
         let client = match self.client(&record) {
             Ok(c) => c,
             Err(e) => {
@@ -349,13 +394,22 @@ impl Daemon {
                 )
             }
         };
-        let previous = self.released.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        let previous = self.released.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
         let lease = match client.acquire(previous) {
             Ok(lease) => lease,
-            Err(e @ ClientError::Timeout(_)) => {
+            // No server, or none with an address to spare (NoAddrsAvail): both may pass.
+            Err(e @ (ClientError::Timeout(_) | ClientError::Refused(_))) => {
                 return Response::error(
                     ErrorCode::TryAgainLater as u32,
-                    format!("dhcp: no lease for {} of container {}: {e}", key.ifname, key.container_id),
+                    format!(
+                        "dhcp: no {} lease for {} of container {}: {e}",
+                        match family {
+                            Family::V4 => "DHCPv4",
+                            Family::V6 => "DHCPv6",
+                        },
+                        key.ifname,
+                        key.container_id
+                    ),
                 )
             }
             Err(e) => {
@@ -367,17 +421,33 @@ impl Daemon {
             let _ = client.release(&lease);
             return Response::error(ErrorCode::Io as u32, format!("dhcp: saving the lease: {e}"));
         }
-        log::info(format_args!("leased {} to {} for {} s{trace}", lease.address, key, lease.lease_secs));
+        log::info(format_args!("leased {lease} to {key} for {} s{trace}", lease.lease_secs()));
         self.track(record);
         Response::with_lease(lease)
     }
 
-    /// Stops keeping a lease and releases it; nothing to do for an unknown attachment.
+    /// Stops keeping an attachment's leases (of both families) and releases them.
     fn del(&self, key: &AttachmentKey, trace: Trace) -> Response {
-        let Some(tracked) = self.leases().remove(key) else {
+        let errors: Vec<String> = [Family::V4, Family::V6]
+            .into_iter()
+            .map(|family| self.del_one(&(key.clone(), family), trace))
+            .filter(|r| !r.ok)
+            .map(|r| r.msg)
+            .collect();
+        if errors.is_empty() {
+            Response::ok()
+        } else {
+            Response::error(ErrorCode::Io as u32, errors.join("; "))
+        }
+    }
+
+    /// Stops keeping one lease and releases it; nothing to do for an unknown one.
+    fn del_one(&self, id: &LeaseId, trace: Trace) -> Response {
+        let (key, family) = (&id.0, id.1);
+        let Some(tracked) = self.leases().remove(id) else {
             // Untracked, but a damaged record of it may sit on disk (skipped at resume):
             // it goes with the attachment rather than stay for good.
-            return match self.store.remove(key) {
+            return match self.store.remove(key, family) {
                 Ok(()) => Response::ok(),
                 Err(e) => {
                     Response::error(ErrorCode::Io as u32, format!("dhcp: removing the lease record: {e}"))
@@ -390,24 +460,24 @@ impl Daemon {
             if released.len() >= MAX_REMEMBERED {
                 released.clear();
             }
-            released.insert(key.clone(), record.lease.address.addr());
+            released.insert(id.clone(), record.lease.address().addr());
         }
         let expired = phase_at(&record.lease, unix_now()) == Phase::Expired;
         if !expired {
             match self.client(&record).and_then(|c| c.release(&record.lease)) {
-                Ok(()) => log::info(format_args!("released {} of {key}{trace}", record.lease.address)),
+                Ok(()) => log::info(format_args!("released {} of {key}{trace}", record.lease)),
                 // The namespace may be gone already (DEL after the container died).
                 Err(e) => log::info(format_args!("cannot send DHCPRELEASE for {key}: {e}{trace}")),
             }
         }
-        match self.store.remove(key) {
+        match self.store.remove(key, family) {
             Ok(()) => Response::ok(),
             Err(e) => Response::error(ErrorCode::Io as u32, format!("dhcp: removing the lease record: {e}")),
         }
     }
 
-    fn check(&self, key: &AttachmentKey) -> Response {
-        let Some(tracked) = self.leases().get(key).cloned() else {
+    fn check(&self, key: AttachmentKey, family: Family) -> Response {
+        let Some(tracked) = self.leases().get(&(key.clone(), family)).cloned() else {
             return Response::error(ErrorCode::Internal as u32, format!("dhcp: no lease held for {key}"));
         };
         let state = tracked.lock();
@@ -421,15 +491,15 @@ impl Daemon {
     }
 
     fn gc(&self, network: &str, valid: &[protocol::ValidAttachment], trace: Trace) -> Response {
-        let doomed: Vec<AttachmentKey> = self
+        let doomed: Vec<LeaseId> = self
             .leases()
             .keys()
-            .filter(|k| k.network == network)
-            .filter(|k| !valid.iter().any(|v| v.container_id == k.container_id && v.ifname == k.ifname))
+            .filter(|(k, _)| k.network == network)
+            .filter(|(k, _)| !valid.iter().any(|v| v.container_id == k.container_id && v.ifname == k.ifname))
             .cloned()
             .collect();
         let errors: Vec<String> =
-            doomed.iter().map(|k| self.del(k, trace)).filter(|r| !r.ok).map(|r| r.msg).collect();
+            doomed.iter().map(|id| self.del_one(id, trace)).filter(|r| !r.ok).map(|r| r.msg).collect();
         if errors.is_empty() {
             Response::ok()
         } else {
@@ -445,13 +515,13 @@ impl Daemon {
                 let s = t.lock();
                 LeaseStatus {
                     key: s.record.key.clone(),
-                    address: s.record.lease.address.to_string(),
+                    address: s.record.lease.to_string(),
                     state: s.phase.name().into(),
                     last_error: s.last_error.clone(),
                 }
             })
             .collect();
-        leases.sort_by(|a, b| a.key.cmp(&b.key));
+        leases.sort_by(|a, b| a.key.cmp(&b.key).then_with(|| a.address.cmp(&b.address)));
         Response { leases, ..Response::ok() }
     }
 
@@ -465,7 +535,7 @@ impl Daemon {
         // Any local client may connect: names become file names and the namespace path is
         // entered, so both are checked here too, not only by the plugin.
         let key = match &request.op {
-            Op::Add { key, .. } | Op::Del { key } | Op::Check { key } => Some(key),
+            Op::Add { key, .. } | Op::Del { key } | Op::Check { key, .. } => Some(key),
             _ => None,
         };
         if let Some(key) = key {
@@ -487,9 +557,9 @@ impl Daemon {
         // Root's plugins send it; still only a well-formed id reaches the log.
         let trace = Trace(request.trace.as_deref().filter(|id| is_trace_id(id)));
         match request.op {
-            Op::Add { key, netns, params } => self.add(key, netns, params, trace),
+            Op::Add { key, netns, params, family } => self.add(key, family, netns, params, trace),
             Op::Del { key } => self.del(&key, trace),
-            Op::Check { key } => self.check(&key),
+            Op::Check { key, family } => self.check(key, family),
             Op::Gc { network, valid } => self.gc(&network, &valid, trace),
             Op::Status => self.status(),
         }
@@ -545,8 +615,8 @@ fn encode(response: &Response) -> Vec<u8> {
 }
 
 /// The lease of a record not yet acquired (only used to find the client's namespace).
-fn placeholder_lease() -> Lease {
-    Lease {
+fn placeholder_lease() -> Leased {
+    Leased::V4(Lease {
         address: ipnet::Ipv4Net::default(),
         server_id: Ipv4Addr::UNSPECIFIED,
         routers: Vec::new(),
@@ -560,7 +630,7 @@ fn placeholder_lease() -> Lease {
         renew_secs: 0,
         rebind_secs: 0,
         acquired_unix: 0,
-    }
+    })
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use cni_types::{Dns, IpConfig, Route};
 use ipnet::{IpNet, Ipv4Net};
 use serde::{Deserialize, Serialize};
 
+use super::lease6::Lease6;
 use super::options as opt;
 use super::wire::Message;
 
@@ -144,6 +145,83 @@ impl Lease {
             address: IpNet::V4(self.address),
             gateway: self.gateway().map(IpAddr::V4),
         }
+    }
+}
+
+/// A lease of either family, as records and daemon responses carry it. Untagged, so the
+/// records of earlier versions (v4 leases, with no `iaid`) read as they are: a v4 lease
+/// never reads as a v6 one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Leased {
+    V6(Lease6),
+    V4(Lease),
+}
+
+impl Leased {
+    pub fn renew_at(&self) -> u64 {
+        match self {
+            Leased::V4(l) => l.renew_at(),
+            Leased::V6(l) => l.renew_at(),
+        }
+    }
+    pub fn rebind_at(&self) -> u64 {
+        match self {
+            Leased::V4(l) => l.rebind_at(),
+            Leased::V6(l) => l.rebind_at(),
+        }
+    }
+    pub fn expires_at(&self) -> u64 {
+        match self {
+            Leased::V4(l) => l.expires_at(),
+            Leased::V6(l) => l.expires_at(),
+        }
+    }
+    pub fn lease_secs(&self) -> u32 {
+        match self {
+            Leased::V4(l) => l.lease_secs,
+            Leased::V6(l) => l.lease_secs,
+        }
+    }
+    /// The address with its prefix length.
+    pub fn address(&self) -> IpNet {
+        match self {
+            Leased::V4(l) => IpNet::V4(l.address),
+            Leased::V6(l) => IpNet::V6(l.address),
+        }
+    }
+    /// The same lease with every time at zero: lost (a NAK, NoBinding).
+    pub fn lost(&self) -> Leased {
+        let mut lost = self.clone();
+        match &mut lost {
+            Leased::V4(l) => (l.lease_secs, l.renew_secs, l.rebind_secs) = (0, 0, 0),
+            Leased::V6(l) => (l.lease_secs, l.renew_secs, l.rebind_secs) = (0, 0, 0),
+        }
+        lost
+    }
+    pub fn ip_config(&self) -> IpConfig {
+        match self {
+            Leased::V4(l) => l.ip_config(),
+            Leased::V6(l) => l.ip_config(),
+        }
+    }
+    pub fn routes(&self) -> Vec<Route> {
+        match self {
+            Leased::V4(l) => l.routes(),
+            Leased::V6(l) => l.routes(),
+        }
+    }
+    pub fn dns(&self) -> Dns {
+        match self {
+            Leased::V4(l) => l.dns(),
+            Leased::V6(l) => l.dns(),
+        }
+    }
+}
+
+impl std::fmt::Display for Leased {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.address().fmt(f)
     }
 }
 

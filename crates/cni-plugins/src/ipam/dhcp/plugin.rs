@@ -7,6 +7,13 @@
 //! - `provide`: `[{"option": "host-name", "fromArg": "K8S_POD_NAME"}, {"option": "12",
 //!   "value": "web"}]`: options sent to the server, the value given or taken from CNI_ARGS;
 //! - `broadcast`: accepted (requests in INIT always ask for broadcast replies).
+//!
+//! And, beyond the reference (which speaks DHCPv4 only):
+//! - `families`: `[4]` (the default), `[6]` or `[4, 6]`: which protocols to lease from; with
+//!   both, one ADD gets a DHCPv4 and a DHCPv6 lease (or neither: a failed second one
+//!   releases the first);
+//! - `ipv6PrefixLength` [128]: the prefix length a DHCPv6 address gets (DHCPv6 carries
+//!   none; see [`super::lease6`]).
 
 use std::io;
 use std::path::PathBuf;
@@ -18,9 +25,10 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::client::ClientParams;
+use super::lease::Leased;
 use super::options::DEFAULT_REQUESTED;
 use super::protocol::{self, Op, Response, ValidAttachment, DEFAULT_SOCKET_PATH};
-use super::store::AttachmentKey;
+use super::store::{AttachmentKey, Family};
 
 /// How long the plugin waits for the daemon: more than an acquisition may take with the
 /// daemon's default timeout and retransmissions.
@@ -43,6 +51,43 @@ pub(crate) struct DhcpConf {
     #[serde(default)]
     #[allow(dead_code)] // accepted for compatibility; see the module doc
     broadcast: Option<bool>,
+    #[serde(default)]
+    families: Option<Vec<u8>>,
+    #[serde(default)]
+    ipv6_prefix_length: Option<u8>,
+}
+
+impl DhcpConf {
+    /// The families to lease from, checked: 4 and/or 6, each once, IPv4 first.
+    fn families(&self) -> Result<Vec<Family>, CniError> {
+        let Some(list) = &self.families else { return Ok(vec![Family::V4]) };
+        let mut families = Vec::new();
+        for (i, n) in list.iter().enumerate() {
+            let family = Family::try_from(*n)
+                .map_err(|e| CniError::invalid_config(format!("dhcp: ipam.families[{i}]: {e}")))?;
+            if families.contains(&family) {
+                return Err(CniError::invalid_config(format!(
+                    "dhcp: ipam.families[{i}]: {n} is listed twice"
+                )));
+            }
+            families.push(family);
+        }
+        if families.is_empty() {
+            return Err(CniError::invalid_config("dhcp: ipam.families: empty; give [4], [6] or [4, 6]"));
+        }
+        families.sort();
+        Ok(families)
+    }
+
+    fn prefix_len(&self) -> Result<Option<u8>, CniError> {
+        match self.ipv6_prefix_length {
+            Some(n @ 1..=128) => Ok(Some(n)),
+            Some(n) => Err(CniError::invalid_config(format!(
+                "dhcp: ipam.ipv6PrefixLength: {n} is not a prefix length (1-128)"
+            ))),
+            None => Ok(None),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -108,6 +153,25 @@ fn client_id(network: &str, container_id: &str, ifname: &str) -> Vec<u8> {
     id
 }
 
+/// The DUID of an attachment (RFC 8415 11.5, DUID-UUID): type 4 and 16 bytes of a hash
+/// of the attachment, the same for every ADD and every daemon that asks.
+fn duid(network: &str, container_id: &str, ifname: &str) -> Vec<u8> {
+    let digest = Sha256::digest(format!("cni-dhcp6/{container_id}/{network}/{ifname}").as_bytes());
+    let mut duid = vec![0, 4];
+    duid.extend_from_slice(&digest[..16]);
+    duid
+}
+
+/// What the DHCPv6 client sends: the attachment's DUID; the options it asks for are fixed.
+fn params6(req: &Request, conf: &DhcpConf) -> Result<ClientParams, CniError> {
+    Ok(ClientParams {
+        client_id: duid(&req.conf.name, &req.container_id, &req.ifname),
+        provide: Vec::new(),
+        request: Vec::new(),
+        prefix_len: conf.prefix_len()?,
+    })
+}
+
 pub(crate) fn params(req: &Request, conf: &DhcpConf) -> Result<ClientParams, CniError> {
     let skip_default = conf.request.iter().any(|r| r.skip_default);
     let mut request: Vec<u8> = if skip_default { Vec::new() } else { DEFAULT_REQUESTED.to_vec() };
@@ -147,6 +211,7 @@ pub(crate) fn params(req: &Request, conf: &DhcpConf) -> Result<ClientParams, Cni
         client_id: client_id(&req.conf.name, &req.container_id, &req.ifname),
         provide,
         request,
+        prefix_len: None,
     })
 }
 
@@ -195,30 +260,77 @@ fn call(
     }
 }
 
+/// The lease in the daemon's answer to an ADD of `family` (a daemon too old to know the
+/// family would answer with a v4 lease: refused, not passed on as v6).
+fn lease_of(response: Response, family: Family) -> Result<Leased, CniError> {
+    let lease =
+        response.lease.ok_or_else(|| CniError::internal("dhcp: the daemon answered ADD without a lease"))?;
+    match (&lease, family) {
+        (Leased::V4(_), Family::V4) | (Leased::V6(_), Family::V6) => Ok(lease),
+        _ => Err(CniError::new(
+            ErrorCode::IncompatibleVersion,
+            "dhcp: the daemon answered with a lease of the other address family (a daemon without DHCPv6?)",
+        )),
+    }
+}
+
+/// One result from an attachment's leases: their addresses (IPv4 first), routes, and DNS
+/// servers and search domains of both (the domain is DHCPv4's: DHCPv6 has none).
+fn result_of(leases: &[Leased]) -> CniResult {
+    let mut result =
+        CniResult { interfaces: Vec::new(), ips: Vec::new(), routes: Vec::new(), dns: Default::default() };
+    for lease in leases {
+        result.ips.push(lease.ip_config());
+        result.routes.extend(lease.routes());
+        let dns = lease.dns();
+        if result.dns.domain.is_empty() {
+            result.dns.domain = dns.domain;
+        }
+        result.dns.nameservers.extend(dns.nameservers);
+        for name in dns.search {
+            if !result.dns.search.contains(&name) {
+                result.dns.search.push(name);
+            }
+        }
+    }
+    result
+}
+
 pub struct Dhcp;
 
 impl Plugin for Dhcp {
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
         let (conf, socket) = load(req)?;
-        let params = params(req, &conf)?;
+        // Every key is checked before the daemon is asked for anything.
+        let mut wanted = Vec::new();
+        for family in conf.families()? {
+            let params = match family {
+                Family::V4 => params(req, &conf)?,
+                Family::V6 => params6(req, &conf)?,
+            };
+            wanted.push((family, params));
+        }
         let netns = req
             .netns_path()
             .ok_or_else(|| CniError::new(ErrorCode::InvalidEnvironment, "dhcp: CNI_NETNS is required"))?;
-        let response = call(
-            req,
-            &socket,
-            Op::Add { key: key(req), netns: netns.to_string(), params },
-            ErrorCode::TryAgainLater,
-        )?;
-        let lease = response
-            .lease
-            .ok_or_else(|| CniError::internal("dhcp: the daemon answered ADD without a lease"))?;
-        Ok(CniResult {
-            interfaces: Vec::new(),
-            ips: vec![lease.ip_config()],
-            routes: lease.routes(),
-            dns: lease.dns(),
-        })
+        let mut leases = Vec::new();
+        for (family, params) in wanted {
+            let op = Op::Add { key: key(req), netns: netns.to_string(), params, family };
+            let lease = call(req, &socket, op, ErrorCode::TryAgainLater).and_then(|r| lease_of(r, family));
+            match lease {
+                Ok(lease) => leases.push(lease),
+                Err(e) => {
+                    // All or nothing: the first family's lease goes back, and so does the
+                    // lease of the wrong family an older daemon may have taken.
+                    let wrong_family = e.code == ErrorCode::IncompatibleVersion as u32;
+                    if !leases.is_empty() || wrong_family {
+                        let _ = call(req, &socket, Op::Del { key: key(req) }, ErrorCode::TryAgainLater);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(result_of(&leases))
     }
 
     fn del(&self, req: &Request) -> Result<(), CniError> {
@@ -227,15 +339,17 @@ impl Plugin for Dhcp {
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
-        let (_, socket) = load(req)?;
-        let response = call(req, &socket, Op::Check { key: key(req) }, ErrorCode::TryAgainLater)?;
-        if let (Some(lease), Ok(Some(prev))) = (&response.lease, req.prev_result()) {
-            let addr = std::net::IpAddr::V4(lease.address.addr());
-            if !prev.ips.iter().any(|ip| ip.address.addr() == addr) {
-                return Err(CniError::internal(format!(
-                    "dhcp: the lease is for {addr}, which is not in the result of {}",
-                    req.ifname
-                )));
+        let (conf, socket) = load(req)?;
+        for family in conf.families()? {
+            let response = call(req, &socket, Op::Check { key: key(req), family }, ErrorCode::TryAgainLater)?;
+            if let (Some(lease), Ok(Some(prev))) = (&response.lease, req.prev_result()) {
+                let addr = lease.address().addr();
+                if !prev.ips.iter().any(|ip| ip.address.addr() == addr) {
+                    return Err(CniError::internal(format!(
+                        "dhcp: the lease is for {addr}, which is not in the result of {}",
+                        req.ifname
+                    )));
+                }
             }
         }
         Ok(())
@@ -326,6 +440,66 @@ mod tests {
         assert!(err.msg.contains("ipam.provide[0]"), "{err:?}");
         let err = params_of(json!({"type": "dhcp", "daemonSocketPath": 5}), "").unwrap_err();
         assert!(err.msg.contains("daemonSocketPath"), "{err:?}");
+    }
+
+    #[test]
+    fn families_and_the_v6_prefix_length_are_checked() {
+        let conf = |ipam: serde_json::Value| load(&request(ipam, "")).unwrap().0;
+        assert_eq!(conf(json!({"type": "dhcp"})).families().unwrap(), [Family::V4], "drop-in default");
+        assert_eq!(conf(json!({"families": [6, 4]})).families().unwrap(), [Family::V4, Family::V6]);
+        for (bad, field) in [
+            (json!({"families": []}), "ipam.families"),
+            (json!({"families": [4, 4]}), "ipam.families[1]"),
+            (json!({"families": [5]}), "ipam.families[0]"),
+        ] {
+            let err = conf(bad.clone()).families().unwrap_err();
+            assert!(err.code == 7 && err.msg.contains(field), "{bad}: {err:?}");
+        }
+        let err = load(&request(json!({"families": ["6"]}), "")).unwrap_err();
+        assert!(err.msg.contains("families"), "{err:?}");
+        let req = request(json!({"families": [6], "ipv6PrefixLength": 64}), "");
+        let p = params6(&req, &load(&req).unwrap().0).unwrap();
+        assert_eq!(p.prefix_len, Some(64));
+        assert_eq!(&p.client_id[..2], &[0, 4], "DUID-UUID");
+        assert_eq!(p.client_id.len(), 18);
+        assert_eq!(p.client_id, params6(&req, &load(&req).unwrap().0).unwrap().client_id, "stable");
+        for bad in [0, 129] {
+            let err = conf(json!({"ipv6PrefixLength": bad})).prefix_len().unwrap_err();
+            assert!(err.code == 7 && err.msg.contains("ipam.ipv6PrefixLength"), "{err:?}");
+        }
+    }
+
+    #[test]
+    fn a_dual_stack_result_puts_ipv4_first_and_merges_dns() {
+        let v4: Leased = serde_json::from_value(json!({
+            "address": "10.1.0.5/24", "server_id": "10.1.0.1", "routers": ["10.1.0.1"],
+            "dns_servers": ["10.1.0.53"], "domain": "example.org", "search": ["a.example"],
+            "lease_secs": 60, "renew_secs": 30, "rebind_secs": 52, "acquired_unix": 1000
+        }))
+        .unwrap();
+        let v6: Leased = serde_json::from_value(json!({
+            "address": "fd00::5/64", "server_duid": [0, 3, 0, 1], "iaid": 7,
+            "dns_servers": ["fd00::53"], "search": ["a.example", "b.example"],
+            "preferred_secs": 50, "lease_secs": 60, "renew_secs": 25, "rebind_secs": 40, "acquired_unix": 1000
+        }))
+        .unwrap();
+        assert!(matches!((&v4, &v6), (Leased::V4(_), Leased::V6(_))), "each reads as its family");
+        let result = result_of(&[v4.clone(), v6.clone()]);
+        let ips: Vec<(String, Option<std::net::IpAddr>)> =
+            result.ips.iter().map(|ip| (ip.address.to_string(), ip.gateway)).collect();
+        assert_eq!(
+            ips,
+            [
+                ("10.1.0.5/24".to_string(), Some("10.1.0.1".parse().unwrap())),
+                ("fd00::5/64".to_string(), None)
+            ]
+        );
+        assert_eq!(result.dns.nameservers, ["10.1.0.53", "fd00::53"]);
+        assert_eq!(result.dns.domain, "example.org");
+        assert_eq!(result.dns.search, ["a.example", "b.example"]);
+        assert_eq!(result.routes.len(), 1, "the v4 default route only");
+        let response = Response { lease: Some(v4), ..Response::ok() };
+        assert_eq!(lease_of(response, Family::V6).unwrap_err().code, 1, "a v4 lease for a v6 ADD");
     }
 
     #[test]

@@ -15,11 +15,16 @@
 //! {"version":1,"op":"add","network":"net","containerID":"c1","ifname":"eth0",
 //!  "netns":"/run/netns/c1","params":{"client_id":[0,...],"provide":[[12,[112,111,100]]],
 //!  "request":[1,3,6]}}
+//! {"version":1,"op":"add","family":6,...,"params":{"client_id":[0,4,...],"provide":[],
+//!  "request":[],"prefix_len":64}}
 //! {"version":1,"op":"del","network":"net","containerID":"c1","ifname":"eth0"}
-//! {"version":1,"op":"check","network":"net","containerID":"c1","ifname":"eth0"}
+//! {"version":1,"op":"check","network":"net","containerID":"c1","ifname":"eth0","family":6}
 //! {"version":1,"op":"gc","network":"net","valid":[{"containerID":"c1","ifname":"eth0"}]}
 //! {"version":1,"op":"status"}
 //! ```
+//!
+//! `family` (4 when absent) says which protocol's lease ADD and CHECK mean; DEL and GC end
+//! an attachment's leases of both.
 //!
 //! Responses: `{"version":1,"ok":true,"lease":{...}}` (`lease` for add and check),
 //! `{"version":1,"ok":true,"leases":[{"network",...,"state":"bound"}]}` for status, or
@@ -33,8 +38,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::client::ClientParams;
-use super::lease::Lease;
-use super::store::AttachmentKey;
+use super::lease::Leased;
+use super::store::{AttachmentKey, Family};
 
 pub const PROTOCOL_VERSION: u32 = 1;
 /// The socket a daemon listens on unless told otherwise (the reference's path).
@@ -58,6 +63,8 @@ pub enum Op {
         key: AttachmentKey,
         netns: String,
         params: ClientParams,
+        #[serde(default, skip_serializing_if = "Family::is_v4")]
+        family: Family,
     },
     Del {
         #[serde(flatten)]
@@ -66,6 +73,8 @@ pub enum Op {
     Check {
         #[serde(flatten)]
         key: AttachmentKey,
+        #[serde(default, skip_serializing_if = "Family::is_v4")]
+        family: Family,
     },
     Gc {
         network: String,
@@ -102,7 +111,7 @@ pub struct Response {
     pub version: u32,
     pub ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease: Option<Lease>,
+    pub lease: Option<Leased>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub leases: Vec<LeaseStatus>,
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -119,7 +128,7 @@ impl Response {
     pub fn ok() -> Response {
         Response { version: PROTOCOL_VERSION, ok: true, ..Response::default() }
     }
-    pub fn with_lease(lease: Lease) -> Response {
+    pub fn with_lease(lease: Leased) -> Response {
         Response { lease: Some(lease), ..Response::ok() }
     }
     pub fn error(code: u32, msg: impl Into<String>) -> Response {

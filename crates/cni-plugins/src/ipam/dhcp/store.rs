@@ -6,7 +6,8 @@
 //! The directory is private (0700, the daemon's own); records are 0600 and written
 //! atomically and synced (`cni_os::fs::write_atomic`): a lease must survive a power loss.
 //!
-//! A record is named `<network>+<containerID>+<ifname>.json`. Network names and container
+//! A record is named `<network>+<containerID>+<ifname>.json` (a DHCPv6 lease's
+//! `<network>+<containerID>+<ifname>+6.json`). Network names and container
 //! IDs never hold a `+` and an interface name's `+` (or any byte outside
 //! `[A-Za-z0-9_.-]`) is written `%XX`, so two attachments never share a file. Earlier
 //! versions used `<network>-<containerID>-<ifname>.json`, which network `a-b` with container
@@ -21,7 +22,7 @@ use cni_os::fs::{read_nofollow, write_atomic, Durability};
 use serde::{Deserialize, Serialize};
 
 use super::client::ClientParams;
-use super::lease::Lease;
+use super::lease::Leased;
 
 const RECORD_VERSION: u32 = 1;
 const RECORD_MODE: u32 = 0o600;
@@ -41,10 +42,59 @@ impl std::fmt::Display for AttachmentKey {
     }
 }
 
+/// Which protocol a lease came from; an attachment may hold one lease of each.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(into = "u8", try_from = "u8")]
+pub enum Family {
+    #[default]
+    V4,
+    V6,
+}
+
+impl Family {
+    pub fn is_v4(&self) -> bool {
+        *self == Family::V4
+    }
+}
+
+impl From<Family> for u8 {
+    fn from(f: Family) -> u8 {
+        match f {
+            Family::V4 => 4,
+            Family::V6 => 6,
+        }
+    }
+}
+
+impl TryFrom<u8> for Family {
+    type Error = String;
+    fn try_from(n: u8) -> Result<Family, String> {
+        match n {
+            4 => Ok(Family::V4),
+            6 => Ok(Family::V6),
+            _ => Err(format!("address family {n} is neither 4 nor 6")),
+        }
+    }
+}
+
 impl AttachmentKey {
     /// The record's file name, one per attachment (see the module documentation).
     pub fn file_name(&self) -> String {
         format!("{}+{}+{}.json", escape(&self.network), escape(&self.container_id), escape(&self.ifname))
+    }
+
+    /// The file name of the attachment's lease of `family`: the escaped parts hold no `+`,
+    /// so the v6 name's extra `+6` never makes another attachment's name.
+    pub fn file_name_of(&self, family: Family) -> String {
+        match family {
+            Family::V4 => self.file_name(),
+            Family::V6 => format!(
+                "{}+{}+{}+6.json",
+                escape(&self.network),
+                escape(&self.container_id),
+                escape(&self.ifname)
+            ),
+        }
     }
 
     /// The name earlier versions gave the record (not unique: see the module doc).
@@ -72,15 +122,28 @@ pub struct Record {
     pub version: u32,
     #[serde(flatten)]
     pub key: AttachmentKey,
+    /// Absent in v4 records (those of earlier versions among them).
+    #[serde(default, skip_serializing_if = "Family::is_v4")]
+    pub family: Family,
     /// The namespace path as the runtime gave it (the daemon's host prefix is not in it).
     pub netns: String,
     pub params: ClientParams,
-    pub lease: Lease,
+    pub lease: Leased,
 }
 
 impl Record {
-    pub fn new(key: AttachmentKey, netns: String, params: ClientParams, lease: Lease) -> Record {
-        Record { version: RECORD_VERSION, key, netns, params, lease }
+    pub fn new(
+        key: AttachmentKey,
+        family: Family,
+        netns: String,
+        params: ClientParams,
+        lease: Leased,
+    ) -> Record {
+        Record { version: RECORD_VERSION, key, family, netns, params, lease }
+    }
+
+    pub fn file_name(&self) -> String {
+        self.key.file_name_of(self.family)
     }
 }
 
@@ -101,13 +164,13 @@ impl Store {
 
     pub fn save(&self, record: &Record) -> io::Result<()> {
         let bytes = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
-        write_atomic(&self.dir.join(record.key.file_name()), &bytes, RECORD_MODE, Durability::Synced)
+        write_atomic(&self.dir.join(record.file_name()), &bytes, RECORD_MODE, Durability::Synced)
     }
 
     /// Removes an attachment's record; a directory in its place (damage: the state
     /// directory is the daemon's alone) goes too.
-    pub fn remove(&self, key: &AttachmentKey) -> io::Result<()> {
-        let path = self.dir.join(key.file_name());
+    pub fn remove(&self, key: &AttachmentKey, family: Family) -> io::Result<()> {
+        let path = self.dir.join(key.file_name_of(family));
         if path.symlink_metadata().is_ok_and(|m| m.is_dir()) {
             return fs::remove_dir_all(&path);
         }
@@ -145,7 +208,10 @@ impl Store {
         for path in self.record_paths()? {
             let Ok(record) = read_record(&path) else { continue };
             let name = file_name_of(&path);
-            if name == record.key.file_name() || name != record.key.legacy_file_name() {
+            if !record.family.is_v4()
+                || name == record.key.file_name()
+                || name != record.key.legacy_file_name()
+            {
                 continue;
             }
             let target = self.dir.join(record.key.file_name());
@@ -166,10 +232,10 @@ impl Store {
         let mut unreadable = Vec::new();
         for path in self.record_paths()? {
             let parsed = read_record(&path).and_then(|r| {
-                if file_name_of(&path) == r.key.file_name() {
+                if file_name_of(&path) == r.file_name() {
                     Ok(r)
                 } else {
-                    Err(format!("it holds the record of {}, named {}", r.key, r.key.file_name()))
+                    Err(format!("it holds the record of {}, named {}", r.key, r.file_name()))
                 }
             });
             match parsed {
@@ -213,15 +279,19 @@ mod tests {
     use super::*;
 
     fn record(id: &str) -> Record {
-        let lease: Lease = serde_json::from_value(serde_json::json!({
+        let lease: Leased = serde_json::from_value(serde_json::json!({
             "address": "10.1.0.5/24", "server_id": "10.1.0.1", "lease_secs": 60,
             "renew_secs": 30, "rebind_secs": 52, "acquired_unix": 1000
         }))
         .unwrap();
         let key = AttachmentKey { network: "net".into(), container_id: id.into(), ifname: "eth0".into() };
-        let params =
-            ClientParams { client_id: vec![0, 1], provide: vec![(12, b"pod".to_vec())], request: vec![1, 3] };
-        Record::new(key, "/run/netns/x".into(), params, lease)
+        let params = ClientParams {
+            client_id: vec![0, 1],
+            provide: vec![(12, b"pod".to_vec())],
+            request: vec![1, 3],
+            prefix_len: None,
+        };
+        Record::new(key, Family::V4, "/run/netns/x".into(), params, lease)
     }
 
     #[test]
@@ -236,8 +306,8 @@ mod tests {
         records.sort_by(|x, y| x.key.cmp(&y.key));
         assert_eq!(records, [record("a"), record("b")]);
         assert_eq!(unreadable.len(), 1);
-        store.remove(&record("a").key).unwrap();
-        store.remove(&record("a").key).unwrap();
+        store.remove(&record("a").key, Family::V4).unwrap();
+        store.remove(&record("a").key, Family::V4).unwrap();
         assert_eq!(store.load_all().unwrap().0, [record("b")]);
     }
 
@@ -262,7 +332,7 @@ mod tests {
         let key = record("a").key;
         fs::create_dir(dir.path().join(key.file_name())).unwrap();
         assert_eq!(store.load_all().unwrap().1.len(), 1, "reported as unreadable");
-        store.remove(&key).unwrap();
+        store.remove(&key, Family::V4).unwrap();
         assert!(!dir.path().join(key.file_name()).exists());
     }
 
@@ -290,8 +360,33 @@ mod tests {
         let mut keys: Vec<_> = records.into_iter().map(|r| r.key).collect();
         keys.sort();
         assert_eq!(keys, [second.clone(), first.clone()]);
-        store.remove(&first).unwrap();
+        store.remove(&first, Family::V4).unwrap();
         assert_eq!(store.load_all().unwrap().0.len(), 1, "removing one leaves the other");
+    }
+
+    #[test]
+    fn an_attachments_v4_and_v6_records_live_side_by_side() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let v4 = record("a");
+        let lease6: Leased = serde_json::from_value(serde_json::json!({
+            "address": "fd00::5/64", "server_duid": [0, 3, 0, 1], "iaid": 7, "preferred_secs": 50,
+            "lease_secs": 60, "renew_secs": 25, "rebind_secs": 40, "acquired_unix": 1000
+        }))
+        .unwrap();
+        let v6 = Record { family: Family::V6, lease: lease6, ..record("a") };
+        store.save(&v4).unwrap();
+        store.save(&v6).unwrap();
+        assert_eq!(v6.file_name(), "net+a+eth0+6.json");
+        let text = fs::read_to_string(dir.path().join("net+a+eth0.json")).unwrap();
+        assert!(!text.contains("family"), "v4 records are written as before: {text}");
+        let (mut records, unreadable) = store.load_all().unwrap();
+        assert!(unreadable.is_empty(), "{unreadable:?}");
+        records.sort_by_key(|r| r.family);
+        assert_eq!(records, [v4.clone(), v6.clone()]);
+        store.remove(&v4.key, Family::V6).unwrap();
+        assert_eq!(store.load_all().unwrap().0, [v4], "removing the v6 record leaves the v4 one");
+        assert_eq!(mode_of(&dir.path().join("net+a+eth0.json")), 0o600);
     }
 
     #[test]

@@ -28,10 +28,10 @@ fn names_are_checked_before_use() {
         let r = d.handle(Request { version: PROTOCOL_VERSION, op: Op::Del { key: k.clone() }, trace: None });
         assert!(!r.ok, "{k:?} accepted");
     }
-    let params = ClientParams { client_id: vec![0], provide: vec![], request: vec![] };
+    let params = ClientParams { client_id: vec![0], provide: vec![], request: vec![], prefix_len: None };
     let r = d.handle(Request {
         version: PROTOCOL_VERSION,
-        op: Op::Add { key: key("n", "c", "eth0"), netns: "relative".into(), params },
+        op: Op::Add { key: key("n", "c", "eth0"), netns: "relative".into(), params, family: Family::V4 },
         trace: None,
     });
     assert_eq!(r.code, 4, "{r:?}");
@@ -49,7 +49,7 @@ fn names_are_checked_before_use() {
     assert!(
         !d.handle(Request {
             version: PROTOCOL_VERSION,
-            op: Op::Check { key: key("n", "c", "eth0") },
+            op: Op::Check { key: key("n", "c", "eth0"), family: Family::V6 },
             trace: None
         })
         .ok

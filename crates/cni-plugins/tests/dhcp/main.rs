@@ -2,16 +2,20 @@
 //! its own namespaces: a server namespace on a bridge in the test's host namespace, the
 //! containers attached by the bridge plugin with dhcp IPAM.
 
+#[path = "../common/mod.rs"]
 mod common;
-mod dhcp_support;
-
+mod fake_server;
+mod fake_server6;
+mod socket;
+mod support;
+mod v6;
 use std::collections::HashSet;
 use std::time::Duration;
 
 use cni_testkit::ns::TestNetns;
 use common::call;
-use dhcp_support::{wait_for, Network};
 use serde_json::{json, Value};
+use support::{wait_for, Network};
 
 const PREFIX: &str = "cdh";
 
@@ -323,7 +327,7 @@ fn socket_activation_and_pid_file() {
             Ok(())
         });
     }
-    let child = dhcp_support::ChildGuard(Some(command.spawn().unwrap()));
+    let child = support::ChildGuard(Some(command.spawn().unwrap()));
     let pid = child.0.as_ref().unwrap().id();
     // The daemon owns its copy now; ours must not keep the socket open.
     drop(listener);
@@ -355,7 +359,7 @@ fn go_reference_interop_both_ways() {
 
     let mut conf = net.conf();
     conf["cniVersion"] = json!("1.0.0");
-    let out = cni_testkit::runner::PluginCall::new(dhcp_support::GO_BRIDGE, "ADD")
+    let out = cni_testkit::runner::PluginCall::new(support::GO_BRIDGE, "ADD")
         .in_namespace(net.host.path())
         .cni_path(&common::plugin_dir().display().to_string())
         .netns(ours_in_go.path())

@@ -1,8 +1,8 @@
 //! For the dhcp tests: a throwaway network with a real DHCP server (dnsmasq or kea) in its
 //! own namespace on a bridge in the test's host namespace, and the lease daemon with a temp
 //! socket and state directory. Every process started here is killed by its guard's Drop,
-//! also when a test panics. Needs the Debian packages `dnsmasq-base` and
-//! `kea-dhcp4-server` (tests fail with that message when they are missing).
+//! also when a test panics. Needs the Debian packages `dnsmasq-base`, `kea-dhcp4-server`
+//! and `kea-dhcp6-server` (tests fail with that message when they are missing).
 
 #![allow(dead_code)]
 
@@ -16,6 +16,8 @@ use serde_json::{json, Value};
 
 pub const BRIDGE: &str = "dhbr0";
 pub const SERVER_IP: &str = "10.77.0.1";
+/// The server's IPv6 address and the DHCPv6 pools' prefix.
+pub const SERVER_IP6: &str = "fd77::1";
 pub const GO_DHCP: &str = "/usr/lib/cni/dhcp";
 pub const GO_BRIDGE: &str = "/usr/lib/cni/bridge";
 
@@ -79,10 +81,60 @@ impl Network {
 
     /// dnsmasq with a 2-minute pool in 10.77.0.0/24, routes (121), DNS (6, 15, 119).
     pub fn dnsmasq(&self) -> ChildGuard {
+        self.start_dnsmasq(true, false)
+    }
+
+    /// dnsmasq serving DHCPv6 only: a 2-minute pool in fd77::/64, DNS (23) and a search
+    /// list (24); no router advertisements.
+    pub fn dnsmasq6(&self) -> ChildGuard {
+        self.start_dnsmasq(false, true)
+    }
+
+    /// dnsmasq serving both (for dual-stack attachments).
+    pub fn dnsmasq_dual(&self) -> ChildGuard {
+        self.start_dnsmasq(true, true)
+    }
+
+    /// Gives the server's interface its IPv6 address and waits until its link-local one
+    /// is usable (DHCPv6 servers answer from it).
+    pub fn server_v6(&self) {
+        run_ip(&self.server, &["addr", "add", &format!("{SERVER_IP6}/64"), "dev", "srv0", "nodad"]);
+        wait_for("the server's link-local address", Duration::from_secs(10), || {
+            let out = self
+                .server
+                .command("ip")
+                .args(["-6", "addr", "show", "dev", "srv0", "scope", "link"])
+                .output();
+            out.is_ok_and(|o| {
+                let text = String::from_utf8_lossy(&o.stdout).into_owned();
+                text.contains("fe80") && !text.contains("tentative")
+            })
+        });
+    }
+
+    fn start_dnsmasq(&self, v4: bool, v6: bool) -> ChildGuard {
         require_binary("/usr/sbin/dnsmasq", "dnsmasq-base");
+        if v6 {
+            self.server_v6();
+        }
+        let v4_args: &[&str] = &[
+            "--dhcp-range=10.77.0.10,10.77.0.50,255.255.255.0,2m",
+            "--dhcp-option=3,10.77.0.1",
+            "--dhcp-option=121,10.9.0.0/16,10.77.0.254,0.0.0.0/0,10.77.0.1",
+            "--dhcp-option=6,10.77.0.53",
+            "--dhcp-option=15,example.test",
+            "--dhcp-option=119,a.example,b.example",
+        ];
+        let v6_args: &[&str] = &[
+            "--dhcp-range=fd77::10,fd77::50,64,2m",
+            "--dhcp-option=option6:dns-server,[fd77::53]",
+            "--dhcp-option=option6:domain-search,six.example",
+        ];
         let child = self
             .server
             .command("/usr/sbin/dnsmasq")
+            .args(if v4 { v4_args } else { &[] })
+            .args(if v6 { v6_args } else { &[] })
             .args([
                 "--no-daemon",
                 "--conf-file=/dev/null",
@@ -94,12 +146,6 @@ impl Network {
                 "--port=0",
                 // An ICMP probe of each new address stalls dnsmasq for up to 3 s.
                 "--no-ping",
-                "--dhcp-range=10.77.0.10,10.77.0.50,255.255.255.0,2m",
-                "--dhcp-option=3,10.77.0.1",
-                "--dhcp-option=121,10.9.0.0/16,10.77.0.254,0.0.0.0/0,10.77.0.1",
-                "--dhcp-option=6,10.77.0.53",
-                "--dhcp-option=15,example.test",
-                "--dhcp-option=119,a.example,b.example",
                 "--log-dhcp",
             ])
             .arg(format!("--dhcp-leasefile={}", self.path("dnsmasq.leases").display()))
@@ -110,7 +156,57 @@ impl Network {
             .expect("start dnsmasq");
         let guard = ChildGuard(Some(child));
         wait_for("dnsmasq to start", Duration::from_secs(10), || {
-            self.log("dnsmasq.log").contains("DHCP, IP range")
+            let log = self.log("dnsmasq.log");
+            (!v4 || log.contains("DHCP, IP range")) && (!v6 || log.contains("DHCPv6, IP range"))
+        });
+        guard
+    }
+
+    /// kea-dhcp6 with short lifetimes (`valid`, `preferred`, T1 and T2 in seconds), a pool
+    /// of `pool_size` addresses from fd77::100, DNS (23) and a search list (24). Its server
+    /// DUID is new at every start (not persisted), so a restarted kea is another server.
+    pub fn kea6(&self, valid: u32, preferred: u32, t1: u32, t2: u32, pool_size: u16) -> ChildGuard {
+        require_binary("/usr/sbin/kea-dhcp6", "kea-dhcp6-server");
+        let starts = self.log("kea6.log").matches("DHCP6_STARTED").count();
+        if starts == 0 {
+            self.server_v6();
+        }
+        let last = format!("fd77::{:x}", 0x100 + u32::from(pool_size) - 1);
+        let conf = json!({"Dhcp6": {
+            "interfaces-config": {"interfaces": ["srv0"]},
+            "server-id": {"type": "EN", "enterprise-id": 2495,
+                          "identifier": format!("{:08x}{starts:04x}", std::process::id()),
+                          "persist": false},
+            "data-directory": self.dir.path(),
+            "lease-database": {"type": "memfile", "persist": true, "lfc-interval": 0,
+                               "name": self.path("kea-leases6.csv")},
+            "valid-lifetime": valid, "min-valid-lifetime": valid, "max-valid-lifetime": valid,
+            "preferred-lifetime": preferred, "min-preferred-lifetime": preferred,
+            "max-preferred-lifetime": preferred,
+            "renew-timer": t1, "rebind-timer": t2,
+            "subnet6": [{"id": 1, "subnet": "fd77::/64", "interface": "srv0",
+                         "pools": [{"pool": format!("fd77::100 - {last}")}],
+                         "option-data": [{"name": "dns-servers", "data": "fd77::53"},
+                                         {"name": "domain-search", "data": "k6.example"}]}],
+            "loggers": [{"name": "kea-dhcp6", "severity": "DEBUG", "debuglevel": 40,
+                         "output_options": [{"output": self.path("kea6.log")}]}]
+        }});
+        let conf_path = self.path("kea6.json");
+        std::fs::write(&conf_path, conf.to_string()).unwrap();
+        let child = self
+            .server
+            .command("/usr/sbin/kea-dhcp6")
+            .arg("-c")
+            .arg(&conf_path)
+            .env("KEA_PIDFILE_DIR", self.dir.path())
+            .env("KEA_LOCKFILE_DIR", self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start kea-dhcp6");
+        let guard = ChildGuard(Some(child));
+        wait_for("kea-dhcp6 to open its sockets", Duration::from_secs(10), || {
+            self.log("kea6.log").matches("DHCP6_STARTED").count() > starts
         });
         guard
     }

@@ -2,8 +2,8 @@
 //! misbehaves the ways real networks do: garbage, replies to other transactions, broken
 //! options, and a DHCPNAK on renewal. None of it may crash the daemon or end up in a lease.
 
-mod common;
-mod dhcp_support;
+use crate::common;
+use crate::support;
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -14,7 +14,7 @@ use cni_plugins::ipam::dhcp::options as opt;
 use cni_plugins::ipam::dhcp::wire::{Message, BOOTREPLY};
 use cni_testkit::ns::TestNetns;
 use common::call;
-use dhcp_support::{wait_for, Network};
+use support::{wait_for, Network};
 
 const PREFIX: &str = "cdf";
 
