@@ -85,8 +85,14 @@ impl Lease {
             static_routes: to_routes(
                 ack.option(opt::STATIC_ROUTES).map(opt::static_routes).unwrap_or_default(),
             ),
-            dns_servers: ack.option(opt::DNS_SERVERS).map(opt::ipv4_list).unwrap_or_default(),
-            domain: ack.option(opt::DOMAIN_NAME).and_then(opt::text),
+            dns_servers: ack
+                .option(opt::DNS_SERVERS)
+                .map(opt::ipv4_list)
+                .unwrap_or_default()
+                .into_iter()
+                .take(opt::MAX_DNS_SERVERS)
+                .collect(),
+            domain: ack.option(opt::DOMAIN_NAME).and_then(opt::domain_name),
             search: ack.option(opt::DOMAIN_SEARCH).map(opt::domain_search).unwrap_or_default(),
             mtu: ack.option(opt::INTERFACE_MTU).and_then(opt::u16_value),
             lease_secs,
@@ -264,6 +270,21 @@ mod tests {
             )
         );
         assert_eq!(lease.ip_config().gateway, Some("10.9.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_server_cannot_write_resolver_settings_or_flood_the_result() {
+        let mut m = ack();
+        m.set_option(opt::DOMAIN_NAME, b"evil.example\nnameserver 6.6.6.6".to_vec());
+        let mut search = encode_domain_search(&["good.example"]);
+        search.extend_from_slice(b"\x05x y\nz\0"); // a name with a space and a newline
+        search.extend(encode_domain_search(&["n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9"]));
+        m.set_option(opt::DOMAIN_SEARCH, search);
+        m.set_option(opt::DNS_SERVERS, (1..=60).flat_map(|i| [10, 9, 0, i]).collect());
+        let dns = Lease::from_ack(&m, 1000).unwrap().dns();
+        assert_eq!(dns.domain, "", "a domain name with a newline is dropped");
+        assert_eq!(dns.search, ["good.example", "n1", "n2", "n3", "n4", "n5", "n6", "n7"]);
+        assert_eq!(dns.nameservers.len(), opt::MAX_DNS_SERVERS);
     }
 
     #[test]

@@ -14,13 +14,8 @@ use cni_types::{Dns, IpConfig, Route};
 use ipnet::{IpNet, Ipv6Net};
 use serde::{Deserialize, Serialize};
 
-use super::options::domain_search;
+use super::options::{domain_search, MAX_DNS_SERVERS};
 use super::wire6::{IaNa, Message, MAX_DUID_LEN, OPT_DNS_SERVERS, OPT_DOMAIN_LIST, OPT_SERVER_ID};
-
-/// At most this many DNS servers and search domains are kept from a reply (resolv.conf's
-/// own limits are 3 and 6; a few more leave room for a runtime that merges).
-const MAX_DNS_SERVERS: usize = 8;
-const MAX_SEARCH: usize = 8;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease6 {
@@ -70,16 +65,6 @@ pub fn is_assignable(addr: Ipv6Addr) -> bool {
         || s[..6] == [0; 6]) // v4-compatible and the rest of ::/96
 }
 
-/// A search-list name as resolv.conf can hold it: letters, digits, `-`, `_` and dots,
-/// at most 253 bytes. Anything else (spaces, newlines, NULs) would let a server write
-/// other resolver settings into the container.
-fn is_plain_domain(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|l| !l.is_empty() && l.len() <= 63)
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-}
-
 impl Lease6 {
     /// The lease a REPLY (or ADVERTISE) grants to IA `iaid`, with `prefix_len` for the
     /// address. `sent_unix` is when the request went out.
@@ -119,14 +104,7 @@ impl Lease6 {
             .filter(|a| !a.is_unspecified() && !a.is_multicast())
             .take(MAX_DNS_SERVERS)
             .collect();
-        let search = reply
-            .option(OPT_DOMAIN_LIST)
-            .map(domain_search)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|n| is_plain_domain(n))
-            .take(MAX_SEARCH)
-            .collect();
+        let search = reply.option(OPT_DOMAIN_LIST).map(domain_search).unwrap_or_default();
         Ok(Lease6 {
             address: Ipv6Net::new(granted.address, prefix_len.min(128)).map_err(|_| Refused::NoAddress)?,
             server_duid,

@@ -164,14 +164,37 @@ pub fn static_routes(bytes: &[u8]) -> Vec<(Ipv4Net, Ipv4Addr)> {
         .collect()
 }
 
-/// Option 119 (RFC 3397): DNS names in wire format, with compression pointers that may
-/// point anywhere earlier in the option. Pointer loops and overruns end that name.
+/// At most this many DNS servers and search domains are kept from a server's answer, v4
+/// or v6 (resolv.conf's own limits are 3 and 6; a few more leave room for a runtime that
+/// merges).
+pub const MAX_DNS_SERVERS: usize = 8;
+pub const MAX_SEARCH: usize = 8;
+
+/// A domain name as resolv.conf can hold it: letters, digits, `-`, `_` and dots, labels of
+/// 1-63 bytes, at most 253 in all. Anything else (spaces, newlines, NULs) would let a DHCP
+/// server write other resolver settings into the container.
+pub fn is_plain_domain(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|l| !l.is_empty() && l.len() <= 63)
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Option 15, the domain name: text, kept only when it is a plain domain name.
+pub fn domain_name(bytes: &[u8]) -> Option<String> {
+    text(bytes).filter(|name| is_plain_domain(name))
+}
+
+/// The search list of option 119 (v4, RFC 3397) or 24 (v6, RFC 3646): DNS names in wire
+/// format, with compression pointers that may point anywhere earlier in the option.
+/// Pointer loops and overruns end that name; only plain domain names are kept, at most
+/// [`MAX_SEARCH`].
 pub fn domain_search(bytes: &[u8]) -> Vec<String> {
     let mut names = Vec::new();
     let mut pos = 0;
-    while pos < bytes.len() {
+    while pos < bytes.len() && names.len() < MAX_SEARCH {
         let Some((name, next)) = read_name(bytes, pos) else { break };
-        if !name.is_empty() {
+        if is_plain_domain(&name) {
             names.push(name);
         }
         pos = next;
