@@ -56,7 +56,7 @@ pub fn plugin_keys(name: &str) -> Option<Keys> {
             keys_at::<m::bandwidth::config::Entry>("runtimeConfig.bandwidth"),
         ],
         "bridge" => [vec![config_keys::<i::bridge::config::BridgeConf>()], requested_mac()].concat(),
-        "dhcp" => vec![config_keys::<ipam::dhcp::plugin::NetConf>()],
+        "dhcp" => vec![config_keys::<ipam::dhcp::plugin::RawConf>()],
         "dnsname" => vec![
             config_keys::<m::dnsname::config::RawConf>(),
             keys_at::<serde_json::Value>("runtimeConfig.aliases"),
@@ -68,7 +68,7 @@ pub fn plugin_keys(name: &str) -> Option<Keys> {
             config_keys::<i::host_device::select::HostDeviceConf>(),
             keys_at::<String>("runtimeConfig.deviceID"),
         ],
-        "host-local" => vec![config_keys::<ipam::host_local::config::RawNetConf>()],
+        "host-local" => vec![config_keys::<ipam::host_local::config::RawConf>()],
         "ipvlan" => vec![config_keys::<i::ipvlan::IpvlanConf>()],
         "macvlan" => [vec![config_keys::<i::macvlan::MacvlanConf>()], requested_mac()].concat(),
         "portmap" => vec![config_keys::<m::portmap::config::RawConf>()],

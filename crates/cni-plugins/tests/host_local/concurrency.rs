@@ -9,7 +9,7 @@ use std::fs;
 use std::net::IpAddr;
 use std::thread;
 
-use cni_plugins::ipam::host_local::{self, HostLocalConfig};
+use cni_plugins::ipam::host_local::{self, HostLocalConf};
 use support::{go_result_ips, net_conf_json, run_go};
 
 const THREADS: usize = 6;
@@ -21,7 +21,7 @@ const PER_GO_PROCESS: usize = 8;
 fn threads_and_go_processes_never_share_an_address() {
     let tmp = tempfile::tempdir().unwrap();
     let json = net_conf_json("race", tmp.path(), r#""subnet":"10.44.0.0/24""#);
-    let conf = HostLocalConfig::parse(json.as_bytes(), None).unwrap();
+    let conf = HostLocalConf::parse(json.as_bytes(), None).unwrap();
 
     let results: Vec<(String, IpAddr)> = thread::scope(|scope| {
         let mut handles = Vec::new();
@@ -95,7 +95,7 @@ fn processes_of_ours_never_share_an_address() {
         // Child: "<data dir>|<child number>".
         let (data_dir, child) = spec.split_once('|').unwrap();
         let json = net_conf_json("procrace", std::path::Path::new(data_dir), r#""subnet":"10.45.0.0/24""#);
-        let conf = HostLocalConfig::parse(json.as_bytes(), None).unwrap();
+        let conf = HostLocalConf::parse(json.as_bytes(), None).unwrap();
         for i in 0..PER_CHILD {
             let id = format!("proc-{child}-{i}");
             let got = host_local::allocate(&conf, &id, "eth0").unwrap();
@@ -139,7 +139,7 @@ fn processes_of_ours_never_share_an_address() {
     }
     // The index stayed right under the race: DEL by ID alone finds every address.
     let json = net_conf_json("procrace", tmp.path(), r#""subnet":"10.45.0.0/24""#);
-    let conf = HostLocalConfig::parse(json.as_bytes(), None).unwrap();
+    let conf = HostLocalConf::parse(json.as_bytes(), None).unwrap();
     for (ip, id) in &seen {
         assert_eq!(host_local::release(&conf, id, "eth0", &[]).unwrap().released, vec![*ip]);
     }

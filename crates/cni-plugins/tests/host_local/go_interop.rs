@@ -7,7 +7,7 @@ use crate::support;
 use std::collections::HashSet;
 use std::fs;
 
-use cni_plugins::ipam::host_local::{self, HostLocalConfig, HostLocalError};
+use cni_plugins::ipam::host_local::{self, HostLocalConf, HostLocalError};
 use support::{go_result_ips, ip, ip_files, net_conf_json, run_go};
 
 // Two range sets; the IPv6 one has two equal runs of zero groups, where Go and Rust must
@@ -18,7 +18,7 @@ const RANGES: &str = r#""ranges":[[{"subnet":"10.9.0.0/24"}],[{"subnet":"fd00:1:
 fn go_allocates_ours_sees_and_releases_and_vice_versa() {
     let tmp = tempfile::tempdir().unwrap();
     let json = net_conf_json("mixnet", tmp.path(), RANGES);
-    let conf = HostLocalConfig::parse(json.as_bytes(), None).unwrap();
+    let conf = HostLocalConf::parse(json.as_bytes(), None).unwrap();
     let dir = tmp.path().join("mixnet");
 
     // Go allocates for c1 and c2.
@@ -87,7 +87,7 @@ fn alternating_go_and_ours_until_exhausted_never_duplicates() {
     let tmp = tempfile::tempdir().unwrap();
     // 10.8.0.2 .. 10.8.0.14 (the gateway .1 and broadcast .15 are never handed out).
     let json = net_conf_json("altnet", tmp.path(), r#""subnet":"10.8.0.0/28""#);
-    let conf = HostLocalConfig::parse(json.as_bytes(), None).unwrap();
+    let conf = HostLocalConf::parse(json.as_bytes(), None).unwrap();
     let mut seen = HashSet::new();
     for n in 0..13 {
         let id = format!("ctr{n}");

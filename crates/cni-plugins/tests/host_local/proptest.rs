@@ -8,7 +8,7 @@ use crate::support;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use cni_plugins::ipam::host_local::{self, HostLocalConfig, HostLocalError};
+use cni_plugins::ipam::host_local::{self, HostLocalConf, HostLocalError};
 use cni_sdk::Attachment;
 use proptest::prelude::*;
 use support::{ip, ip_files};
@@ -30,14 +30,14 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn conf(dir: &std::path::Path, requested: Option<IpAddr>) -> HostLocalConfig {
+fn conf(dir: &std::path::Path, requested: Option<IpAddr>) -> HostLocalConf {
     let ips = requested.map(|r| format!(r#","runtimeConfig":{{"ips":["{r}"]}}"#)).unwrap_or_default();
     let json = format!(
         r#"{{"cniVersion":"1.0.0","name":"prop","ipam":{{"dataDir":"{}",
         "ranges":[[{{"subnet":"10.5.0.0/28","rangeStart":"10.5.0.0","rangeEnd":"10.5.0.15","gateway":"10.5.0.7"}}]]}}{ips}}}"#,
         dir.display()
     );
-    HostLocalConfig::parse(json.as_bytes(), None).unwrap()
+    HostLocalConf::parse(json.as_bytes(), None).unwrap()
 }
 
 fn forbidden(a: IpAddr) -> bool {

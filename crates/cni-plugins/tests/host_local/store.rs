@@ -6,7 +6,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use cni_plugins::ipam::host_local::{self, HostLocalConfig, HostLocalError};
+use cni_plugins::ipam::host_local::{self, HostLocalConf, HostLocalError};
 use cni_sdk::Attachment;
 use support::{conf, ip, ip_files};
 
@@ -81,12 +81,12 @@ fn exhaustion_names_the_range_set_and_status_reports_it() {
     assert_eq!(addrs(&host_local::allocate(&c, "ctr2", "eth0").unwrap()), ["10.0.0.2/30"]);
 }
 
-fn conf_with(data_dir: &Path, extra: &str, cni_args: Option<&str>) -> HostLocalConfig {
+fn conf_with(data_dir: &Path, extra: &str, cni_args: Option<&str>) -> HostLocalConf {
     let json = format!(
         r#"{{"cniVersion":"1.0.0","name":"req","ipam":{{"dataDir":"{}","subnet":"10.0.0.0/24"}}{extra}}}"#,
         data_dir.display()
     );
-    HostLocalConfig::parse(json.as_bytes(), cni_args).unwrap()
+    HostLocalConf::parse(json.as_bytes(), cni_args).unwrap()
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use cni_plugins::ipam::host_local::HostLocalConfig;
+use cni_plugins::ipam::host_local::HostLocalConf;
 
 /// The Go reference plugin (Debian package `containernetworking-plugins`).
 pub const GO_HOST_LOCAL: &str = "/usr/lib/cni/host-local";
@@ -25,8 +25,8 @@ pub fn net_conf_json(network: &str, data_dir: &Path, ipam_ranges: &str) -> Strin
     )
 }
 
-pub fn conf(network: &str, data_dir: &Path, ipam_ranges: &str) -> HostLocalConfig {
-    HostLocalConfig::parse(net_conf_json(network, data_dir, ipam_ranges).as_bytes(), None).unwrap()
+pub fn conf(network: &str, data_dir: &Path, ipam_ranges: &str) -> HostLocalConf {
+    HostLocalConf::parse(net_conf_json(network, data_dir, ipam_ranges).as_bytes(), None).unwrap()
 }
 
 /// Runs the Go host-local binary; returns (success, parsed stdout).

@@ -35,7 +35,7 @@ use super::store::{AttachmentKey, Family};
 const CALL_TIMEOUT: Duration = Duration::from_secs(90);
 
 #[derive(Debug, Deserialize)]
-pub(crate) struct NetConf {
+pub(crate) struct RawConf {
     ipam: DhcpConf,
 }
 
@@ -216,7 +216,7 @@ pub(crate) fn params(req: &Request, conf: &DhcpConf) -> Result<ClientParams, Cni
 }
 
 pub(crate) fn load(req: &Request) -> Result<(DhcpConf, PathBuf), CniError> {
-    let conf: NetConf = req.config()?;
+    let conf: RawConf = req.config()?;
     let socket = PathBuf::from(conf.ipam.daemon_socket_path.as_deref().unwrap_or(DEFAULT_SOCKET_PATH));
     Ok((conf.ipam, socket))
 }

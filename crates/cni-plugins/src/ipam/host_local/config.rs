@@ -55,7 +55,7 @@ pub struct RouteSpec {
 
 /// The validated configuration of one host-local invocation.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HostLocalConfig {
+pub struct HostLocalConf {
     /// The network name: the name of the state directory under `data_dir`.
     pub network: String,
     pub cni_version: String,
@@ -70,7 +70,7 @@ pub struct HostLocalConfig {
 }
 
 #[derive(Deserialize)]
-pub(crate) struct RawNetConf {
+pub(crate) struct RawConf {
     #[serde(default)]
     name: Option<String>,
     #[serde(rename = "cniVersion", default)]
@@ -242,12 +242,12 @@ fn range_set_specs(
     Ok(set_specs)
 }
 
-impl HostLocalConfig {
+impl HostLocalConf {
     /// Parses and validates the plugin's stdin and `CNI_ARGS` (pass `None` when unset).
     pub fn parse(stdin: &[u8], cni_args: Option<&str>) -> Result<Self, HostLocalError> {
         // Syntax errors are decode errors (code 6); a value of the wrong type or shape is an
         // invalid configuration (code 7) named by its path (`ipam.ranges[0][0].subnet`).
-        let raw: RawNetConf = cni_sdk::config::parse_config(stdin).map_err(|e| match e.code {
+        let raw: RawConf = cni_sdk::config::parse_config(stdin).map_err(|e| match e.code {
             codes::DECODE => HostLocalError::Decode(format!("network config: {}", e.msg)),
             _ => invalid(e.msg),
         })?;
@@ -315,7 +315,7 @@ impl HostLocalConfig {
             Some(dir) => PathBuf::from(dir),
             None => PathBuf::from(DEFAULT_DATA_DIR),
         };
-        Ok(HostLocalConfig {
+        Ok(HostLocalConf {
             network,
             cni_version,
             range_sets,
@@ -336,8 +336,8 @@ impl HostLocalConfig {
 mod tests {
     use super::*;
 
-    fn parse(json: &str, args: Option<&str>) -> Result<HostLocalConfig, HostLocalError> {
-        HostLocalConfig::parse(json.as_bytes(), args)
+    fn parse(json: &str, args: Option<&str>) -> Result<HostLocalConf, HostLocalError> {
+        HostLocalConf::parse(json.as_bytes(), args)
     }
 
     fn ip(s: &str) -> IpAddr {

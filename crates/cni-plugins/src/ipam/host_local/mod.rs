@@ -28,13 +28,13 @@ use std::net::IpAddr;
 
 pub use allocator::Allocation;
 use allocator::Session;
-pub use config::{HostLocalConfig, IpSource, RequestedIp, RouteSpec, DEFAULT_DATA_DIR};
+pub use config::{HostLocalConf, IpSource, RequestedIp, RouteSpec, DEFAULT_DATA_DIR};
 pub use error::HostLocalError;
 use index::Index;
 use store::{Holder, Reservation, Store};
 
 /// Opens and locks the network directory of `conf` with a complete index.
-fn open_session(conf: &HostLocalConfig) -> Result<Session, HostLocalError> {
+fn open_session(conf: &HostLocalConf) -> Result<Session, HostLocalError> {
     config::validate_network_name(&conf.network)?;
     let store = Store::open(&conf.data_dir, &conf.network)?;
     Session::open(store, conf.range_sets.len())
@@ -59,7 +59,7 @@ fn with_changes<T>(
 /// For each range set, the requested address to honour. Requests of lower precedence
 /// that compete with a higher one for the same set are dropped; requests that fit no set, or
 /// that compete at equal precedence, are returned as unfulfillable.
-fn assign_requests(conf: &HostLocalConfig) -> (Vec<Option<IpAddr>>, Vec<IpAddr>) {
+fn assign_requests(conf: &HostLocalConf) -> (Vec<Option<IpAddr>>, Vec<IpAddr>) {
     let mut per_set = vec![None; conf.range_sets.len()];
     let mut unfulfillable = Vec::new();
     for (set_index, set) in conf.range_sets.iter().enumerate() {
@@ -82,7 +82,7 @@ fn assign_requests(conf: &HostLocalConfig) -> (Vec<Option<IpAddr>>, Vec<IpAddr>)
 /// ADD: one address per range set for (container_id, ifname), honouring requested
 /// addresses. On failure, addresses reserved by this call are released again.
 pub fn allocate(
-    conf: &HostLocalConfig,
+    conf: &HostLocalConf,
     container_id: &str,
     ifname: &str,
 ) -> Result<Vec<Allocation>, HostLocalError> {
@@ -133,7 +133,7 @@ pub struct Released {
 /// says the address is this attachment's: otherwise it would stay reserved for good (GC
 /// releases it too, but not every runtime runs GC). Idempotent.
 pub fn release(
-    conf: &HostLocalConfig,
+    conf: &HostLocalConf,
     container_id: &str,
     ifname: &str,
     known_ips: &[IpAddr],
@@ -173,7 +173,7 @@ pub fn release(
 /// CHECK: every address in `expected_ips` (the prevResult's) must be held by the
 /// attachment; with none expected, the attachment must hold at least one address.
 pub fn check(
-    conf: &HostLocalConfig,
+    conf: &HostLocalConf,
     container_id: &str,
     ifname: &str,
     expected_ips: &[IpAddr],
@@ -208,7 +208,7 @@ pub struct GcOutcome {
 /// empty or garbage files, links and directories in an address file's place (held by
 /// nobody). A legacy file (container ID only) stays if any valid attachment has that
 /// container ID.
-pub fn gc(conf: &HostLocalConfig, valid: &[Attachment]) -> Result<GcOutcome, HostLocalError> {
+pub fn gc(conf: &HostLocalConf, valid: &[Attachment]) -> Result<GcOutcome, HostLocalError> {
     let valid: HashSet<&Attachment> = valid.iter().collect();
     let is_valid = |holder: &Holder| match &holder.ifname {
         Some(ifname) => valid.contains(&Attachment::new(holder.container_id.clone(), ifname.clone())),
@@ -241,7 +241,7 @@ pub fn gc(conf: &HostLocalConfig, valid: &[Attachment]) -> Result<GcOutcome, Hos
 
 /// STATUS: fails with [`HostLocalError::Exhausted`] naming the first range set that has no
 /// free address (the plugin reports it as code 50). Read-only.
-pub fn status(conf: &HostLocalConfig) -> Result<(), HostLocalError> {
+pub fn status(conf: &HostLocalConf) -> Result<(), HostLocalError> {
     config::validate_network_name(&conf.network)?;
     let store = Store::open(&conf.data_dir, &conf.network)?;
     for (set_index, set) in conf.range_sets.iter().enumerate() {

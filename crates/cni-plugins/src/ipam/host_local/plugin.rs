@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use cni_sdk::{CniError, CniResult, GcErrors, Plugin, Request};
 use cni_types::{Dns, IpConfig, Route};
 
-use super::config::HostLocalConfig;
+use super::config::HostLocalConf;
 use super::error::{codes, HostLocalError};
 use super::GcOutcome;
 
@@ -22,15 +22,15 @@ impl From<HostLocalError> for CniError {
     }
 }
 
-pub(crate) fn load(req: &Request) -> Result<HostLocalConfig, CniError> {
+pub(crate) fn load(req: &Request) -> Result<HostLocalConf, CniError> {
     // As the reference: CNI_ARGS may carry only IP unless IgnoreUnknown is set.
     req.args.check_known(&["IP"])?;
     let args = req.args.to_env_string();
-    Ok(HostLocalConfig::parse(&req.stdin, Some(&args))?)
+    Ok(HostLocalConf::parse(&req.stdin, Some(&args))?)
 }
 
 /// The prevResult's addresses that fall into this configuration's ranges.
-fn prev_result_ips(req: &Request, conf: &HostLocalConfig) -> Vec<IpAddr> {
+fn prev_result_ips(req: &Request, conf: &HostLocalConf) -> Vec<IpAddr> {
     let Ok(Some(prev)) = req.prev_result() else {
         return Vec::new();
     };
@@ -41,7 +41,7 @@ fn prev_result_ips(req: &Request, conf: &HostLocalConfig) -> Vec<IpAddr> {
         .collect()
 }
 
-fn routes(conf: &HostLocalConfig) -> Result<Vec<Route>, CniError> {
+fn routes(conf: &HostLocalConf) -> Result<Vec<Route>, CniError> {
     conf.routes
         .iter()
         .map(|spec| {
@@ -80,7 +80,7 @@ pub fn parse_resolv_conf(text: &str) -> Dns {
     dns
 }
 
-fn dns(conf: &HostLocalConfig) -> Result<Dns, CniError> {
+fn dns(conf: &HostLocalConf) -> Result<Dns, CniError> {
     match &conf.resolv_conf {
         None => Ok(Dns::default()),
         Some(path) => std::fs::read_to_string(path)
