@@ -16,6 +16,7 @@
 //! - [`json_pointer`]: set or remove a key of a JSON document by JSON pointer.
 //! - [`binaries`]: finds (building if needed) the workspace's binaries from a test.
 //! - [`unprivileged`]: runs a shell script as `nobody`, the local attacker.
+//! - [`scrape`]: a daemon's metrics endpoint scraped over TCP, its exposition text parsed.
 
 pub mod binaries;
 pub mod children;
@@ -27,6 +28,7 @@ pub mod kernel_rig;
 pub mod kill;
 pub mod ns;
 pub mod runner;
+pub mod scrape;
 pub mod snapshot;
 pub mod socket_attack;
 pub mod test_plugin;
