@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// `GET path` at `address`: the status code and the body.
 pub fn get(address: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
@@ -16,6 +17,25 @@ pub fn get(address: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
     let status = answer.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
     let body = answer.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default();
     Ok((status, body))
+}
+
+/// The address a daemon started with `--metrics-address IP:0` bound, from the line every
+/// daemon logs (`... metrics on http://ADDRESS/metrics`) in the log file at `log`; waits
+/// for it up to 30 s, then panics with the log.
+pub fn address_in_log(log: &Path) -> SocketAddr {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let found = text.lines().find_map(|line| {
+            let rest = line.split_once("metrics on http://")?.1;
+            rest.strip_suffix("/metrics")?.parse().ok()
+        });
+        if let Some(address) = found {
+            return address;
+        }
+        assert!(Instant::now() < deadline, "no metrics address logged in {}:\n{text}", log.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The samples of one scrape: `name{label="value",...}` (labels sorted) → value.
