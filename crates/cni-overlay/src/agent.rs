@@ -2,6 +2,7 @@
 //! lease alive and the peers' entries in step with etcd until asked to stop.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cni_etcd::{Client, Event, Tls, Watch};
@@ -10,6 +11,7 @@ use cni_net::{NetNs, Netlink};
 use crate::config::Config;
 use crate::dataplane::{self, Device, Underlay};
 use crate::lease::{self, NodeRecord, SubnetLease};
+use crate::metrics::{self, OverlayMetrics};
 use crate::peer::{Change, Own, Peers};
 use crate::{cniconf, Result};
 
@@ -37,12 +39,21 @@ struct Agent<'a> {
     retry_at: Option<Instant>,
     /// The failures last logged, so a failure that persists is not logged every retry.
     failures: Vec<String>,
+    metrics: Arc<OverlayMetrics>,
 }
 
 /// Runs until `stop` is set (by SIGTERM/SIGINT); errors only when the start fails.
 pub fn run(config: &Config, stop: &AtomicBool) -> Result<()> {
     let tls = config.tls.as_ref().map(Tls::load).transpose()?;
-    let client = Client::with_tls(&config.endpoints, Duration::from_secs(2), tls)?;
+    let mut client = Client::with_tls(&config.endpoints, Duration::from_secs(2), tls)?;
+    let metrics = Arc::new(OverlayMetrics::default());
+    client.observe(metrics.observer());
+    if let Some(address) = config.metrics_address {
+        let ttl = Duration::from_secs(config.ttl.unsigned_abs());
+        let bound = metrics::serve(address, &metrics, ttl)
+            .map_err(|e| crate::Error::Io(format!("metrics address {address}"), e))?;
+        log(format!("metrics on http://{bound}/metrics"));
+    }
     // The namespace is opened once: the netlink socket and the sysctl write stay in it.
     let netns = config.netns.as_ref().map(NetNs::open).transpose()?;
     let mut nl = match &netns {
@@ -65,6 +76,7 @@ pub fn run(config: &Config, stop: &AtomicBool) -> Result<()> {
         peers: Peers::default(),
         retry_at: None,
         failures: Vec::new(),
+        metrics,
     };
     agent.acquire()?;
     // The node routes between its bridge and the overlay.
@@ -121,6 +133,7 @@ impl Agent<'_> {
         let (records, revision) = lease::list(&mut self.client, self.config)?;
         let own = self.own();
         for change in self.peers.replace_all(self.config, &own, &records) {
+            self.metrics.change(&change);
             Self::log_change(change);
         }
         self.converge()?;
@@ -130,7 +143,9 @@ impl Agent<'_> {
     /// Programs the believed peers; a peer the kernel refused is logged (once while it
     /// keeps failing the same way) and tried again after [`RETRY`], the others converge.
     fn converge(&mut self) -> Result<()> {
-        let failures = dataplane::reconcile(&mut self.nl, &self.device, self.peers.accepted())?;
+        let failures = dataplane::reconcile(&mut self.nl, &self.device, self.peers.accepted())
+            .inspect_err(|_| self.metrics.reconciled(self.peers.accepted().len(), None))?;
+        self.metrics.reconciled(self.peers.accepted().len(), Some(failures.len()));
         let failures: Vec<String> = failures.iter().map(ToString::to_string).collect();
         if failures != self.failures {
             for failure in failures.iter().filter(|f| !self.failures.contains(f)) {
@@ -159,6 +174,7 @@ impl Agent<'_> {
                 Event::Put(kv) => self.peers.put(self.config, &own, &kv),
                 Event::Delete(kv) => self.peers.delete(self.config, &kv.key),
             };
+            self.metrics.change(&change);
             Self::log_change(change);
         }
         self.converge()
@@ -173,6 +189,7 @@ impl Agent<'_> {
                 // The lease ran out (etcd unreachable for longer than the TTL): ask for the
                 // same subnet again.
                 log(format!("lease of {} expired; acquiring again", self.lease.subnet));
+                self.metrics.lease_expired();
                 if let Err(e) = self.acquire() {
                     log(format!("acquiring: {e}"));
                 }
@@ -187,6 +204,8 @@ impl Agent<'_> {
 
     fn watch_loop(&mut self, stop: &AtomicBool) {
         let mut watch: Option<Watch> = None;
+        // Whether a watch ran before: each later resync is a restart.
+        let mut watched = false;
         let mut next_keepalive = Instant::now() + self.config.keepalive_interval();
         while !stop.load(Ordering::SeqCst) {
             if Instant::now() >= next_keepalive {
@@ -203,7 +222,13 @@ impl Agent<'_> {
             }
             let Some(current) = watch.as_mut() else {
                 match self.resync_and_watch() {
-                    Ok(w) => watch = Some(w),
+                    Ok(w) => {
+                        if watched {
+                            self.metrics.watch_restarted();
+                        }
+                        watched = true;
+                        watch = Some(w);
+                    }
                     Err(e) => {
                         log(format!("resync: {e}"));
                         std::thread::sleep(TICK);
