@@ -9,12 +9,14 @@
 //! - [`lease`]: what an ACK grants and the CNI result made from it;
 //! - [`client`]: the exchanges with a server, from a socket inside the container;
 //! - [`store`]: leases on disk; [`daemon`]: keeping them; [`cli`]: the daemon's flags;
+//!   [`metrics`]: what the daemon counts;
 //! - [`protocol`]: plugin <-> daemon messages; [`plugin`]: the IPAM plugin itself.
 
 pub mod cli;
 pub mod client;
 pub mod daemon;
 pub mod lease;
+pub mod metrics;
 pub mod options;
 pub mod plugin;
 pub mod protocol;
