@@ -6,6 +6,7 @@
 pub mod answer;
 pub mod caps;
 pub mod forward;
+pub mod metrics;
 pub mod server;
 pub mod sockets;
 pub mod zone;

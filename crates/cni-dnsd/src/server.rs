@@ -8,6 +8,7 @@
 
 use crate::answer::{handle, Outcome, Transport};
 use crate::forward::{forward, HostServers};
+use crate::metrics::{DnsMetrics, Source};
 use crate::zone::Zones;
 use cni_dns::StateDir;
 use cni_os::socket;
@@ -19,7 +20,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often blocked listener threads look at their stop flag.
 const POLL: Duration = Duration::from_millis(250);
@@ -79,6 +80,8 @@ pub struct Resolver {
     forwards: AtomicUsize,
     tcp_connections: AtomicUsize,
     counters: Counters,
+    /// Always counted; served with `--metrics-address`.
+    pub metrics: DnsMetrics,
 }
 
 impl Resolver {
@@ -93,6 +96,7 @@ impl Resolver {
             forwards: AtomicUsize::new(0),
             tcp_connections: AtomicUsize::new(0),
             counters: Counters::default(),
+            metrics: DnsMetrics::default(),
         })
     }
 
@@ -109,6 +113,7 @@ impl Resolver {
             log(format_args!("skipped: {problem}"));
         }
         *self.zones.write().unwrap_or_else(|p| p.into_inner()) = zones.clone();
+        self.metrics.loaded(zones.networks.len(), zones.attachment_count());
         let mut listeners = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
         let wanted: HashMap<SocketAddr, &Arc<crate::zone::NetworkZone>> = zones
             .by_address
@@ -190,10 +195,24 @@ impl Resolver {
         self.counters.queries.fetch_add(1, Ordering::Relaxed);
         let zones = self.zones();
         let zone = zones.by_address.get(&local)?;
-        match handle(zone, bytes, transport) {
-            Outcome::Reply(reply) => Some(reply),
-            Outcome::Drop => None,
-            Outcome::Forward(query) => Some(self.forward_bounded(&query, &zone.upstreams, &zones, transport)),
+        let (source, reply) = match handle(zone, bytes, transport) {
+            Outcome::Reply(reply) => (Source::Local, Some(reply)),
+            Outcome::Drop => (Source::Local, None),
+            Outcome::Forward(query) => {
+                (Source::Upstream, Some(self.forward_bounded(&query, &zone.upstreams, &zones, transport)))
+            }
+        };
+        self.metrics.query(bytes, source, reply.as_deref());
+        reply
+    }
+
+    /// For `/healthz`: whether the resolver answers on every address its records name.
+    pub fn health(&self) -> Result<String, String> {
+        let errors = self.listen_errors.lock().unwrap_or_else(|p| p.into_inner());
+        let listening = self.listeners.lock().unwrap_or_else(|p| p.into_inner()).len();
+        match errors.first() {
+            None => Ok(format!("answering on {listening} addresses")),
+            Some(first) => Err(format!("cannot answer on {} addresses, {first}", errors.len())),
         }
     }
 
@@ -202,6 +221,7 @@ impl Resolver {
         if self.forwards.fetch_add(1, Ordering::SeqCst) >= self.settings.limits.forwards {
             self.forwards.fetch_sub(1, Ordering::SeqCst);
             self.counters.refused_busy.fetch_add(1, Ordering::Relaxed);
+            self.metrics.busy();
             return false;
         }
         true
@@ -217,7 +237,9 @@ impl Resolver {
     ) -> Vec<u8> {
         self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
         let ours: HashSet<IpAddr> = zones.by_address.keys().copied().collect();
+        let started = Instant::now();
         let reply = forward(query, &self.upstreams(own), &ours, transport);
+        self.metrics.forwarded(started.elapsed());
         self.forwards.fetch_sub(1, Ordering::SeqCst);
         reply
     }
@@ -260,22 +282,25 @@ impl Resolver {
             match handle(zone, &bytes, Transport::Udp) {
                 Outcome::Reply(reply) => {
                     self.counters.queries.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.query(&bytes, Source::Local, Some(&reply));
                     let _ = socket.send_to(&reply, peer);
                 }
-                Outcome::Drop => {}
+                Outcome::Drop => self.metrics.query(&bytes, Source::Local, None),
                 Outcome::Forward(query) => {
                     self.counters.queries.fetch_add(1, Ordering::Relaxed);
                     // The slot is taken before the thread exists, so a flood makes SERVFAILs,
                     // not threads.
                     if !self.reserve_forward() {
-                        let _ = socket
-                            .send_to(&crate::answer::encode_error(&query, ResponseCode::ServFail), peer);
+                        let servfail = crate::answer::encode_error(&query, ResponseCode::ServFail);
+                        self.metrics.query(&bytes, Source::Upstream, Some(&servfail));
+                        let _ = socket.send_to(&servfail, peer);
                         continue;
                     }
                     let (me, socket, zones) = (self.clone(), socket.clone(), zones.clone());
                     let own = zone.upstreams.clone();
                     let spawned = std::thread::Builder::new().name("forward".into()).spawn(move || {
                         let reply = me.forward_reserved(&query, &own, &zones, Transport::Udp);
+                        me.metrics.query(&bytes, Source::Upstream, Some(&reply));
                         let _ = socket.send_to(&reply, peer);
                     });
                     if let Err(e) = spawned {
@@ -296,6 +321,7 @@ impl Resolver {
             if self.tcp_connections.fetch_add(1, Ordering::SeqCst) >= self.settings.limits.tcp_connections {
                 self.tcp_connections.fetch_sub(1, Ordering::SeqCst);
                 self.counters.refused_busy.fetch_add(1, Ordering::Relaxed);
+                self.metrics.busy();
                 continue; // dropped: closed at once
             }
             let me = self.clone();

@@ -1,7 +1,8 @@
 //! The etcd client: unary calls on one kept-alive connection, failing over to the next
 //! configured member when one is down or without a leader.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -22,7 +23,12 @@ pub struct Client {
     conn: Option<Conn>,
     timeout: Duration,
     tls: Option<Tls>,
+    observer: Option<Observer>,
 }
+
+/// Told of every unary call: how long it took and whether etcd answered it (an answer
+/// that is an error of etcd's own counts as answered). The daemons' metrics hang here.
+pub type Observer = Arc<dyn Fn(Duration, bool) + Send + Sync>;
 
 /// `http://host:port` (or `host:port`) → `host:port` without TLS; `https://host:port` →
 /// `host:port` with it. Every endpoint of one client must agree with `tls`: a CA given for
@@ -63,13 +69,18 @@ impl Client {
         }
         let endpoints =
             endpoints.iter().map(|e| endpoint_host(e.as_ref(), tls.is_some())).collect::<Result<Vec<_>>>()?;
-        Ok(Client { endpoints, current: 0, conn: None, timeout, tls })
+        Ok(Client { endpoints, current: 0, conn: None, timeout, tls, observer: None })
     }
 
     /// Starts at another member: clients of one host spread over the cluster.
     pub fn prefer(&mut self, index: usize) {
         self.current = index % self.endpoints.len();
         self.conn = None;
+    }
+
+    /// Reports every later call to `observer`.
+    pub fn observe(&mut self, observer: Observer) {
+        self.observer = Some(observer);
     }
 
     pub fn endpoints(&self) -> &[String] {
@@ -103,6 +114,15 @@ impl Client {
     /// connection the member closed while idle is not a failure of the member). Requests
     /// are safe to repeat: writes of this crate's users are guarded by compares.
     pub fn call(&mut self, path: &str, body: &Value) -> Result<Value> {
+        let started = Instant::now();
+        let result = self.call_members(path, body);
+        if let Some(observer) = &self.observer {
+            observer(started.elapsed(), !matches!(result, Err(Error::Unreachable { .. })));
+        }
+        result
+    }
+
+    fn call_members(&mut self, path: &str, body: &Value) -> Result<Value> {
         let body = body.to_string();
         let mut reasons = Vec::new();
         let mut retried_idle = false;

@@ -23,7 +23,7 @@ pub mod testing;
 mod tls;
 mod watch;
 
-pub use client::Client;
+pub use client::{Client, Observer};
 pub use error::{Error, Result};
 pub use http::{ANSWER_TIMEOUTS, MAX_BODY, MAX_HEADERS, MAX_LINE};
 pub use kv::{prefix_end, Compare, KeyValue, Op, Txn, TxnResponse};

@@ -2,6 +2,7 @@
 //! lease alive and the peers' entries in step with etcd until asked to stop.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cni_etcd::{Client, Event, Tls, Watch};
@@ -10,6 +11,7 @@ use cni_net::{NetNs, Netlink};
 use crate::config::{Backend, Config};
 use crate::dataplane::{self, Device, Underlay};
 use crate::lease::{self, paired_subnet6, NodeRecord, SubnetLease};
+use crate::metrics::{self, OverlayMetrics};
 use crate::peer::{Change, Own, Peers};
 use crate::{cniconf, Error, Result};
 
@@ -40,12 +42,21 @@ struct Agent<'a> {
     failures: Vec<String>,
     /// A new underlay address already logged (it takes a restart to publish).
     moved_to: Option<std::net::IpAddr>,
+    metrics: Arc<OverlayMetrics>,
 }
 
 /// Runs until `stop` is set (by SIGTERM/SIGINT); errors only when the start fails.
 pub fn run(config: &Config, stop: &AtomicBool) -> Result<()> {
     let tls = config.tls.as_ref().map(Tls::load).transpose()?;
-    let client = Client::with_tls(&config.endpoints, Duration::from_secs(2), tls)?;
+    let mut client = Client::with_tls(&config.endpoints, Duration::from_secs(2), tls)?;
+    let metrics = Arc::new(OverlayMetrics::default());
+    client.observe(metrics.observer());
+    if let Some(address) = config.metrics_address {
+        let ttl = Duration::from_secs(config.ttl.unsigned_abs());
+        let bound = metrics::serve(address, &metrics, ttl)
+            .map_err(|e| crate::Error::Io(format!("metrics address {address}"), e))?;
+        log(format!("metrics on http://{bound}/metrics"));
+    }
     // The namespace is opened once: the netlink socket and the sysctl write stay in it.
     let netns = config.netns.as_ref().map(NetNs::open).transpose()?;
     let mut nl = match &netns {
@@ -74,6 +85,7 @@ pub fn run(config: &Config, stop: &AtomicBool) -> Result<()> {
         retry_at: None,
         failures: Vec::new(),
         moved_to: None,
+        metrics,
     };
     agent.acquire()?;
     // The node routes between its bridge and the overlay.
@@ -174,6 +186,7 @@ impl Agent<'_> {
         let (records, revision) = lease::list(&mut self.client, self.config)?;
         let own = self.own();
         for change in self.peers.replace_all(self.config, &own, &records) {
+            self.metrics.change(&change);
             Self::log_change(change);
         }
         self.converge()?;
@@ -189,7 +202,9 @@ impl Agent<'_> {
             &self.underlay,
             self.device.as_ref(),
             self.peers.accepted(),
-        )?;
+        )
+        .inspect_err(|_| self.metrics.reconciled(self.peers.accepted().values(), None))?;
+        self.metrics.reconciled(self.peers.accepted().values(), Some(failures.len()));
         let failures: Vec<String> = failures.iter().map(ToString::to_string).collect();
         if failures != self.failures {
             for failure in failures.iter().filter(|f| !self.failures.contains(f)) {
@@ -218,6 +233,7 @@ impl Agent<'_> {
                 Event::Put(kv) => self.peers.put(self.config, &own, &kv),
                 Event::Delete(kv) => self.peers.delete(self.config, &kv.key),
             };
+            self.metrics.change(&change);
             Self::log_change(change);
         }
         self.converge()
@@ -232,6 +248,7 @@ impl Agent<'_> {
                 // The lease ran out (etcd unreachable for longer than the TTL): ask for the
                 // same subnet again.
                 log(format!("lease of {} expired; acquiring again", self.lease.subnet));
+                self.metrics.lease_expired();
                 if let Err(e) = self.acquire() {
                     log(format!("acquiring: {e}"));
                 }
@@ -276,6 +293,8 @@ impl Agent<'_> {
 
     fn watch_loop(&mut self, stop: &AtomicBool) {
         let mut watch: Option<Watch> = None;
+        // Whether a watch ran before: each later resync is a restart.
+        let mut watched = false;
         let mut next_keepalive = Instant::now() + self.config.keepalive_interval();
         while !stop.load(Ordering::SeqCst) {
             if Instant::now() >= next_keepalive {
@@ -292,7 +311,13 @@ impl Agent<'_> {
             }
             let Some(current) = watch.as_mut() else {
                 match self.resync_and_watch() {
-                    Ok(w) => watch = Some(w),
+                    Ok(w) => {
+                        if watched {
+                            self.metrics.watch_restarted();
+                        }
+                        watched = true;
+                        watch = Some(w);
+                    }
                     Err(e) => {
                         log(format!("resync: {e}"));
                         std::thread::sleep(TICK);

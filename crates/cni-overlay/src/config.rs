@@ -1,5 +1,6 @@
 //! The agent's command line.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -30,7 +31,8 @@ pub const USAGE: &str = "usage: cni-overlay-agent --etcd-endpoints URL[,URL...] 
   --revoke-on-exit       revoke the lease on SIGTERM (peers drop this node at once)
   --ca-file PATH         the etcd cluster's CA (PEM): endpoints are then https://
   --cert-file PATH       client certificate (PEM) for members requiring one, with
-  --key-file PATH        its private key (PEM)";
+  --key-file PATH        its private key (PEM)
+  --metrics-address IP:PORT  serve /healthz and /metrics there (off by default)";
 
 /// How the agent reaches its peers' pod subnets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +96,8 @@ pub struct Config {
     pub netns: Option<PathBuf>,
     /// TLS to etcd (etcd-ipam's `caFile`, `certFile`, `keyFile`), for `https://` endpoints.
     pub tls: Option<TlsFiles>,
+    /// Where `/healthz` and `/metrics` are served (None: not at all).
+    pub metrics_address: Option<SocketAddr>,
 }
 
 /// The TLS flags as etcd-ipam's `caFile`/`certFile`/`keyFile`: the certificate and key go
@@ -146,6 +150,7 @@ impl Config {
             revoke_on_exit: false,
             netns: None,
             tls: None,
+            metrics_address: None,
         };
         let (mut ca_file, mut cert_file, mut key_file) = (None, None, None);
         let mut rest = args.iter();
@@ -185,6 +190,9 @@ impl Config {
                 "--ca-file" => ca_file = Some(PathBuf::from(value)),
                 "--cert-file" => cert_file = Some(PathBuf::from(value)),
                 "--key-file" => key_file = Some(PathBuf::from(value)),
+                "--metrics-address" => {
+                    config.metrics_address = Some(cni_metrics::parse_address(value).map_err(Error::Config)?)
+                }
                 _ => return Err(Error::Config(format!("unknown flag {flag}"))),
             }
         }

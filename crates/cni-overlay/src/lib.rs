@@ -10,6 +10,7 @@ pub mod cniconf;
 pub mod config;
 pub mod dataplane;
 pub mod lease;
+pub mod metrics;
 pub mod peer;
 
 /// What went wrong, for the agent's log and exit status.

@@ -17,6 +17,7 @@
 //! - [`binaries`]: finds (building if needed) the workspace's binaries from a test.
 //! - [`unprivileged`]: runs a shell script as `nobody`, the local attacker.
 //! - [`poll`]: the one polling loop (`eventually`, `until`) for what happens in the background.
+//! - [`scrape`]: a daemon's metrics endpoint scraped over TCP, its exposition text parsed.
 
 pub mod binaries;
 pub mod children;
@@ -29,6 +30,7 @@ pub mod kill;
 pub mod ns;
 pub mod poll;
 pub mod runner;
+pub mod scrape;
 pub mod snapshot;
 pub mod socket_attack;
 pub mod test_plugin;

@@ -3,6 +3,8 @@
 
 use cni_dns::StateDir;
 use cni_dnsd::server::{log, Limits, Resolver, Settings};
+use cni_metrics::prometheus_client::registry::Registry;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -18,6 +20,8 @@ address (at the port the network's record names: 1053 behind the plugin's redire
   --pidfile PATH     write the pid there
   --max-forwards N   forwarded queries in flight at most [256]
   --max-tcp N        TCP clients at most [64]
+  --metrics-address IP:PORT
+                     serve /healthz and /metrics there [off]
   -h, --help         this text";
 
 /// Every so often the records are read again even without a request, so a notification
@@ -27,12 +31,14 @@ const RESCAN: Duration = Duration::from_secs(30);
 struct Args {
     settings: Settings,
     pid_file: Option<PathBuf>,
+    metrics: Option<SocketAddr>,
 }
 
 fn parse(args: &[String]) -> Result<Option<Args>, String> {
     let mut state = PathBuf::from(cni_dns::DEFAULT_STATE_DIR);
     let mut resolv_conf = PathBuf::from("/etc/resolv.conf");
     let mut pid_file = None;
+    let mut metrics = None;
     let mut limits = Limits::default();
     let mut iter = args.iter();
     while let Some(arg) = iter.next() {
@@ -50,10 +56,15 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
             "--pidfile" => pid_file = Some(value()?.into()),
             "--max-forwards" => limits.forwards = number(value()?)?,
             "--max-tcp" => limits.tcp_connections = number(value()?)?,
+            "--metrics-address" => metrics = Some(cni_metrics::parse_address(&value()?)?),
             _ => return Err(format!("unknown argument {arg:?}")),
         }
     }
-    Ok(Some(Args { settings: Settings { state: StateDir::new(state), resolv_conf, limits }, pid_file }))
+    Ok(Some(Args {
+        settings: Settings { state: StateDir::new(state), resolv_conf, limits },
+        pid_file,
+        metrics,
+    }))
 }
 
 fn run(args: Args) -> std::io::Result<()> {
@@ -75,6 +86,13 @@ fn run(args: Args) -> std::io::Result<()> {
     }
     let resolver = Resolver::new(args.settings.clone());
     log(format_args!("started: state {}, {}", state.root().display(), resolver.reload()));
+    if let Some(address) = args.metrics {
+        let mut registry = Registry::default();
+        resolver.metrics.register(&mut registry);
+        let me = resolver.clone();
+        let bound = cni_metrics::serve(address, registry, Box::new(move || me.health()))?;
+        log(format_args!("metrics on http://{bound}/metrics"));
+    }
     let rescanner = resolver.clone();
     std::thread::Builder::new().name("rescan".into()).spawn(move || loop {
         std::thread::sleep(RESCAN);

@@ -6,6 +6,7 @@
 mod common;
 mod fake_server;
 mod fake_server6;
+mod metrics;
 mod socket;
 mod support;
 mod v6;

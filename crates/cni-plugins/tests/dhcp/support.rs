@@ -263,6 +263,11 @@ impl Network {
     /// Starts the daemon (in the host namespace; it enters containers' namespaces itself)
     /// and waits until it answers STATUS.
     pub fn daemon(&self) -> ChildGuard {
+        self.daemon_with(&[])
+    }
+
+    /// [`Network::daemon`] with more flags.
+    pub fn daemon_with(&self, extra: &[&str]) -> ChildGuard {
         let log =
             std::fs::OpenOptions::new().create(true).append(true).open(self.path("daemon.log")).unwrap();
         let child = self
@@ -275,6 +280,7 @@ impl Network {
             .arg(self.state_dir())
             // The default timeout: on a loaded 2-core VM a 6 s one was seen to run out.
             .args(["-timeout", "10s", "-resendmax", "2s", "-debug"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

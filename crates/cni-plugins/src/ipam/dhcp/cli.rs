@@ -31,6 +31,8 @@ renews them, releases them on DEL, and keeps them on disk across restarts.
   -timeout DUR      upper bound for acquiring a lease, e.g. 10s, 500ms [10s]
   -resendmax DUR    longest wait between retransmissions [62s]
   -debug            log every failed attempt
+  -metrics-address IP:PORT
+                    serve /healthz and /metrics (Prometheus) there [off]
   -h, --help        this text
 Flags may also be written --flag or -flag=value.";
 
@@ -43,6 +45,7 @@ pub struct DaemonArgs {
     pub timeout: Duration,
     pub resend_max: Duration,
     pub debug: bool,
+    pub metrics_address: Option<std::net::SocketAddr>,
 }
 
 /// Go's duration syntax, the subset people write: `10s`, `1m30s`, `500ms`, `2h`, or plain
@@ -81,6 +84,7 @@ pub fn parse_args(args: &[String]) -> Result<Option<DaemonArgs>, String> {
         timeout: Duration::from_secs(10),
         resend_max: Duration::from_secs(62),
         debug: false,
+        metrics_address: None,
     };
     let mut socket_given = false;
     let mut iter = args.iter();
@@ -113,6 +117,7 @@ pub fn parse_args(args: &[String]) -> Result<Option<DaemonArgs>, String> {
             // Go's boolean flags take `-flag` or `-flag=true|false`.
             "broadcast" => {}
             "debug" => parsed.debug = matches!(inline.as_deref(), None | Some("true" | "1")),
+            "metrics-address" => parsed.metrics_address = Some(cni_metrics::parse_address(&value(name)?)?),
             _ => return Err(format!("unknown flag {arg:?}")),
         }
     }
@@ -169,6 +174,13 @@ fn start(args: &DaemonArgs) -> std::io::Result<()> {
         std::io::Error::new(e.kind(), format!("state directory {}: {e}", args.state_dir.display()))
     })?;
     daemon.resume()?;
+    if let Some(address) = args.metrics_address {
+        let mut registry = cni_metrics::prometheus_client::registry::Registry::default();
+        daemon.metrics().register(&mut registry);
+        let me = daemon.clone();
+        let bound = cni_metrics::serve(address, registry, Box::new(move || me.health()))?;
+        log::info(format_args!("metrics on http://{bound}/metrics"));
+    }
     log::info(format_args!("listening on {}", args.socket_path.display()));
     daemon.serve(listener)
 }

@@ -23,6 +23,7 @@ use cni_types::ErrorCode;
 use super::client::{log, Client, ClientError, ClientParams, Timing};
 use super::client6::Client6;
 use super::lease::{unix_now, Lease, Leased};
+use super::metrics::{self, DhcpMetrics, Op as MetricOp};
 use super::protocol::{self, LeaseStatus, Op, Request, Response, PROTOCOL_VERSION};
 use super::store::{AttachmentKey, Family, Record, Store};
 
@@ -159,6 +160,7 @@ pub struct Daemon {
     /// The address each recently deleted attachment had: servers that pick addresses by
     /// hardware address (a new veth has a new one) give it back when asked.
     released: Mutex<HashMap<LeaseId, IpAddr>>,
+    metrics: DhcpMetrics,
 }
 
 fn phase_at(lease: &Leased, now: u64) -> Phase {
@@ -181,7 +183,24 @@ impl Daemon {
             store,
             leases: Mutex::new(HashMap::new()),
             released: Mutex::new(HashMap::new()),
+            metrics: DhcpMetrics::default(),
         }))
+    }
+
+    /// What the daemon counts (kept whether or not it is served).
+    pub fn metrics(&self) -> &DhcpMetrics {
+        &self.metrics
+    }
+
+    /// For `/healthz`: healthy while no held lease is lost (expired, the server silent or
+    /// refusing); the daemon then cannot keep those containers' addresses.
+    pub fn health(&self) -> Result<String, String> {
+        let leases = self.leases();
+        let lost = leases.values().filter(|t| t.lock().phase == Phase::Expired).count();
+        match lost {
+            0 => Ok(format!("{} leases held", leases.len())),
+            n => Err(format!("{n} of {} leases lost (expired; no server renewed them)", leases.len())),
+        }
     }
 
     fn leases(&self) -> MutexGuard<'_, HashMap<LeaseId, Arc<Tracked>>> {
@@ -246,9 +265,12 @@ impl Daemon {
             state: Mutex::new(TrackedState { record, phase, last_error: String::new(), stopping: false }),
             wake: Condvar::new(),
         });
-        if let Some(old) = self.leases().insert(key, tracked.clone()) {
+        let mut leases = self.leases();
+        if let Some(old) = leases.insert(key, tracked.clone()) {
             old.stop();
         }
+        self.metrics.held(leases.len());
+        drop(leases);
         let daemon = self.clone();
         std::thread::spawn(move || daemon.maintain(&tracked));
     }
@@ -303,9 +325,14 @@ impl Daemon {
                                 record.key,
                                 new.lease_secs()
                             ));
+                            self.metrics.succeeded(if rebind { MetricOp::Rebind } else { MetricOp::Renew });
                             self.update(tracked, Some(new), Phase::Bound, String::new());
                         }
                         Err(e @ (ClientError::Nak(_) | ClientError::Refused(_))) => {
+                            self.metrics.failed(
+                                if rebind { MetricOp::Rebind } else { MetricOp::Renew },
+                                metrics::reason(&e),
+                            );
                             let why = match e {
                                 ClientError::Nak(msg) => format!("DHCPNAK {}", msg.unwrap_or_default()),
                                 ClientError::Refused(status) => status,
@@ -318,6 +345,8 @@ impl Daemon {
                             self.update(tracked, Some(lease.lost()), Phase::Expired, why);
                         }
                         Err(e) => {
+                            let op = if rebind { MetricOp::Rebind } else { MetricOp::Renew };
+                            self.metrics.failed(op, metrics::reason(&e));
                             log::debug(format_args!("{} {}: {e}", phase.name(), record.key));
                             self.update(tracked, None, phase, e.to_string());
                             let left = Duration::from_secs(boundary.saturating_sub(unix_now()));
@@ -352,9 +381,11 @@ impl Daemon {
                                     String::new()
                                 }
                             ));
+                            self.metrics.succeeded(MetricOp::Acquire);
                             self.update(tracked, Some(new), Phase::Bound, String::new());
                         }
                         Err(e) => {
+                            self.metrics.failed(MetricOp::Acquire, metrics::reason(&e));
                             self.update(tracked, None, Phase::Expired, format!("lease expired; {e}"));
                             if tracked.sleep_for(self.settings.timing.resend_max.clamp(MIN_RETRY, MAX_RETRY))
                             {
@@ -388,14 +419,19 @@ impl Daemon {
         let client = match self.client(&record) {
             Ok(c) => c,
             Err(e) => {
+                self.metrics.failed(MetricOp::Acquire, metrics::reason(&e));
                 return Response::error(
                     ErrorCode::Io as u32,
                     format!("dhcp: {} in {}: {e}", key.ifname, record.netns),
-                )
+                );
             }
         };
         let previous = self.released.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
-        let lease = match client.acquire(previous) {
+        let acquired = client.acquire(previous);
+        if let Err(e) = &acquired {
+            self.metrics.failed(MetricOp::Acquire, metrics::reason(e));
+        }
+        let lease = match acquired {
             Ok(lease) => lease,
             // No server, or none with an address to spare (NoAddrsAvail): both may pass.
             Err(e @ (ClientError::Timeout(_) | ClientError::Refused(_))) => {
@@ -418,10 +454,12 @@ impl Daemon {
         };
         let record = Record { lease: lease.clone(), ..record };
         if let Err(e) = self.store.save(&record) {
+            self.metrics.failed(MetricOp::Acquire, "store");
             let _ = client.release(&lease);
             return Response::error(ErrorCode::Io as u32, format!("dhcp: saving the lease: {e}"));
         }
         log::info(format_args!("leased {lease} to {key} for {} s{trace}", lease.lease_secs()));
+        self.metrics.succeeded(MetricOp::Acquire);
         self.track(record);
         Response::with_lease(lease)
     }
@@ -444,7 +482,13 @@ impl Daemon {
     /// Stops keeping one lease and releases it; nothing to do for an unknown one.
     fn del_one(&self, id: &LeaseId, trace: Trace) -> Response {
         let (key, family) = (&id.0, id.1);
-        let Some(tracked) = self.leases().remove(id) else {
+        let removed = {
+            let mut leases = self.leases();
+            let removed = leases.remove(id);
+            self.metrics.held(leases.len());
+            removed
+        };
+        let Some(tracked) = removed else {
             // Untracked, but a damaged record of it may sit on disk (skipped at resume):
             // it goes with the attachment rather than stay for good.
             return match self.store.remove(key, family) {
@@ -465,9 +509,15 @@ impl Daemon {
         let expired = phase_at(&record.lease, unix_now()) == Phase::Expired;
         if !expired {
             match self.client(&record).and_then(|c| c.release(&record.lease)) {
-                Ok(()) => log::info(format_args!("released {} of {key}{trace}", record.lease)),
+                Ok(()) => {
+                    self.metrics.succeeded(MetricOp::Release);
+                    log::info(format_args!("released {} of {key}{trace}", record.lease))
+                }
                 // The namespace may be gone already (DEL after the container died).
-                Err(e) => log::info(format_args!("cannot send DHCPRELEASE for {key}: {e}{trace}")),
+                Err(e) => {
+                    self.metrics.failed(MetricOp::Release, metrics::reason(&e));
+                    log::info(format_args!("cannot send DHCPRELEASE for {key}: {e}{trace}"))
+                }
             }
         }
         match self.store.remove(key, family) {

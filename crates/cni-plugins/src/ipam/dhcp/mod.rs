@@ -10,6 +10,7 @@
 //! - [`client`], [`client6`]: the exchanges with a server, from a socket inside the
 //!   container;
 //! - [`store`]: leases on disk; [`daemon`]: keeping them; [`cli`]: the daemon's flags;
+//!   [`metrics`]: what the daemon counts;
 //! - [`protocol`]: plugin <-> daemon messages; [`plugin`]: the IPAM plugin itself.
 
 pub mod cli;
@@ -18,6 +19,7 @@ pub mod client6;
 pub mod daemon;
 pub mod lease;
 pub mod lease6;
+pub mod metrics;
 pub mod options;
 pub mod plugin;
 pub mod protocol;

@@ -23,6 +23,7 @@ use super::allocator::{Allocation, Allocator};
 use super::batch::Batcher;
 use super::config::EtcdIpamConfig;
 use super::error::EtcdIpamError;
+use super::metrics::{op_label, AgentMetrics};
 
 fn agent_error(msg: String) -> EtcdIpamError {
     EtcdIpamError::Unavailable(msg)
@@ -103,6 +104,7 @@ pub const MAX_CACHED_ALLOCATORS: usize = 64;
 pub struct Agent {
     allocators: Mutex<AllocatorCache>,
     capacity: usize,
+    metrics: Arc<AgentMetrics>,
 }
 
 #[derive(Default)]
@@ -126,7 +128,16 @@ impl Default for Agent {
 impl Agent {
     /// An agent keeping at most `capacity` allocators (at least one).
     pub fn with_capacity(capacity: usize) -> Agent {
-        Agent { allocators: Mutex::new(AllocatorCache::default()), capacity: capacity.max(1) }
+        Agent {
+            allocators: Mutex::new(AllocatorCache::default()),
+            capacity: capacity.max(1),
+            metrics: Arc::default(),
+        }
+    }
+
+    /// The agent's metrics (kept whether or not they are served).
+    pub fn metrics(&self) -> Arc<AgentMetrics> {
+        self.metrics.clone()
     }
 
     /// How many allocators are cached now.
@@ -147,10 +158,11 @@ impl Agent {
             return Ok(existing.batcher.clone());
         }
         let mut client = conf.client()?;
+        client.observe(self.metrics.observer());
         // The agents of different nodes start at different members (all at the first one,
         // that member's loss would move every node at once).
         client.prefer(conf.node.bytes().map(usize::from).sum());
-        let batcher = Arc::new(Batcher::new(Allocator::new(conf, client)));
+        let batcher = Arc::new(Batcher::new(Allocator::new(conf, client)).observed(self.metrics.clone()));
         if cache.by_config.len() >= self.capacity {
             let oldest = cache.by_config.iter().min_by_key(|(_, c)| c.last_used).map(|(k, _)| k.clone());
             if let Some(oldest) = oldest {
@@ -158,10 +170,22 @@ impl Agent {
             }
         }
         cache.by_config.insert(key, CachedAllocator { batcher: batcher.clone(), last_used: now });
+        self.metrics.cached(cache.by_config.len());
         Ok(batcher)
     }
 
     fn handle(&self, request: &Value) -> Result<Value, EtcdIpamError> {
+        let op = op_label(request["op"].as_str());
+        let answer = self.answer(request);
+        match &answer {
+            Ok(_) if op == "add" => self.metrics.allocated(),
+            Ok(_) => self.metrics.released(),
+            Err(e) => self.metrics.failed(op, e),
+        }
+        answer
+    }
+
+    fn answer(&self, request: &Value) -> Result<Value, EtcdIpamError> {
         let conf = EtcdIpamConfig::parse(request["config"].to_string().as_bytes())?;
         let handle = request["handle"]
             .as_str()
@@ -192,7 +216,11 @@ struct Requests(Arc<Agent>);
 impl Service for Requests {
     fn handle(&self, request: Vec<u8>) -> Vec<u8> {
         let answer = match serde_json::from_slice::<Value>(&request) {
-            Err(e) => json!({"code": 6, "msg": format!("etcd-ipam agent: request is not JSON: {e}")}),
+            Err(e) => {
+                let error = EtcdIpamError::Decode(format!("request: {e}"));
+                self.0.metrics.failed("other", &error);
+                json!({"code": 6, "msg": format!("etcd-ipam agent: request is not JSON: {e}")})
+            }
             Ok(request) => self.0.handle(&request).unwrap_or_else(|e| {
                 // Successes are not logged (thousands a second); a failure is, with the
                 // runtime's trace id when the plugin sent a well-formed one.
@@ -210,6 +238,7 @@ impl Service for Requests {
     }
 
     fn refuse(&self, why: &Refusal) -> Option<Vec<u8>> {
+        self.0.metrics.refused(why);
         let code = match why {
             Refusal::NotRoot { .. } => 4,
             Refusal::TooLarge { .. } | Refusal::Deadline { .. } => 6,

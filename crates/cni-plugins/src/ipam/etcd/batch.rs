@@ -8,16 +8,18 @@
 
 use std::net::IpAddr;
 use std::sync::mpsc::{channel, Sender};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::allocator::{Allocation, Allocator};
 use super::error::EtcdIpamError;
+use super::metrics::AgentMetrics;
 
 type Reply = Sender<Result<Allocation, EtcdIpamError>>;
 
 pub struct Batcher {
     allocator: Mutex<Allocator>,
     pending: Mutex<Vec<(String, Reply)>>,
+    metrics: Option<Arc<AgentMetrics>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -26,7 +28,12 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Batcher {
     pub fn new(allocator: Allocator) -> Batcher {
-        Batcher { allocator: Mutex::new(allocator), pending: Mutex::new(Vec::new()) }
+        Batcher { allocator: Mutex::new(allocator), pending: Mutex::new(Vec::new()), metrics: None }
+    }
+
+    /// Reports each batch's size to `metrics`.
+    pub fn observed(self, metrics: Arc<AgentMetrics>) -> Batcher {
+        Batcher { metrics: Some(metrics), ..self }
     }
 
     /// ADD for `handle_id`, possibly in one transaction with other callers' ADDs.
@@ -41,6 +48,9 @@ impl Batcher {
         }
         let batch = std::mem::take(&mut *lock(&self.pending));
         let ids: Vec<String> = batch.iter().map(|(id, _)| id.clone()).collect();
+        if let Some(metrics) = &self.metrics {
+            metrics.batch(ids.len());
+        }
         for ((_, reply), outcome) in batch.into_iter().zip(allocator.allocate_batch(&ids)) {
             let _ = reply.send(outcome);
         }

@@ -11,7 +11,8 @@
 //! - [`block`]: a block and its allocations;
 //! - [`keys`]: the layout of the keys in etcd;
 //! - [`allocator`]: the transactions;
-//! - [`plugin`]: the [`cni_sdk::Plugin`] ([`plugin::EtcdIpam`]).
+//! - [`plugin`]: the [`cni_sdk::Plugin`] ([`plugin::EtcdIpam`]);
+//! - [`metrics`]: the node agent's metrics.
 
 pub mod agent;
 pub mod allocator;
@@ -21,4 +22,5 @@ pub mod config;
 pub mod error;
 pub mod keys;
 pub mod liveness;
+pub mod metrics;
 pub mod plugin;

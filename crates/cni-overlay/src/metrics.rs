@@ -1,0 +1,211 @@
+//! The agent's metrics (`cni_overlay_agent_*`) and `/healthz`, served when it is started
+//! with `--metrics-address`. The counters are always kept (atomics); only serving is
+//! optional.
+//!
+//! Peers' records are untrusted, so nothing from them becomes a label: a refused record is
+//! counted under the rule it broke ([`refusal_reason`], a closed set), never under its key
+//! or node name.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cni_etcd::Observer;
+use cni_metrics::prometheus_client::metrics::counter::Counter;
+use cni_metrics::prometheus_client::metrics::family::Family;
+use cni_metrics::prometheus_client::metrics::gauge::Gauge;
+use cni_metrics::prometheus_client::registry::Registry;
+use cni_metrics::{Label, RoundTrips};
+
+use crate::peer::{Change, PeerPath, PeerRecord};
+
+/// The prefix of every metric of the agent.
+pub const PREFIX: &str = "cni_overlay_agent";
+
+#[derive(Default)]
+pub struct OverlayMetrics {
+    peers: Family<Label, Gauge>,
+    peer_changes: Family<Label, Counter>,
+    records_refused: Family<Label, Counter>,
+    programming_failures: Gauge,
+    reconcile_errors: Counter,
+    watch_restarts: Counter,
+    lease_reacquired: Counter,
+    /// Every unary etcd call (lease keep-alive, listings); `/healthz` looks at it.
+    pub etcd: Arc<RoundTrips>,
+}
+
+/// The rule a refused record broke, from the refusal's message (`peer::PeerRecord::parse`
+/// and `lease::key_subnet` start each message with the part of the record at fault).
+pub fn refusal_reason(message: &str) -> &'static str {
+    const BY_START: [(&str, &str); 10] = [
+        ("key ", "key"),
+        ("subnet ", "subnet"),
+        ("subnet6 ", "subnet6"),
+        ("record is not bound", "no_lease"),
+        ("record of ", "too_large"),
+        ("record: ", "malformed"),
+        ("node name", "node_name"),
+        ("record names this node", "own_node"),
+        ("underlay ", "underlay"),
+        ("vtepMac ", "vtep_mac"),
+    ];
+    if message.contains(" is not a subnet's first address") {
+        return "subnet";
+    }
+    BY_START
+        .iter()
+        .find(|(start, _)| message.starts_with(start))
+        .map(|(_, reason)| *reason)
+        .unwrap_or("other")
+}
+
+impl OverlayMetrics {
+    /// Registers every metric in `registry` under [`PREFIX`].
+    pub fn register(&self, registry: &mut Registry) {
+        let registry = registry.sub_registry_with_prefix(PREFIX);
+        registry.register("peers", "Peers whose entries this node programs, by kind", self.peers.clone());
+        registry.register(
+            "peer_changes",
+            "Peers joined or left, as seen by this node",
+            self.peer_changes.clone(),
+        );
+        registry.register(
+            "records_refused",
+            "Peer records refused, by the rule they broke (each change of a record once)",
+            self.records_refused.clone(),
+        );
+        registry.register(
+            "programming_failures",
+            "Kernel requests for peers' entries failing now (retried)",
+            self.programming_failures.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Passes over the peers with a kernel request refused, or a dump that failed",
+            self.reconcile_errors.clone(),
+        );
+        registry.register(
+            "watch_restarts",
+            "Resyncs of the peers from a full listing after the watch was lost",
+            self.watch_restarts.clone(),
+        );
+        registry.register(
+            "lease_reacquired",
+            "Times the node's subnet lease had expired and was acquired again",
+            self.lease_reacquired.clone(),
+        );
+        self.etcd.register(registry, "etcd");
+    }
+
+    /// What the agent's etcd client reports its calls to.
+    pub fn observer(&self) -> Observer {
+        let etcd = self.etcd.clone();
+        Arc::new(move |elapsed, answered| etcd.record(elapsed, answered))
+    }
+
+    pub(crate) fn change(&self, change: &Change) {
+        let label = |change: &'static str| [("change", change)];
+        match change {
+            Change::Joined(_) => self.peer_changes.get_or_create(&label("joined")).inc(),
+            Change::Left(_) => self.peer_changes.get_or_create(&label("left")).inc(),
+            Change::Refused { reason, .. } => {
+                self.records_refused.get_or_create(&[("reason", refusal_reason(reason))]).inc()
+            }
+            Change::Unchanged => 0,
+        };
+    }
+
+    /// A pass over the peers ended with `peers` believed and `failures` requests refused
+    /// (`None`: the pass itself failed). `peers{kind}` counts them by the path the data
+    /// plane takes to each (`direct` or `vxlan`).
+    pub(crate) fn reconciled<'a>(
+        &self,
+        peers: impl Iterator<Item = &'a PeerRecord>,
+        failures: Option<usize>,
+    ) {
+        let (mut direct, mut vxlan) = (0i64, 0i64);
+        for peer in peers {
+            match peer.path() {
+                PeerPath::Direct => direct += 1,
+                PeerPath::Vxlan => vxlan += 1,
+            }
+        }
+        self.peers.get_or_create(&[("kind", "direct")]).set(direct);
+        self.peers.get_or_create(&[("kind", "vxlan")]).set(vxlan);
+        if failures != Some(0) {
+            self.reconcile_errors.inc();
+        }
+        if let Some(failures) = failures {
+            self.programming_failures.set(i64::try_from(failures).unwrap_or(i64::MAX));
+        }
+    }
+
+    pub(crate) fn watch_restarted(&self) {
+        self.watch_restarts.inc();
+    }
+
+    pub(crate) fn lease_expired(&self) {
+        self.lease_reacquired.inc();
+    }
+}
+
+/// Serves `metrics` at `address`: `/healthz` is 200 while etcd answered within `ttl` (the
+/// lease is renewed three times per TTL, so a whole TTL of silence means the node's record
+/// is about to expire), 503 otherwise.
+pub fn serve(address: SocketAddr, metrics: &OverlayMetrics, ttl: Duration) -> std::io::Result<SocketAddr> {
+    let mut registry = Registry::default();
+    metrics.register(&mut registry);
+    let etcd = metrics.etcd.clone();
+    cni_metrics::serve(address, registry, Box::new(move || etcd.reachability.check("etcd", Some(ttl))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::peer::{Own, PeerRecord};
+
+    /// Each rule of `PeerRecord::parse` maps to its own label: a change of its messages
+    /// that would send refusals to `other` fails here.
+    #[test]
+    fn every_refusal_has_its_reason() {
+        let args: Vec<String> = ["--etcd-endpoints", "http://a:1", "--iface", "e", "--node", "n1"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let config = Config::parse(&args).unwrap();
+        let own = Own {
+            subnet: "10.244.1.0/24".parse().unwrap(),
+            subnet6: None,
+            underlay: "192.0.2.1".parse().unwrap(),
+            onlink: vec!["192.0.2.0/24".parse().unwrap()],
+        };
+        let key = |subnet: &str| format!("{}{subnet}", config.subnets_prefix()).into_bytes();
+        let good_mac =
+            crate::dataplane::vtep_mac("192.0.2.9".parse::<std::net::IpAddr>().unwrap()).to_string();
+        let value = |node: &str, underlay: &str, mac: &str| {
+            format!(r#"{{"node":"{node}","underlay":"{underlay}","vtepMac":"{mac}"}}"#).into_bytes()
+        };
+        let cases: Vec<(Vec<u8>, Vec<u8>, i64, &str)> = vec![
+            (b"/elsewhere/x".to_vec(), value("b", "192.0.2.9", &good_mac), 1, "key"),
+            (key("10.250.0.0-24"), value("b", "192.0.2.9", &good_mac), 1, "subnet"),
+            (key("10.244.2.1-24"), value("b", "192.0.2.9", &good_mac), 1, "subnet"),
+            (key("10.244.2.0-24"), value("b", "192.0.2.9", &good_mac), 0, "no_lease"),
+            (key("10.244.2.0-24"), vec![b' '; 100_000], 1, "too_large"),
+            (key("10.244.2.0-24"), b"{".to_vec(), 1, "malformed"),
+            (key("10.244.2.0-24"), value("", "192.0.2.9", &good_mac), 1, "node_name"),
+            (key("10.244.2.0-24"), value("n1", "192.0.2.9", &good_mac), 1, "own_node"),
+            (key("10.244.2.0-24"), value("b", "239.1.1.1", &good_mac), 1, "underlay"),
+            (key("10.244.2.0-24"), value("b", "192.0.2.9", "02:00:00:00:00:01"), 1, "vtep_mac"),
+        ];
+        for (key, value, lease, reason) in cases {
+            let message = PeerRecord::parse(&config, &own, &key, &value, lease).unwrap_err();
+            assert_eq!(refusal_reason(&message), reason, "{message}");
+        }
+        // A dual-stack node's paired-subnet check (peer::tests covers when it refuses).
+        let message =
+            "subnet6 fd00:0:0:7::/64 is not fd00:0:0:2::/64, the IPv6 subnet paired with 10.244.2.0/24";
+        assert_eq!(refusal_reason(message), "subnet6");
+    }
+}
