@@ -11,7 +11,15 @@
 //! - [`block`]: a block and its allocations;
 //! - [`keys`]: the layout of the keys in etcd;
 //! - [`allocator`]: the transactions;
-//! - [`plugin`]: the [`cni_sdk::Plugin`] ([`plugin::EtcdIpam`]).
+//! - [`plugin`]: the [`cni_sdk::Plugin`] ([`plugin::EtcdIpam`]);
+//! - [`agent`]: the node agent (`etcd-ipam agent`) and the plugin's side of its socket;
+//! - [`batch`]: the agent's batching of concurrent ADDs into transactions.
+//!
+//! A crate and a binary (`etcd-ipam`) of their own, not a plugin of the multi-call
+//! `cni-plugins`: the etcd client and its TLS stack would otherwise weigh on every plugin
+//! exec of every node. The agent is the binary's `agent` sub-command, as the dhcp daemon
+//! is `dhcp daemon`: one binary per model, whose plugin and daemon always agree on the
+//! protocol between them.
 
 pub mod agent;
 pub mod allocator;
@@ -22,3 +30,21 @@ pub mod error;
 pub mod keys;
 pub mod liveness;
 pub mod plugin;
+
+use cni_sdk::keys::{config_keys, Keys};
+use cni_sdk::{CniError, Request};
+
+/// The plugin's name: its `type` in a configuration and its binary's.
+pub const NAME: &str = "etcd-ipam";
+
+/// The keys etcd-ipam's configuration accepts beyond the common ones (what `cnitool
+/// validate` and the docs drift test check against); `None` when `name` is not etcd-ipam.
+pub fn plugin_keys(name: &str) -> Option<Keys> {
+    (name == NAME).then(config_keys::<config::RawNetConf>)
+}
+
+/// etcd-ipam's parsing and validation of a request, before any etcd work (for `cnitool
+/// validate` and the fuzzer); `None` when `name` is not etcd-ipam.
+pub fn config_stage(name: &str, req: &Request) -> Option<Result<(), CniError>> {
+    (name == NAME).then(|| plugin::parse(req).map(drop))
+}

@@ -1,22 +1,24 @@
-//! etcd-ipam-agent: serves etcd-ipam's ADD and DEL for the plugins of one node on a unix
-//! socket (`agentSocket` in the plugin's configuration), with one kept-alive etcd
+//! etcd-ipam: the plugin a runtime runs (CNI_COMMAND in the environment), and, as
+//! `etcd-ipam agent --socket PATH`, the node agent that serves the plugins of one node on
+//! a unix socket (`agentSocket` in the plugin's configuration) with one kept-alive etcd
 //! connection and the node's current block cached per network. See
-//! `cni_plugins::ipam::etcd::agent` for the protocol and docs/multi-host.md for why.
+//! `cni_etcd_ipam::agent` for the protocol and docs/multi-host.md for why.
 //!
 //! ```text
-//! etcd-ipam-agent --socket /run/cni-rs/etcd-ipam.sock
+//! etcd-ipam agent --socket /run/cni-rs/etcd-ipam.sock
 //! ```
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use cni_etcd_ipam::agent::Agent;
+use cni_etcd_ipam::plugin::EtcdIpam;
 use cni_os::socket;
-use cni_plugins::ipam::etcd::agent::Agent;
 
-const USAGE: &str = "usage: etcd-ipam-agent --socket PATH";
+const USAGE: &str = "usage: etcd-ipam agent --socket PATH";
 
-/// The socket path from the arguments (without the program name).
+/// The socket path from the agent's arguments (those after `agent`).
 fn socket_arg(args: &[String]) -> Option<PathBuf> {
     match args {
         [flag, path] if flag == "--socket" => Some(PathBuf::from(path)),
@@ -26,7 +28,17 @@ fn socket_arg(args: &[String]) -> Option<PathBuf> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(socket) = socket_arg(&args) else {
+    match args.split_first() {
+        Some((sub_command, rest)) if sub_command == "agent" => agent(rest),
+        // Whatever else: the plugin, which answers a call without CNI_COMMAND with its
+        // name and versions, as every plugin does.
+        _ => cni_sdk::run(&EtcdIpam),
+    }
+}
+
+/// `etcd-ipam agent`: serves until killed.
+fn agent(args: &[String]) -> ExitCode {
+    let Some(socket) = socket_arg(args) else {
         eprintln!("{USAGE}");
         return ExitCode::from(2);
     };
@@ -38,11 +50,11 @@ fn main() -> ExitCode {
     }) {
         Ok(listener) => listener,
         Err(e) => {
-            eprintln!("etcd-ipam-agent: listening on {}: {e}", socket.display());
+            eprintln!("etcd-ipam agent: listening on {}: {e}", socket.display());
             return ExitCode::FAILURE;
         }
     };
-    eprintln!("etcd-ipam-agent: serving on {}", socket.display());
+    eprintln!("etcd-ipam agent: serving on {}", socket.display());
     Arc::new(Agent::default()).serve(listener);
     ExitCode::FAILURE
 }

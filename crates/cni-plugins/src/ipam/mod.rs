@@ -1,6 +1,5 @@
 //! IPAM plugins.
 
 pub mod dhcp;
-pub mod etcd;
 pub mod host_local;
 pub mod static_ipam;
