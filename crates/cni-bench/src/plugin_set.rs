@@ -24,7 +24,9 @@ impl PluginSet {
         Ok(PluginSet { label, dir, _installed: None })
     }
 
-    /// Installs the multi-call binary `binary` (`cni-plugins install <temp dir>`).
+    /// Installs the multi-call binary `binary` (`cni-plugins install <temp dir>`), and the
+    /// `etcd-ipam` binary beside it when there is one (a plugin of ours built on its own,
+    /// as the package installs it).
     pub fn install(label: &'static str, binary: &Path) -> Result<PluginSet> {
         let temp = tempfile::Builder::new()
             .prefix("cnk-bench-plugins-")
@@ -42,7 +44,20 @@ impl PluginSet {
                 String::from_utf8_lossy(&output.stderr).trim()
             )));
         }
+        let etcd_ipam = binary.with_file_name("etcd-ipam");
+        if etcd_ipam.is_file() {
+            std::fs::copy(&etcd_ipam, temp.path().join("etcd-ipam"))
+                .map_err(|e| BenchError::io(format!("copy {}", etcd_ipam.display()), e))?;
+        }
         Ok(PluginSet { label, dir: temp.path().to_path_buf(), _installed: Some(temp) })
+    }
+
+    /// Bytes of the binary a `bridge` exec maps: for our set the multi-call binary every
+    /// plugin but etcd-ipam runs as, for the reference one plugin's own binary.
+    pub fn per_exec_bytes(&self) -> Result<u64> {
+        std::fs::metadata(self.binary("bridge"))
+            .map(|m| m.len())
+            .map_err(|e| BenchError::io("stat bridge", e))
     }
 
     /// How the set's bridge binary is linked: "static", "dynamic" or "unknown".

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! etcd-ipam-bench [--nodes 8] [--per-node 200] [--members 3] [--mode plugin|agent|library]
-//!                 [--parallel 1] [--tls] [--data-base /dev/shm] [--plugins-bin PATH]
+//!                 [--parallel 1] [--tls] [--data-base /dev/shm] [--plugin-bin PATH]
 //! ```
 //! `--tls` starts the members with client-certificate TLS and configures `https://`
 //! endpoints with `caFile`, `certFile` and `keyFile` (the cost of the handshakes).
@@ -13,7 +13,7 @@
 //! agent, and the library mode's shared allocator, then combine them into transactions.
 //! `plugin` (the default) runs the real plugin binary once per ADD, as a runtime does: a
 //! process start, a new TCP connection and the etcd transactions each time. `agent` runs
-//! one `etcd-ipam-agent` per node and the plugin binary per ADD talks to it over its unix
+//! one `etcd-ipam agent` per node and the plugin binary per ADD talks to it over its unix
 //! socket. `library` calls the allocator in-process on one kept-alive connection per node:
 //! the agent without the process start and the socket.
 
@@ -24,11 +24,11 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use cni_etcd::testing::{EtcdCluster, Pki};
-use cni_plugins::ipam::etcd::allocator::Allocator;
-use cni_plugins::ipam::etcd::batch::Batcher;
-use cni_plugins::ipam::etcd::block::Block;
-use cni_plugins::ipam::etcd::config::EtcdIpamConfig;
+use cni_etcd_ipam::allocator::Allocator;
+use cni_etcd_ipam::batch::Batcher;
+use cni_etcd_ipam::block::Block;
+use cni_etcd_ipam::config::EtcdIpamConfig;
+use cni_etcd_testing::{EtcdCluster, Pki};
 use serde_json::json;
 
 #[derive(Clone)]
@@ -42,21 +42,22 @@ struct Options {
     members: usize,
     mode: Mode,
     data_base: PathBuf,
-    plugins_bin: PathBuf,
+    /// The `etcd-ipam` binary (the plugin, and the agent as its `agent` sub-command).
+    plugin_bin: PathBuf,
 }
 
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
     /// The plugin binary per ADD, straight to etcd.
     Plugin,
-    /// The plugin binary per ADD, through one etcd-ipam-agent per node.
+    /// The plugin binary per ADD, through one `etcd-ipam agent` per node.
     Agent,
     /// The allocator in-process, one connection per node.
     Library,
 }
 
 const USAGE: &str = "usage: etcd-ipam-bench [--nodes N] [--per-node N] [--members N] \
-[--mode plugin|agent|library] [--parallel N] [--tls] [--data-base DIR] [--plugins-bin PATH]";
+[--mode plugin|agent|library] [--parallel N] [--tls] [--data-base DIR] [--plugin-bin PATH]";
 
 fn parse_options() -> Result<Options, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -69,7 +70,7 @@ fn parse_options() -> Result<Options, String> {
         members: 3,
         mode: Mode::Plugin,
         data_base: PathBuf::from("/dev/shm"),
-        plugins_bin: exe.with_file_name("cni-plugins"),
+        plugin_bin: exe.with_file_name("etcd-ipam"),
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -88,7 +89,7 @@ fn parse_options() -> Result<Options, String> {
                 other => return Err(format!("--mode {other}: plugin, agent or library")),
             },
             "--data-base" => options.data_base = PathBuf::from(value()?),
-            "--plugins-bin" => options.plugins_bin = PathBuf::from(value()?),
+            "--plugin-bin" => options.plugin_bin = PathBuf::from(value()?),
             "--help" | "-h" => return Err(String::new()),
             other => return Err(format!("unknown option {other}")),
         }
@@ -126,17 +127,17 @@ fn agent_socket(node: usize) -> PathBuf {
     std::env::temp_dir().join(format!("ed-bench-{}", std::process::id())).join(format!("node-{node}.sock"))
 }
 
-/// One etcd-ipam-agent per node, killed when dropped.
+/// One `etcd-ipam agent` per node, killed when dropped.
 struct Agents(Vec<std::process::Child>);
 
 impl Agents {
     fn start(options: &Options) -> Result<Agents, String> {
-        let bin = options.plugins_bin.with_file_name("etcd-ipam-agent");
+        let bin = &options.plugin_bin;
         let mut agents = Agents(Vec::new());
         for node in 0..options.nodes {
             let socket = agent_socket(node);
-            let child = Command::new(&bin)
-                .arg("--socket")
+            let child = Command::new(bin)
+                .args(["agent", "--socket"])
                 .arg(&socket)
                 .stderr(Stdio::null())
                 .spawn()
@@ -169,7 +170,6 @@ impl Drop for Agents {
 /// One ADD through the plugin binary; the address it returned.
 fn add_by_plugin(bin: &PathBuf, conf: &[u8], container_id: &str) -> Result<IpAddr, String> {
     let mut child = Command::new(bin)
-        .arg("etcd-ipam")
         .env_clear()
         .env("CNI_COMMAND", "ADD")
         .env("CNI_CONTAINERID", container_id)
@@ -221,7 +221,7 @@ fn run_node(
                 .map_err(|e| e.to_string())?
                 .address
                 .addr(),
-            None => add_by_plugin(&options.plugins_bin, &bytes, &format!("{phase}-{node}-{i}"))?,
+            None => add_by_plugin(&options.plugin_bin, &bytes, &format!("{phase}-{node}-{i}"))?,
         };
         Ok((ip, start.elapsed()))
     };
@@ -286,10 +286,10 @@ fn report(name: &str, phase: &Phase) {
 }
 
 fn run(options: &Options) -> Result<(), String> {
-    if options.mode != Mode::Library && !options.plugins_bin.exists() {
+    if options.mode != Mode::Library && !options.plugin_bin.exists() {
         return Err(format!(
-            "{} not found (build cni-plugins, or --plugins-bin)",
-            options.plugins_bin.display()
+            "{} not found (build cni-etcd-ipam, or --plugin-bin)",
+            options.plugin_bin.display()
         ));
     }
     let mut cluster = if options.tls {

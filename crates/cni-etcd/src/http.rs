@@ -394,7 +394,7 @@ impl Stream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::HostileServer;
+    use cni_etcd_testing::HostileServer;
 
     const OK_CHUNKED: &[u8] = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
 

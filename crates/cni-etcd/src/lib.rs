@@ -19,7 +19,6 @@ mod client;
 mod error;
 mod http;
 mod kv;
-pub mod testing;
 mod tls;
 mod watch;
 

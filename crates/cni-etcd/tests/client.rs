@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use cni_etcd::testing::EtcdCluster;
 use cni_etcd::{Compare, Event, Op, Txn};
+use cni_etcd_testing::EtcdCluster;
 
 #[test]
 fn put_get_prefix_delete() {
@@ -88,7 +88,7 @@ fn a_killed_member_is_failed_over() {
 
 #[test]
 fn no_member_up_is_unreachable() {
-    let port = cni_etcd::testing::free_port();
+    let port = cni_etcd_testing::free_port();
     let mut client =
         cni_etcd::Client::new(&[format!("http://127.0.0.1:{port}")], Duration::from_secs(1)).unwrap();
     let err = client.get(b"/x").unwrap_err();

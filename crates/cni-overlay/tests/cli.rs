@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use cni_etcd::testing::HostileServer;
+use cni_etcd_testing::HostileServer;
 use cni_testkit::ns::TestNetns;
 
 fn agent() -> Command {
@@ -37,7 +37,7 @@ fn unreachable_etcd_fails_clearly_and_changes_nothing() {
     let host = TestNetns::with_prefix("ovcli").unwrap();
     let dir = tempfile::Builder::new().prefix("ov-cli-").tempdir().unwrap();
     // A port nobody listens on: the kernel's pick, released at once.
-    let port = cni_etcd::testing::free_port();
+    let port = cni_etcd_testing::free_port();
     let out = agent()
         .args(["--etcd-endpoints", &format!("http://127.0.0.1:{port}"), "--iface", "lo", "--node", "ov-cli"])
         .args(["--device", "ovvx0", "--netns"])
@@ -82,7 +82,7 @@ fn a_hostile_etcd_member_is_an_error_not_an_abort() {
 fn direct_routing_of_a_family_the_underlay_lacks_is_refused() {
     let host = TestNetns::with_prefix("orcli").unwrap();
     let dir = tempfile::Builder::new().prefix("or-cli-").tempdir().unwrap();
-    let port = cni_etcd::testing::free_port();
+    let port = cni_etcd_testing::free_port();
     let out = agent()
         .args(["--etcd-endpoints", &format!("http://127.0.0.1:{port}"), "--iface", "lo", "--node", "or-cli"])
         .args(["--backend", "direct", "--network6", "fd00:244::/48", "--device", "orvx0", "--netns"])

@@ -9,7 +9,7 @@ mod harness;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
-use cni_etcd::testing::EtcdCluster;
+use cni_etcd_testing::EtcdCluster;
 use cni_net::netlink::{AddressFlags, IpFamily, LinkSpec, NeighbourState, Route, VethSpec};
 use cni_overlay::dataplane::vtep_mac;
 use harness::{Cluster, Layout, DEVICE, PREFIX};

@@ -12,7 +12,7 @@ mod harness;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use cni_etcd::testing::EtcdCluster;
+use cni_etcd_testing::EtcdCluster;
 use cni_overlay::dataplane::vtep_mac;
 use harness::{Cluster, Layout, DEVICE, PREFIX};
 use ipnet::{IpNet, Ipv6Net};

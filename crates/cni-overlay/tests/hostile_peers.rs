@@ -14,7 +14,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::process::Command;
 use std::time::Duration;
 
-use cni_etcd::testing::{EtcdCluster, HostileServer};
+use cni_etcd_testing::{EtcdCluster, HostileServer};
 use cni_net::netlink::AddressFlags;
 use cni_overlay::dataplane::vtep_mac;
 use harness::{wait_for, Cluster, PREFIX};

@@ -8,7 +8,7 @@ mod harness;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use cni_etcd::testing::EtcdCluster;
+use cni_etcd_testing::EtcdCluster;
 use cni_testkit::scrape::{self, Samples};
 use harness::{wait_for, Cluster, PREFIX, TTL};
 

@@ -16,7 +16,7 @@
 //! Not covered: CNI_ARGS names (read from the environment by name, documented in each
 //! page's CNI_ARGS section).
 
-use crate::keys::{common_keys, plugin_keys, Keys};
+use crate::keys::{common_keys, Keys};
 use cni_testkit::docs;
 use std::collections::BTreeSet;
 
@@ -44,6 +44,17 @@ fn drift(
     problems
 }
 
+/// Every plugin with a page: the multi-call binary's, and etcd-ipam (a binary of its own,
+/// a dev-dependency here so that one test keeps every page in step).
+fn our_plugins() -> Vec<&'static str> {
+    crate::registry::plugins().iter().map(|entry| entry.name).chain([cni_etcd_ipam::NAME]).collect()
+}
+
+/// The keys plugin `name` reads, whichever crate it is built in.
+fn plugin_keys(name: &str) -> Option<Keys> {
+    crate::keys::plugin_keys(name).or_else(|| cni_etcd_ipam::plugin_keys(name))
+}
+
 fn read_page(name: &str) -> Result<String, String> {
     docs::read_page(env!("CARGO_MANIFEST_DIR"), name)
 }
@@ -56,14 +67,14 @@ fn documented_keys(page: &str) -> BTreeSet<String> {
 fn every_plugin_page_documents_exactly_the_keys_the_code_accepts() {
     let common = common_keys();
     let mut problems = Vec::new();
-    for entry in crate::registry::plugins() {
-        let Some(code) = plugin_keys(entry.name) else {
-            problems.push(format!("{}: no key source in keys::plugin_keys", entry.name));
+    for name in our_plugins() {
+        let Some(code) = plugin_keys(name) else {
+            problems.push(format!("{name}: no key source in keys::plugin_keys"));
             continue;
         };
-        match read_page(&format!("{}.md", entry.name)) {
+        match read_page(&format!("{name}.md")) {
             Ok(page) => {
-                problems.extend(drift(&format!("{}.md", entry.name), &code, &documented_keys(&page), &common))
+                problems.extend(drift(&format!("{name}.md"), &code, &documented_keys(&page), &common))
             }
             Err(e) => problems.push(e),
         }
@@ -131,15 +142,15 @@ fn leaf_paths(value: &serde_json::Value, path: &str, out: &mut Vec<String>) {
 fn every_example_is_a_valid_conflist_using_only_real_keys() {
     let common = common_keys();
     let mut problems = Vec::new();
-    for entry in crate::registry::plugins() {
-        let page_name = format!("{}.md", entry.name);
+    for name in our_plugins() {
+        let page_name = format!("{name}.md");
         let Some(list) = read_page(&page_name).ok().as_deref().and_then(example) else {
             problems.push(format!("{page_name}: no JSON example under ## Example"));
             continue;
         };
         let plugins = list["plugins"].as_array().cloned().unwrap_or_default();
-        if !plugins.iter().any(|p| p["type"] == entry.name || p["ipam"]["type"] == entry.name) {
-            problems.push(format!("{page_name}: the example does not use {}", entry.name));
+        if !plugins.iter().any(|p| p["type"] == name || p["ipam"]["type"] == name) {
+            problems.push(format!("{page_name}: the example does not use {name}"));
         }
         for plugin in plugins {
             let mut conf = plugin.clone();
@@ -149,7 +160,7 @@ fn every_example_is_a_valid_conflist_using_only_real_keys() {
             let ipam_type = conf["ipam"]["type"].as_str().map(str::to_string);
             let version = cni_sdk::Version::parse(list["cniVersion"].as_str().unwrap_or_default()).unwrap();
             let serde_json::Value::Object(conf) = conf else { unreachable!("a plugin object") };
-            match crate::dry_run::check_add(&plugin_type, &conf, version) {
+            match crate::dry_run::check_add(&plugin_type, &conf, version, cni_etcd_ipam::config_stage) {
                 None => {
                     problems.push(format!("{page_name}: example plugin type {plugin_type:?} is not ours"))
                 }

@@ -7,14 +7,17 @@
 //! - [`meta`]: chained plugins (portmap, firewall, tuning, ...);
 //! - [`keys`]: the configuration keys each plugin accepts, read from its types.
 
-pub mod common;
+// What the binary, the tests and cnitool use is public (the registry, the key lists, the
+// dry stages, the IPAM plugins' stores and protocols the tests drive); the plugins
+// themselves are reached through the registry only.
+mod common;
 pub mod dry_run;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod interface;
+mod interface;
 pub mod ipam;
 pub mod keys;
-pub mod meta;
+mod meta;
 pub mod registry;
 
 #[cfg(test)]

@@ -16,7 +16,6 @@ pub fn plugins() -> &'static [Entry] {
         Entry { name: "dhcp", make: || Box::new(crate::ipam::dhcp::plugin::Dhcp) },
         Entry { name: "dnsname", make: || Box::new(crate::meta::dnsname::Dnsname) },
         Entry { name: "dummy", make: || Box::new(crate::interface::dummy::Dummy) },
-        Entry { name: "etcd-ipam", make: || Box::new(crate::ipam::etcd::plugin::EtcdIpam) },
         Entry { name: "firewall", make: || Box::new(crate::meta::firewall::Firewall) },
         Entry { name: "host-device", make: || Box::new(crate::interface::host_device::HostDevice) },
         Entry { name: "host-local", make: || Box::new(crate::ipam::host_local::plugin::HostLocal) },

@@ -17,6 +17,7 @@ pub mod args;
 pub mod config;
 pub mod delegate;
 mod gc;
+pub mod keys;
 mod request;
 mod skel;
 

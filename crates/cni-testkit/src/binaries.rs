@@ -40,6 +40,21 @@ pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
     path
 }
 
+/// Like [`workspace_binary`], but built (or found up to date) by cargo first even when a
+/// file is there: for a test whose point is what another package's binary contains now.
+pub fn fresh_workspace_binary(package: &str, bin: &str) -> PathBuf {
+    let path = target_dir().join(bin);
+    let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cargo.args(["build", "-p", package, "--bin", bin]);
+    if target_dir().file_name().is_some_and(|n| n == "release") {
+        cargo.arg("--release");
+    }
+    let status = cargo.status().expect("running cargo build");
+    assert!(status.success(), "cargo build -p {package} --bin {bin} failed");
+    path
+}
+
 /// The scriptable test plugin binary.
 pub fn test_plugin() -> PathBuf {
     workspace_binary("cni-testkit", "cni-test-plugin")

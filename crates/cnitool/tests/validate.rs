@@ -19,12 +19,14 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/validate")
 }
 
-/// A directory holding our plugin set (links to the multi-call binary).
+/// A directory holding our plugin set as the package installs it (links to the
+/// multi-call binary, and etcd-ipam beside them).
 fn our_plugins() -> tempfile::TempDir {
     let dir = tempfile::Builder::new().prefix("va-bin").tempdir().unwrap();
     let binary = workspace_binary("cni-plugins", "cni-plugins");
     let status = Command::new(binary).arg("install").arg(dir.path()).output().unwrap().status;
     assert!(status.success(), "cni-plugins install failed");
+    std::fs::copy(workspace_binary("cni-etcd-ipam", "etcd-ipam"), dir.path().join("etcd-ipam")).unwrap();
     dir
 }
 

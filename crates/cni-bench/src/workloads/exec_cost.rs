@@ -79,6 +79,9 @@ impl Workload for ExecCost {
 
         let size = set.size_bytes()?;
         out.fact("plugin_set_bytes", size);
+        if set.binary("bridge").is_file() {
+            out.fact("per_exec_binary_bytes", set.per_exec_bytes()?);
+        }
 
         if set.missing(&configs::BRIDGE_PLUGINS).is_empty() {
             measure_bridge_rss(ctx, set, out)?;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use cni_etcd::testing::EtcdCluster;
+use cni_etcd_testing::EtcdCluster;
 use cni_net::netlink::{
     AddressFlags, BridgeOptions, FdbEntry, IpFamily, LinkSpec, Neighbour, NeighbourState, Route, VethSpec,
     MAIN_TABLE,

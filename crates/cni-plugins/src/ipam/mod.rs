@@ -1,7 +1,6 @@
 //! IPAM plugins.
 
 pub mod dhcp;
-pub mod etcd;
 pub mod host_local;
 pub mod slaac;
 pub mod static_ipam;

@@ -1,5 +1,6 @@
 //! What validate knows of cni-rs's own plugins. With the `plugin-checks` feature (on by
-//! default) that is cni-plugins' key lists and dry configuration stages; without it,
+//! default) that is the key lists and dry configuration stages of cni-plugins' plugins and
+//! of etcd-ipam (a binary of its own); without it,
 //! nothing: every plugin is treated as foreign (CNI_PATH and version checks only) and
 //! cnitool links no plugin code.
 
@@ -15,7 +16,7 @@ mod imp {
 
     /// The keys plugin `plugin_type` reads beyond the common ones; `None`: not ours.
     pub fn plugin_keys(plugin_type: &str) -> Option<Keys> {
-        cni_plugins::keys::plugin_keys(plugin_type)
+        cni_plugins::keys::plugin_keys(plugin_type).or_else(|| cni_etcd_ipam::plugin_keys(plugin_type))
     }
 
     /// The keys every plugin object has (`cniVersion`, `name`, `type`, `ipam.type`, ...).
@@ -30,7 +31,7 @@ mod imp {
 
     /// The capabilities plugin `plugin_type` reads; `None`: not ours.
     pub fn capabilities(plugin_type: &str) -> Option<BTreeSet<String>> {
-        cni_plugins::keys::plugin_capabilities(plugin_type)
+        plugin_keys(plugin_type).map(|keys| cni_plugins::keys::capabilities(&keys))
     }
 
     /// The plugin's own ADD validation, run dry; `None`: not ours.
@@ -39,7 +40,7 @@ mod imp {
         conf: &Map<String, Value>,
         version: Version,
     ) -> Option<Result<(), CniError>> {
-        cni_plugins::dry_run::check_add(plugin_type, conf, version)
+        cni_plugins::dry_run::check_add(plugin_type, conf, version, cni_etcd_ipam::config_stage)
     }
 }
 

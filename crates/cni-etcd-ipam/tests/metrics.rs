@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use cni_etcd::testing::EtcdCluster;
+use cni_etcd_testing::EtcdCluster;
 use cni_testkit::scrape::{self, Samples};
 use serde_json::{json, Value};
 
@@ -26,8 +26,8 @@ impl Agent {
         let dir = tempfile::Builder::new().prefix("mx-agent").tempdir().unwrap();
         let socket = dir.path().join("run/agent.sock");
         let log = dir.path().join("agent.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_etcd-ipam-agent"))
-            .args(["--metrics-address", "127.0.0.1:0", "--socket"])
+        let child = Command::new(env!("CARGO_BIN_EXE_etcd-ipam"))
+            .args(["agent", "--metrics-address", "127.0.0.1:0", "--socket"])
             .arg(&socket)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())

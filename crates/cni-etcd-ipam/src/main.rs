@@ -1,10 +1,11 @@
-//! etcd-ipam-agent: serves etcd-ipam's ADD and DEL for the plugins of one node on a unix
-//! socket (`agentSocket` in the plugin's configuration), with one kept-alive etcd
+//! etcd-ipam: the plugin a runtime runs (CNI_COMMAND in the environment), and, as
+//! `etcd-ipam agent --socket PATH`, the node agent that serves the plugins of one node on
+//! a unix socket (`agentSocket` in the plugin's configuration) with one kept-alive etcd
 //! connection and the node's current block cached per network. See
-//! `cni_plugins::ipam::etcd::agent` for the protocol and docs/multi-host.md for why.
+//! `cni_etcd_ipam::agent` for the protocol and docs/multi-host.md for why.
 //!
 //! ```text
-//! etcd-ipam-agent --socket /run/cni-rs/etcd-ipam.sock [--metrics-address 127.0.0.1:9471]
+//! etcd-ipam agent --socket /run/cni-rs/etcd-ipam.sock [--metrics-address 127.0.0.1:9471]
 //! ```
 
 use std::net::SocketAddr;
@@ -12,14 +13,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use cni_etcd_ipam::agent::Agent;
+use cni_etcd_ipam::plugin::EtcdIpam;
 use cni_metrics::prometheus_client::registry::Registry;
 use cni_os::socket;
-use cni_plugins::ipam::etcd::agent::Agent;
 
-const USAGE: &str = "usage: etcd-ipam-agent --socket PATH [OPTIONS]
+const USAGE: &str = "usage: etcd-ipam agent --socket PATH [OPTIONS]
   --metrics-address IP:PORT  serve /healthz and /metrics there (off by default)";
 
-/// What the arguments (without the program name) ask for.
+/// What the agent's arguments (those after `agent`) ask for.
 #[derive(Debug, PartialEq)]
 struct Args {
     socket: PathBuf,
@@ -42,10 +44,20 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let Args { socket, metrics } = match parse_args(&args) {
+    match args.split_first() {
+        Some((sub_command, rest)) if sub_command == "agent" => agent(rest),
+        // Whatever else: the plugin, which answers a call without CNI_COMMAND with its
+        // name and versions, as every plugin does.
+        _ => cni_sdk::run(&EtcdIpam),
+    }
+}
+
+/// `etcd-ipam agent`: serves until killed.
+fn agent(args: &[String]) -> ExitCode {
+    let Args { socket, metrics } = match parse_args(args) {
         Ok(args) => args,
         Err(e) => {
-            eprintln!("etcd-ipam-agent: {e}\n{USAGE}");
+            eprintln!("etcd-ipam agent: {e}\n{USAGE}");
             return ExitCode::from(2);
         }
     };
@@ -57,7 +69,7 @@ fn main() -> ExitCode {
     }) {
         Ok(listener) => listener,
         Err(e) => {
-            eprintln!("etcd-ipam-agent: listening on {}: {e}", socket.display());
+            eprintln!("etcd-ipam agent: listening on {}: {e}", socket.display());
             return ExitCode::FAILURE;
         }
     };
@@ -69,14 +81,14 @@ fn main() -> ExitCode {
         // Healthy unless the latest etcd round trip (of any network) went unanswered.
         let health = Box::new(move || etcd.reachability.check("etcd", None));
         match cni_metrics::serve(address, registry, health) {
-            Ok(bound) => eprintln!("etcd-ipam-agent: metrics on http://{bound}/metrics"),
+            Ok(bound) => eprintln!("etcd-ipam agent: metrics on http://{bound}/metrics"),
             Err(e) => {
-                eprintln!("etcd-ipam-agent: metrics address {address}: {e}");
+                eprintln!("etcd-ipam agent: metrics address {address}: {e}");
                 return ExitCode::FAILURE;
             }
         }
     }
-    eprintln!("etcd-ipam-agent: serving on {}", socket.display());
+    eprintln!("etcd-ipam agent: serving on {}", socket.display());
     agent.serve(listener);
     ExitCode::FAILURE
 }

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use cni_etcd::testing::{EtcdCluster, Pki};
+use cni_etcd_testing::{EtcdCluster, Pki};
 use serde_json::Value;
 
 use super::{address, conf as plain_conf, etcd_keys as keys, run};
@@ -26,7 +26,7 @@ fn run_json(conf: &Value, command: &str, container_id: &str) -> Value {
 
 #[test]
 fn add_and_del_over_tls_from_the_plugin_and_the_agent() {
-    use cni_plugins::ipam::etcd::agent::Agent;
+    use cni_etcd_ipam::agent::Agent;
     let cluster = EtcdCluster::start_tls("etpl", 3);
     assert!(cluster.endpoints().iter().all(|e| e.starts_with("https://")));
     let conf = conf(&cluster, "etnet", cluster.pki().unwrap());

@@ -205,7 +205,7 @@ impl Agent {
     pub fn serve(self: Arc<Self>, listener: UnixListener) {
         let server = Server::new(listener, Framing::Line, "etcd-ipam req");
         if let Err(e) = server.serve(Arc::new(Requests(self))) {
-            eprintln!("etcd-ipam-agent: accepting connections: {e}");
+            eprintln!("etcd-ipam agent: accepting connections: {e}");
         }
     }
 }
@@ -226,7 +226,7 @@ impl Service for Requests {
                 // runtime's trace id when the plugin sent a well-formed one.
                 let trace = request["trace"].as_str().filter(|id| is_trace_id(id));
                 eprintln!(
-                    "etcd-ipam-agent: {} of {} failed: {e}{}",
+                    "etcd-ipam agent: {} of {} failed: {e}{}",
                     request["op"].as_str().unwrap_or("request"),
                     request["handle"].as_str().map(|h| h.escape_debug().to_string()).unwrap_or_default(),
                     trace.map(|id| format!(" (trace {id})")).unwrap_or_default()
@@ -244,7 +244,7 @@ impl Service for Requests {
             Refusal::TooLarge { .. } | Refusal::Deadline { .. } => 6,
             Refusal::Io(_) => return None,
         };
-        eprintln!("etcd-ipam-agent: refused a request: {why}");
+        eprintln!("etcd-ipam agent: refused a request: {why}");
         Some(line(&json!({"code": code, "msg": format!("etcd-ipam agent: {why}")})))
     }
 }

@@ -31,8 +31,8 @@ impl Agent {
     fn start() -> Agent {
         let dir = tempfile::Builder::new().prefix("ds-agent").tempdir().unwrap();
         let socket = dir.path().join("run/cni-rs/agent.sock");
-        let child = command_under_umask_000(Path::new(env!("CARGO_BIN_EXE_etcd-ipam-agent")))
-            .arg("--socket")
+        let child = command_under_umask_000(Path::new(env!("CARGO_BIN_EXE_etcd-ipam")))
+            .args(["agent", "--socket"])
             .arg(&socket)
             .stdout(Stdio::null())
             .stderr(Stdio::null())

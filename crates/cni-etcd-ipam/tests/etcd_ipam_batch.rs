@@ -8,11 +8,11 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cni_etcd::testing::EtcdCluster;
-use cni_plugins::ipam::etcd::allocator::Allocator;
-use cni_plugins::ipam::etcd::batch::Batcher;
-use cni_plugins::ipam::etcd::block::Block;
-use cni_plugins::ipam::etcd::config::EtcdIpamConfig;
+use cni_etcd_ipam::allocator::Allocator;
+use cni_etcd_ipam::batch::Batcher;
+use cni_etcd_ipam::block::Block;
+use cni_etcd_ipam::config::EtcdIpamConfig;
+use cni_etcd_testing::EtcdCluster;
 use serde_json::json;
 
 fn allocator(cluster: &EtcdCluster, network: &str, node: &str) -> Allocator {

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::{Client, Tls};
+use cni_etcd::{Client, Tls};
 pub use hostile::HostileServer;
 pub use pki::Pki;
 

@@ -2,17 +2,16 @@
 //! result, the state in etcd, blocks claimed and borrowed, exhaustion, GC and STATUS,
 //! overlapping pools, etcd unreachable, and racing nodes never sharing an address.
 
-mod common;
 mod etcd_ipam_hostile;
 mod etcd_ipam_tls;
 
 use std::collections::HashSet;
 use std::time::Duration;
 
-use cni_etcd::testing::EtcdCluster;
-use cni_plugins::ipam::etcd::allocator::Allocator;
-use cni_plugins::ipam::etcd::block::Block;
-use cni_plugins::ipam::etcd::config::EtcdIpamConfig;
+use cni_etcd_ipam::allocator::Allocator;
+use cni_etcd_ipam::block::Block;
+use cni_etcd_ipam::config::EtcdIpamConfig;
+use cni_etcd_testing::EtcdCluster;
 use cni_testkit::runner::{PluginCall, PluginOutput};
 use serde_json::{json, Value};
 
@@ -33,7 +32,7 @@ fn conf(cluster_endpoints: &[String], network: &str, node: &str, pools: &[&str],
 }
 
 fn run(conf: &Value, command: &str, container_id: &str) -> PluginOutput {
-    PluginCall::new(common::plugin("etcd-ipam"), command)
+    PluginCall::new(env!("CARGO_BIN_EXE_etcd-ipam"), command)
         .container_id(container_id)
         .netns("/var/run/netns/ed-unused")
         .config(conf)
@@ -177,7 +176,7 @@ fn pools_overlapping_another_networks_are_refused() {
 
 #[test]
 fn etcd_unreachable_is_code_11_and_allocates_nothing() {
-    let port = cni_etcd::testing::free_port();
+    let port = cni_etcd_testing::free_port();
     let conf = conf(&[format!("http://127.0.0.1:{port}")], "edun", "node-a", &["10.81.0.0/16"], 26);
     let err = run(&conf, "ADD", "c1").error();
     assert_eq!(err.code, 11, "{err:?}");
@@ -236,7 +235,7 @@ fn racing_nodes_never_share_an_address_even_with_a_member_killed() {
 
 #[test]
 fn add_and_del_through_the_node_agent() {
-    use cni_plugins::ipam::etcd::agent::Agent;
+    use cni_etcd_ipam::agent::Agent;
     let cluster = EtcdCluster::start("eda", 3);
     let dir = tempfile::Builder::new().prefix("ed-agent").tempdir().unwrap();
     let socket = dir.path().join("agent.sock");

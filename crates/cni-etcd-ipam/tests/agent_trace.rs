@@ -23,8 +23,8 @@ fn a_failure_is_logged_with_the_trace_id_the_plugin_sent() {
     let dir = tempfile::Builder::new().prefix("tr-agent").tempdir().unwrap();
     let socket = dir.path().join("run/agent.sock");
     let log_path = dir.path().join("agent.log");
-    let mut agent = Command::new(env!("CARGO_BIN_EXE_etcd-ipam-agent"))
-        .arg("--socket")
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_etcd-ipam"))
+        .args(["agent", "--socket"])
         .arg(&socket)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log_path).unwrap())

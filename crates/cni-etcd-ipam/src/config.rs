@@ -13,7 +13,7 @@
 //! `nodeName` defaults to the host name; `blockSize` to 26 (IPv4) or 122 (IPv6); `prefix`
 //! (the root of the keys) to `/cni-rs/ipam`; `timeoutMs` (per etcd call) to 2000.
 //! `nodeGracePeriodSeconds` turns on the reclaiming of gone nodes' blocks (see `liveness`).
-//! `agentSocket` (a path) sends ADD and DEL through the node agent (`etcd-ipam-agent`).
+//! `agentSocket` (a path) sends ADD and DEL through the node agent (`etcd-ipam agent`).
 //! `https://` endpoints need `caFile` (the cluster's CA, PEM) and, for members that require
 //! client certificates, `certFile` and `keyFile` (PEM); the members' certificates must name
 //! the endpoints' hosts (IP SANs for addresses).

@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::TlsFiles;
+use cni_etcd::TlsFiles;
 
 const OPENSSL: &str = "/usr/bin/openssl";
 
