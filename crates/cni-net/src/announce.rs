@@ -134,21 +134,7 @@ pub fn unsolicited_na_v6(index: u32, mac: MacAddr, target: Ipv6Addr) -> io::Resu
     to.sin6_addr.s6_addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1).octets();
     to.sin6_scope_id = index;
     let packet = unsolicited_na(mac, target);
-    // SAFETY: the buffer and the address are valid for the lengths passed.
-    let sent = unsafe {
-        libc::sendto(
-            fd.as_raw_fd(),
-            packet.as_ptr().cast(),
-            packet.len(),
-            0,
-            (&to as *const libc::sockaddr_in6).cast(),
-            std::mem::size_of::<libc::sockaddr_in6>() as u32,
-        )
-    };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    send_to(&fd, &packet, &to)
 }
 
 /// A router solicitation (RFC 4861 4.1) with the source link-layer address option, which
@@ -178,6 +164,11 @@ pub fn router_solicitation(index: u32, mac: MacAddr) -> io::Result<()> {
     to.sin6_addr.s6_addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2).octets();
     to.sin6_scope_id = index;
     let packet = router_solicitation_packet(mac);
+    send_to(&fd, &packet, &to)
+}
+
+/// Sends one datagram on `fd` to `to`.
+fn send_to(fd: &OwnedFd, packet: &[u8], to: &libc::sockaddr_in6) -> io::Result<()> {
     // SAFETY: the buffer and the address are valid for the lengths passed.
     let sent = unsafe {
         libc::sendto(
@@ -185,7 +176,7 @@ pub fn router_solicitation(index: u32, mac: MacAddr) -> io::Result<()> {
             packet.as_ptr().cast(),
             packet.len(),
             0,
-            (&to as *const libc::sockaddr_in6).cast(),
+            (to as *const libc::sockaddr_in6).cast(),
             std::mem::size_of::<libc::sockaddr_in6>() as u32,
         )
     };
