@@ -180,7 +180,11 @@ fn auto_is_direct_on_link_and_vxlan_across_a_router() {
     a_nl.delete_address(a_ovu0, second).unwrap();
     a_nl.replace_route(&via_router).unwrap();
     cluster.wait_entries(0, WAIT, "C over VXLAN again", |e| {
-        e.direct_routes() == [b_direct] && e.vxlan_routes() == [c_subnet] && e.has_underlay(c_underlay)
+        e.direct_routes() == [b_direct]
+            && e.vxlan_routes() == [c_subnet]
+            && e.neighbours.len() == 1
+            && e.fdb.len() == 1
+            && e.has_underlay(c_underlay)
     });
     let junction = unl.require_link("orj1").unwrap().index;
     unl.delete_link(junction).unwrap();
