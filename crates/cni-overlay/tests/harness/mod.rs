@@ -18,7 +18,7 @@ use cni_net::netlink::{
     AddressFlags, BridgeOptions, FdbEntry, IpFamily, LinkSpec, Neighbour, NeighbourState, Route, VethSpec,
     MAIN_TABLE,
 };
-use cni_net::Netlink;
+use cni_net::{MacAddr, Netlink};
 use cni_testkit::binaries::workspace_binary;
 use cni_testkit::ns::TestNetns;
 use cni_testkit::runner::PluginCall;
@@ -339,7 +339,12 @@ impl Cluster {
         let mut bridges = Vec::new();
         for segment in [1u8, 2] {
             let name = if segment == 1 { "ovbr".to_string() } else { format!("ovbr{segment}") };
-            let bridge = unl.add_bridge(&LinkSpec::new(&name), &BridgeOptions::default()).unwrap();
+            // A fixed MAC: a bridge otherwise takes its lowest port's, so a test that joins
+            // the segments with a veth changes the router's MAC under the hosts' ARP
+            // entries, and parting them changes it back: the hosts lose their gateway until
+            // their entries time out.
+            let mac = MacAddr([0x02, 0, 0, 0, 0xfe, segment]);
+            let bridge = unl.add_bridge(&LinkSpec::new(&name).mac(mac), &BridgeOptions::default()).unwrap();
             let bridge = bridge.map(|l| l.index).unwrap_or_else(|| unl.require_link(&name).unwrap().index);
             unl.set_link_up(bridge).unwrap();
             if !layout.routed.is_empty() {
