@@ -79,7 +79,20 @@ fn a_killed_member_is_failed_over() {
     let mut client = cluster.client();
     client.put(b"/f", b"before", 0).unwrap();
     cluster.kill(0);
-    // The client was connected to member 0: the next calls go to the others.
+    // The client was connected to member 0: the next calls go to the others. Member 0 may
+    // have been the leader; until the other two have elected one (a second or two, longer
+    // on a loaded machine) a write fails on every member with a clear error, so the first
+    // write after the kill is retried for a while (a limit for "never", not a speed claim).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match client.put(b"/f", b"after the election", 0) {
+            Ok(_) => break,
+            Err(e) if e.is_unavailable() && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(200))
+            }
+            Err(e) => panic!("no write after member 0 was killed: {e}\n{}", cluster.logs()),
+        }
+    }
     for i in 0..20 {
         client.put(b"/f", format!("after{i}").as_bytes(), 0).unwrap();
     }
