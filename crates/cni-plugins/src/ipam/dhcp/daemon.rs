@@ -15,7 +15,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use cni_net::NetNs;
-use cni_os::socket::{Framing, Refusal, Server, Service};
+use cni_os::socket::{Framing, Server};
 use cni_types::trace::is_trace_id;
 use cni_types::validate::{validate_container_id, validate_interface_name, validate_network_name};
 use cni_types::ErrorCode;
@@ -26,47 +26,12 @@ use super::lease::{unix_now, Lease, Leased};
 use super::metrics::{self, DhcpMetrics, Op as MetricOp};
 use super::protocol::{self, LeaseStatus, Op, Request, Response, PROTOCOL_VERSION};
 use super::store::{AttachmentKey, Family, Record, Store};
+use exchanger::Exchanger;
+use requests::Requests;
+use tracked::{phase_at, Phase, Tracked, TrackedState};
 
 /// Which lease the daemon means: an attachment's, of one family.
 type LeaseId = (AttachmentKey, Family);
-
-/// A client of either family, for the lease a record holds.
-enum Exchanger {
-    V4(Client),
-    V6(Client6),
-}
-
-impl Exchanger {
-    fn acquire(&self, previous: Option<IpAddr>) -> Result<Leased, ClientError> {
-        match (self, previous) {
-            (Exchanger::V4(c), Some(IpAddr::V4(a))) => c.acquire(Some(a)).map(Leased::V4),
-            (Exchanger::V4(c), _) => c.acquire(None).map(Leased::V4),
-            (Exchanger::V6(c), Some(IpAddr::V6(a))) => c.acquire(Some(a)).map(Leased::V6),
-            (Exchanger::V6(c), _) => c.acquire(None).map(Leased::V6),
-        }
-    }
-
-    fn extend(&self, lease: &Leased, rebind: bool, limit: Duration) -> Result<Leased, ClientError> {
-        match (self, lease) {
-            (Exchanger::V4(c), Leased::V4(l)) => c.extend(l, rebind, limit).map(Leased::V4),
-            (Exchanger::V6(c), Leased::V6(l)) => c.extend(l, rebind, limit).map(Leased::V6),
-            _ => Err(family_mismatch()),
-        }
-    }
-
-    fn release(&self, lease: &Leased) -> Result<(), ClientError> {
-        match (self, lease) {
-            (Exchanger::V4(c), Leased::V4(l)) => c.release(l),
-            (Exchanger::V6(c), Leased::V6(l)) => c.release(l),
-            _ => Err(family_mismatch()),
-        }
-    }
-}
-
-/// A record whose lease is not of its family: damage, never written by the daemon.
-fn family_mismatch() -> ClientError {
-    ClientError::Io(std::io::Error::other("the record's lease is not of the record's address family"))
-}
 
 /// A retry after a failed renewal waits half the time left to the next deadline (RFC 2131
 /// 4.4.5), at least this...
@@ -86,73 +51,6 @@ pub struct Settings {
     pub timing: Timing,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Bound,
-    Renewing,
-    Rebinding,
-    Expired,
-}
-
-impl Phase {
-    fn name(self) -> &'static str {
-        match self {
-            Phase::Bound => "bound",
-            Phase::Renewing => "renewing",
-            Phase::Rebinding => "rebinding",
-            Phase::Expired => "expired",
-        }
-    }
-}
-
-struct TrackedState {
-    record: Record,
-    phase: Phase,
-    last_error: String,
-    /// Set by DEL/GC: the maintenance thread stops and never writes the record again.
-    stopping: bool,
-}
-
-/// A lease the daemon keeps, shared between the request handlers and its thread.
-struct Tracked {
-    state: Mutex<TrackedState>,
-    wake: Condvar,
-}
-
-impl Tracked {
-    fn lock(&self) -> MutexGuard<'_, TrackedState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Sleeps until unix time `at` or a stop; true when stopped.
-    fn sleep_until(&self, at: u64) -> bool {
-        let mut state = self.lock();
-        loop {
-            if state.stopping {
-                return true;
-            }
-            let now = unix_now();
-            if now >= at {
-                return false;
-            }
-            // Wake at least every minute: the wall clock may jump (suspend, NTP).
-            let wait = Duration::from_secs((at - now).min(60));
-            state = self.wake.wait_timeout(state, wait).unwrap_or_else(|p| p.into_inner()).0;
-        }
-    }
-
-    fn sleep_for(&self, d: Duration) -> bool {
-        self.sleep_until(unix_now() + d.as_secs().max(1))
-    }
-
-    fn stop(&self) -> Record {
-        let mut state = self.lock();
-        state.stopping = true;
-        self.wake.notify_all();
-        state.record.clone()
-    }
-}
-
 pub struct Daemon {
     settings: Settings,
     store: Store,
@@ -161,18 +59,6 @@ pub struct Daemon {
     /// hardware address (a new veth has a new one) give it back when asked.
     released: Mutex<HashMap<LeaseId, IpAddr>>,
     metrics: DhcpMetrics,
-}
-
-fn phase_at(lease: &Leased, now: u64) -> Phase {
-    if now < lease.renew_at() {
-        Phase::Bound
-    } else if now < lease.rebind_at() {
-        Phase::Renewing
-    } else if now < lease.expires_at() {
-        Phase::Rebinding
-    } else {
-        Phase::Expired
-    }
 }
 
 impl Daemon {
@@ -637,33 +523,6 @@ impl std::fmt::Display for Trace<'_> {
     }
 }
 
-/// The daemon as the request server sees it: JSON in, JSON out.
-struct Requests(Arc<Daemon>);
-
-impl Service for Requests {
-    fn handle(&self, request: Vec<u8>) -> Vec<u8> {
-        let response = match serde_json::from_slice::<Request>(&request) {
-            Ok(request) => self.0.handle(request),
-            Err(e) => Response::error(ErrorCode::Decode as u32, format!("dhcp daemon: bad request: {e}")),
-        };
-        encode(&response)
-    }
-
-    fn refuse(&self, why: &Refusal) -> Option<Vec<u8>> {
-        let code = match why {
-            Refusal::NotRoot { .. } => ErrorCode::InvalidEnvironment,
-            Refusal::TooLarge { .. } | Refusal::Deadline { .. } => ErrorCode::Decode,
-            Refusal::Io(_) => return None,
-        };
-        log::info(format_args!("refused a request: {why}"));
-        Some(encode(&Response::error(code as u32, format!("dhcp daemon: {why}"))))
-    }
-}
-
-fn encode(response: &Response) -> Vec<u8> {
-    serde_json::to_vec(response).unwrap_or_else(|_| b"{}".to_vec())
-}
-
 /// The lease of a record not yet acquired (only used to find the client's namespace).
 fn placeholder_lease() -> Leased {
     Leased::V4(Lease {
@@ -683,5 +542,8 @@ fn placeholder_lease() -> Leased {
     })
 }
 
+mod exchanger;
+mod requests;
 #[cfg(test)]
 mod tests;
+mod tracked;
