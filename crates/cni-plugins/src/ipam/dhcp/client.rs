@@ -19,6 +19,7 @@ use cni_net::{NetNs, Netlink};
 
 use super::lease::{unix_now, Lease};
 use super::options::{self as opt, MessageType};
+use super::sockopt;
 use super::wire::{Message, BOOTREPLY, FLAG_BROADCAST};
 
 const CLIENT_PORT: u16 = 68;
@@ -84,34 +85,9 @@ fn bound_socket(ns: &NetNs, ifname: &str) -> Result<UdpSocket, ClientError> {
         }
         // SAFETY: fd is a fresh, valid socket nobody else owns.
         let socket = unsafe { UdpSocket::from_raw_fd(fd) };
-        let one: libc::c_int = 1;
-        // SAFETY: valid fd; the option value points at a c_int that lives for the call.
         // Several interfaces of one namespace may each run a client on port 68.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_REUSEADDR,
-                (&one as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: valid fd; the name buffer lives for the call and its length is passed.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_BINDTODEVICE,
-                ifname.as_ptr().cast(),
-                ifname.len() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        sockopt::set_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+        sockopt::bind_to_device(fd, ifname)?;
         let addr = libc::sockaddr_in {
             sin_family: libc::AF_INET as libc::sa_family_t,
             sin_port: CLIENT_PORT.to_be(),

@@ -24,6 +24,7 @@ use cni_net::{NetNs, Netlink};
 use super::client::{log, random_xid, retransmit, ClientError, ClientParams, Timing, Verdict, FIRST_RESEND};
 use super::lease::unix_now;
 use super::lease6::Lease6;
+use super::sockopt;
 use super::wire6::{
     IaNa, Message, MessageType, Status, ALL_SERVERS, CLIENT_PORT, OPT_CLIENT_ID, OPT_ELAPSED_TIME, OPT_IA_NA,
     OPT_ORO, OPT_SERVER_ID, SERVER_PORT, STATUS_NO_ADDRS_AVAIL,
@@ -46,24 +47,6 @@ pub struct Client6 {
     timing: Timing,
 }
 
-fn setsockopt_int(fd: i32, level: i32, name: i32, value: libc::c_int) -> io::Result<()> {
-    // SAFETY: valid fd; the option value points at a c_int that lives for the call.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 /// Creates the socket inside `ns`: IPv6 only, bound to `ifname` on port 546, multicast
 /// out of that interface.
 fn bound_socket(ns: &NetNs, ifname: &str, ifindex: u32) -> Result<UdpSocket, ClientError> {
@@ -76,23 +59,11 @@ fn bound_socket(ns: &NetNs, ifname: &str, ifindex: u32) -> Result<UdpSocket, Cli
         }
         // SAFETY: fd is a fresh, valid socket nobody else owns.
         let socket = unsafe { UdpSocket::from_raw_fd(fd) };
-        setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1)?;
+        sockopt::set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1)?;
         // Several interfaces of one namespace may each run a client on port 546.
-        setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
-        // SAFETY: valid fd; the name buffer lives for the call and its length is passed.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_BINDTODEVICE,
-                ifname.as_ptr().cast(),
-                ifname.len() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MULTICAST_IF, ifindex as libc::c_int)?;
+        sockopt::set_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+        sockopt::bind_to_device(fd, ifname)?;
+        sockopt::set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MULTICAST_IF, ifindex as libc::c_int)?;
         let addr = libc::sockaddr_in6 {
             sin6_family: libc::AF_INET6 as libc::sa_family_t,
             sin6_port: CLIENT_PORT.to_be(),

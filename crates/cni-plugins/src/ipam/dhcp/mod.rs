@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod options;
 pub mod plugin;
 pub mod protocol;
+mod sockopt;
 pub mod store;
 pub mod wire;
 pub mod wire6;
