@@ -213,7 +213,8 @@ fn attachments_whose_old_record_names_collide_keep_their_leases_apart() {
 #[test]
 fn server_gone_rebinding_then_expiry_is_reported() {
     let net = Network::new(PREFIX);
-    let mut server = net.kea(6, 2, 4);
+    // Rebinding lasts from T2 (4 s) to expiry (8 s): wide enough to be seen at any load.
+    let mut server = net.kea(8, 2, 4);
     let _daemon = net.daemon();
     let container = TestNetns::with_prefix(PREFIX).unwrap();
     let result = add(&net, &container);

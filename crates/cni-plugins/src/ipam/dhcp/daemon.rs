@@ -235,8 +235,12 @@ impl Daemon {
                             self.metrics.failed(op, metrics::reason(&e));
                             log::debug(format_args!("{} {}: {e}", phase.name(), record.key));
                             self.update(tracked, None, phase, e.to_string());
+                            // Half the time left to the boundary, as RFC 2131 says, but never
+                            // past it: a renewal that overran T2 goes on to rebinding at once
+                            // instead of sleeping through the rebinding window into expiry.
                             let left = Duration::from_secs(boundary.saturating_sub(unix_now()));
-                            if tracked.sleep_for((left / 2).clamp(MIN_RETRY, MAX_RETRY)) {
+                            let pause = (left / 2).clamp(MIN_RETRY, MAX_RETRY).min(left);
+                            if !pause.is_zero() && tracked.sleep_for(pause) {
                                 return;
                             }
                         }
