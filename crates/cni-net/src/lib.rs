@@ -42,6 +42,7 @@ pub mod netns;
 pub mod nft;
 mod nl;
 pub mod sysctl;
+pub mod wireguard;
 
 pub use detach::NO_HELPERS_VAR;
 pub use error::{Error, NetlinkError, Result};

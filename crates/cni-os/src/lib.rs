@@ -17,6 +17,7 @@
 #![deny(unsafe_code)]
 
 pub mod fs;
+pub mod random;
 pub mod socket;
 
 /// Whether this process runs with root's effective user id.

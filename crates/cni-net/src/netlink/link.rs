@@ -30,7 +30,7 @@ pub enum LinkKind {
 }
 
 impl LinkKind {
-    fn from_info(kind: &InfoKind) -> LinkKind {
+    pub(super) fn from_info(kind: &InfoKind) -> LinkKind {
         match kind {
             InfoKind::Veth => LinkKind::Veth,
             InfoKind::Bridge => LinkKind::Bridge,

@@ -30,6 +30,7 @@ pub mod tc;
 mod tun;
 mod vlan;
 mod vrf;
+mod wireguard;
 
 pub use addr::{parse_ipnet, AddressFlags, IpAddress, IpFamily};
 pub use bridge_vlan::{BridgeVlan, BridgeVlanSettings, PortVlans, VlanTarget};
@@ -45,6 +46,7 @@ pub use rule::Rule;
 pub use tun::{create_tun, TunSpec, TunType};
 pub use vlan::MAX_VLAN_ID;
 pub use vrf::Vrf;
+pub use wireguard::WIREGUARD_KIND;
 
 use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 use netlink_packet_route::RouteNetlinkMessage;

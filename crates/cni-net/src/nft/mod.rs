@@ -38,7 +38,7 @@
 //! # let _ = handle; Ok(()) }
 //! ```
 
-mod attr;
+pub(crate) mod attr;
 mod batch;
 mod builder;
 mod chain;
