@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cni_etcd::{Client, Event, Tls, Watch};
+use cni_net::wireguard::{self, Key, WireGuard};
 use cni_net::{NetNs, Netlink};
 
 use crate::config::{Backend, Config};
@@ -13,7 +14,7 @@ use crate::dataplane::{self, Device, Underlay};
 use crate::lease::{self, paired_subnet6, NodeRecord, SubnetLease};
 use crate::metrics::{self, OverlayMetrics};
 use crate::peer::{Change, Own, Peers};
-use crate::{cniconf, Error, Result};
+use crate::{cniconf, wgkey, wgplane, Error, Result};
 
 /// How long one wait on the watch lasts: the stop flag and the keep-alive are looked at
 /// between two waits.
@@ -33,8 +34,10 @@ struct Agent<'a> {
     underlay: Underlay,
     record: NodeRecord,
     lease: SubnetLease,
-    /// The VXLAN device (none with `--backend direct`).
+    /// The VXLAN or WireGuard device (none with `--backend direct`).
     device: Option<Device>,
+    /// With `--backend wireguard`: the generic-netlink socket and the node's public key.
+    wireguard: Option<(WireGuard, Key)>,
     peers: Peers,
     /// When to program the peers again after some kernel request failed.
     retry_at: Option<Instant>,
@@ -67,11 +70,23 @@ pub fn run(config: &Config, stop: &AtomicBool) -> Result<()> {
     check_backend(config, &underlay)?;
     // Derived from the underlay address: the same across restarts and recreated devices.
     let mac = dataplane::vtep_mac(underlay.address);
-    let record = NodeRecord {
+    let mut record = NodeRecord {
         node: config.node.clone(),
         underlay: underlay.address,
         vtep_mac: mac.to_string(),
         subnet6: None,
+        wg_public_key: None,
+        wg_port: None,
+    };
+    // The WireGuard device exists before the record: the record carries its public key.
+    let (device, wireguard) = match config.backend {
+        Backend::Wireguard => {
+            let (device, wg, public_key) = wireguard_device(config, netns.as_ref(), &mut nl, &underlay)?;
+            record.wg_public_key = Some(wireguard::base64(&public_key));
+            record.wg_port = Some(config.port);
+            (Some(device), Some((wg, public_key)))
+        }
+        _ => (None, None),
     };
     let mut agent = Agent {
         config,
@@ -80,7 +95,8 @@ pub fn run(config: &Config, stop: &AtomicBool) -> Result<()> {
         underlay,
         record,
         lease: SubnetLease { subnet: config.network, lease_id: 0 },
-        device: None,
+        device,
+        wireguard,
         peers: Peers::default(),
         retry_at: None,
         failures: Vec::new(),
@@ -110,6 +126,23 @@ pub fn run(config: &Config, stop: &AtomicBool) -> Result<()> {
     Ok(())
 }
 
+/// The node's key (made on first start), the WireGuard device with it, and the public key.
+fn wireguard_device(
+    config: &Config,
+    netns: Option<&NetNs>,
+    nl: &mut Netlink,
+    underlay: &Underlay,
+) -> Result<(Device, WireGuard, Key)> {
+    let private_key = wgkey::load_or_create(&config.wg_key_file)?;
+    let mut wg = match netns {
+        Some(ns) => WireGuard::in_ns(ns)?,
+        None => WireGuard::new()?,
+    };
+    let (device, public_key) = wgplane::ensure_device(nl, &mut wg, config, underlay, &private_key)?;
+    log(format!("WireGuard device {} with public key {}", config.device, wireguard::base64(&public_key)));
+    Ok((device, wg, public_key))
+}
+
 /// `--backend direct` routes a pod subnet only via a next hop of its own family: every pod
 /// network must then be of the underlay's family (the record carries one underlay address).
 fn check_backend(config: &Config, underlay: &Underlay) -> Result<()> {
@@ -135,6 +168,10 @@ impl Agent<'_> {
         let subnet6 = paired_subnet6(self.config, self.lease.subnet);
         if self.config.backend == Backend::Direct {
             dataplane::remove_device(&mut self.nl, self.config)?;
+        } else if let Some(device) =
+            self.device.as_ref().filter(|_| self.config.backend == Backend::Wireguard)
+        {
+            dataplane::assign_vteps(&mut self.nl, device.index, self.lease.subnet, subnet6)?;
         } else {
             self.device = Some(dataplane::ensure_device(
                 &mut self.nl,
@@ -161,6 +198,7 @@ impl Agent<'_> {
             subnet6: paired_subnet6(self.config, self.lease.subnet),
             underlay: self.underlay.address,
             onlink: self.underlay.onlink.clone(),
+            wg_public_key: self.wireguard.as_ref().map(|(_, key)| *key),
         }
     }
 
@@ -196,14 +234,8 @@ impl Agent<'_> {
     /// Programs the believed peers; a peer the kernel refused is logged (once while it
     /// keeps failing the same way) and tried again after [`RETRY`], the others converge.
     fn converge(&mut self) -> Result<()> {
-        let failures = dataplane::reconcile(
-            &mut self.nl,
-            self.config,
-            &self.underlay,
-            self.device.as_ref(),
-            self.peers.accepted(),
-        )
-        .inspect_err(|_| self.metrics.reconciled(self.peers.accepted().values(), None))?;
+        let failures =
+            self.program().inspect_err(|_| self.metrics.reconciled(self.peers.accepted().values(), None))?;
         self.metrics.reconciled(self.peers.accepted().values(), Some(failures.len()));
         let failures: Vec<String> = failures.iter().map(ToString::to_string).collect();
         if failures != self.failures {
@@ -217,6 +249,23 @@ impl Agent<'_> {
         self.retry_at = (!failures.is_empty()).then(|| Instant::now() + RETRY);
         self.failures = failures;
         Ok(())
+    }
+
+    /// One pass over the kernel: the WireGuard peers (with that backend), then the routes,
+    /// neighbours and FDB entries.
+    fn program(&mut self) -> Result<Vec<dataplane::Failure>> {
+        let mut failures = match (&mut self.wireguard, &self.device) {
+            (Some((wg, _)), Some(device)) => wgplane::reconcile(wg, device, self.peers.accepted())?,
+            _ => Vec::new(),
+        };
+        failures.extend(dataplane::reconcile(
+            &mut self.nl,
+            self.config,
+            &self.underlay,
+            self.device.as_ref(),
+            self.peers.accepted(),
+        )?);
+        Ok(failures)
     }
 
     /// A resync, then a watch from just after the revision it read: no change is missed
@@ -266,7 +315,7 @@ impl Agent<'_> {
     /// `direct`) is decided afresh by a resync. A changed underlay address itself is only
     /// logged: the record and the device follow it at the agent's next start.
     fn onlink_changed(&mut self) -> bool {
-        if self.config.backend == Backend::Vxlan {
+        if matches!(self.config.backend, Backend::Vxlan | Backend::Wireguard) {
             return false;
         }
         let now = match dataplane::underlay(&mut self.nl, &self.config.iface) {

@@ -16,13 +16,18 @@ pub const USAGE: &str = "usage: cni-overlay-agent --etcd-endpoints URL[,URL...] 
   --network6 CIDR        the cluster's IPv6 pod network (default none: IPv4 only)
   --subnet-len6 N        prefix length of each node's IPv6 subnet (default 64)
   --backend MODE         vxlan, direct (routes via the peers' underlay addresses, no
-                         encapsulation) or auto (direct to peers on-link, VXLAN to the
-                         others) (default vxlan)
+                         encapsulation), auto (direct to peers on-link, VXLAN to the
+                         others) or wireguard (every peer over an encrypted WireGuard
+                         device) (default vxlan)
   --prefix KEY           etcd key prefix (default /cni-rs/overlay)
   --ttl SECONDS          lease TTL of the node's subnet record (default 10)
   --vni N                VXLAN network identifier (default 1)
-  --port N               VXLAN UDP port (default 4789)
-  --device NAME          VXLAN device name (default cni-vx0)
+  --port N               VXLAN UDP port, or WireGuard's listen port (default 4789;
+                         51820 with --backend wireguard)
+  --device NAME          the overlay device (default cni-vx0; cni-wg0 with --backend
+                         wireguard)
+  --wg-key-file PATH     the node's WireGuard private key, made on first start (default
+                         /var/lib/cni-rs/overlay/wireguard.key; delete it to rotate)
   --subnet-file PATH     where the leased subnet is written (default /run/cni-rs/overlay/subnet.env)
   --conflist PATH        also write a bridge + host-local conflist using the subnet there
   --bridge NAME          bridge named in that conflist (default cni0)
@@ -45,6 +50,27 @@ pub enum Backend {
     Direct,
     /// Direct to the peers whose underlay address is on-link, VXLAN to the others.
     Auto,
+    /// Every peer over the node's WireGuard device: pod packets leave the node only
+    /// encrypted, as UDP to the peer's WireGuard port.
+    Wireguard,
+}
+
+impl Backend {
+    /// The UDP port the overlay's device listens on when `--port` is not given.
+    fn default_port(self) -> u16 {
+        match self {
+            Backend::Wireguard => 51820,
+            _ => 4789,
+        }
+    }
+
+    /// The overlay device's name when `--device` is not given.
+    fn default_device(self) -> &'static str {
+        match self {
+            Backend::Wireguard => "cni-wg0",
+            _ => "cni-vx0",
+        }
+    }
 }
 
 impl std::fmt::Display for Backend {
@@ -53,6 +79,7 @@ impl std::fmt::Display for Backend {
             Backend::Vxlan => "vxlan",
             Backend::Direct => "direct",
             Backend::Auto => "auto",
+            Backend::Wireguard => "wireguard",
         })
     }
 }
@@ -65,7 +92,8 @@ impl std::str::FromStr for Backend {
             "vxlan" => Ok(Backend::Vxlan),
             "direct" => Ok(Backend::Direct),
             "auto" => Ok(Backend::Auto),
-            _ => Err(Error::Config(format!("--backend: {value:?} is not vxlan, direct or auto"))),
+            "wireguard" => Ok(Backend::Wireguard),
+            _ => Err(Error::Config(format!("--backend: {value:?} is not vxlan, direct, auto or wireguard"))),
         }
     }
 }
@@ -88,6 +116,8 @@ pub struct Config {
     pub vni: u32,
     pub port: u16,
     pub device: String,
+    /// The node's WireGuard private key (`--backend wireguard`).
+    pub wg_key_file: PathBuf,
     pub subnet_file: PathBuf,
     pub conflist: Option<PathBuf>,
     pub bridge: String,
@@ -142,8 +172,9 @@ impl Config {
             prefix: "/cni-rs/overlay".into(),
             ttl: 10,
             vni: 1,
-            port: 4789,
-            device: "cni-vx0".into(),
+            port: 0,
+            device: String::new(),
+            wg_key_file: "/var/lib/cni-rs/overlay/wireguard.key".into(),
             subnet_file: "/run/cni-rs/overlay/subnet.env".into(),
             conflist: None,
             bridge: "cni0".into(),
@@ -153,6 +184,7 @@ impl Config {
             metrics_address: None,
         };
         let (mut ca_file, mut cert_file, mut key_file) = (None, None, None);
+        let mut port = None;
         let mut rest = args.iter();
         while let Some(flag) = rest.next() {
             if flag == "--revoke-on-exit" {
@@ -181,8 +213,9 @@ impl Config {
                 "--prefix" => config.prefix = value.trim_end_matches('/').into(),
                 "--ttl" => config.ttl = number(flag, value)?,
                 "--vni" => config.vni = number(flag, value)?,
-                "--port" => config.port = number(flag, value)?,
+                "--port" => port = Some(number(flag, value)?),
                 "--device" => config.device = value.into(),
+                "--wg-key-file" => config.wg_key_file = value.into(),
                 "--subnet-file" => config.subnet_file = value.into(),
                 "--conflist" => config.conflist = Some(value.into()),
                 "--bridge" => config.bridge = value.into(),
@@ -197,6 +230,10 @@ impl Config {
             }
         }
         config.tls = tls_files(ca_file, cert_file, key_file)?;
+        config.port = port.unwrap_or(config.backend.default_port());
+        if config.device.is_empty() {
+            config.device = config.backend.default_device().into();
+        }
         config.validate()?;
         Ok(config)
     }
@@ -238,6 +275,11 @@ impl Config {
         }
         if self.ttl < 2 {
             return Err(Error::Config(format!("--ttl {} is too short (at least 2 seconds)", self.ttl)));
+        }
+        if self.port == 0 {
+            return Err(Error::Config(
+                "--port 0: the overlay needs a fixed port its peers can be told".into(),
+            ));
         }
         if self.vni == 0 || self.vni >= 1 << 24 {
             return Err(Error::Config(format!("--vni {} is outside 1..16777215", self.vni)));
@@ -342,6 +384,23 @@ mod tests {
     }
 
     #[test]
+    fn the_wireguard_backend_has_its_own_port_and_device() {
+        let base = ["--etcd-endpoints", "http://a:1", "--iface", "eth0", "--node", "n1"];
+        let parse = |extra: &[&str]| Config::parse(&args(&[&base[..], extra].concat())).unwrap();
+        let c = parse(&["--backend", "wireguard"]);
+        assert_eq!((c.backend, c.port, c.device.as_str()), (Backend::Wireguard, 51820, "cni-wg0"));
+        assert_eq!(c.wg_key_file, PathBuf::from("/var/lib/cni-rs/overlay/wireguard.key"));
+        let c =
+            parse(&["--backend", "wireguard", "--port", "7000", "--device", "wg7", "--wg-key-file", "/k"]);
+        assert_eq!((c.port, c.device.as_str(), c.wg_key_file.to_str()), (7000, "wg7", Some("/k")));
+        // The flags' order does not matter.
+        let c = parse(&["--port", "7000", "--backend", "wireguard"]);
+        assert_eq!((c.port, c.device.as_str()), (7000, "cni-wg0"));
+        let c = parse(&[]);
+        assert_eq!((c.port, c.device.as_str()), (4789, "cni-vx0"));
+    }
+
+    #[test]
     fn bad_flags_name_the_flag() {
         let base = ["--etcd-endpoints", "http://a:1", "--iface", "eth0", "--node", "n"];
         let with = |extra: &[&str]| {
@@ -355,6 +414,8 @@ mod tests {
         assert!(with(&["--network", "nope"]).contains("--network"));
         assert!(with(&["--bogus", "1"]).contains("--bogus"));
         assert!(with(&["--backend", "host-gw"]).contains("--backend"));
+        assert!(with(&["--port", "0"]).contains("--port 0"));
+        assert!(with(&["--port", "65536"]).contains("--port"));
         assert!(with(&["--network6", "10.0.0.0/8"]).contains("--network6"));
         assert!(with(&["--network6", "fd00::1/48"]).contains("host bits"));
         assert!(with(&["--network6", "fd00::/48", "--subnet-len6", "40"]).contains("--subnet-len6"));

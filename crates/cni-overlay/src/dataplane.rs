@@ -27,6 +27,13 @@ pub const VXLAN_OVERHEAD: u32 = 50;
 /// The same over IPv6 (a 40-byte outer header).
 pub const VXLAN6_OVERHEAD: u32 = 70;
 
+/// WireGuard's over IPv4: outer IP (20) + UDP (8) + its data header (16) + the
+/// authentication tag (16). The inner packet is IP, no Ethernet header.
+pub const WIREGUARD_OVERHEAD: u32 = 60;
+
+/// The same over IPv6.
+pub const WIREGUARD6_OVERHEAD: u32 = 80;
+
 /// The scope of a link-local address (`RT_SCOPE_LINK`).
 const SCOPE_LINK: u8 = 253;
 
@@ -51,14 +58,33 @@ impl Underlay {
                 IpAddr::V6(_) => VXLAN6_OVERHEAD,
             }
     }
+
+    /// The WireGuard device's MTU over this underlay.
+    pub fn wireguard_mtu(&self) -> u32 {
+        self.mtu
+            - match self.address {
+                IpAddr::V4(_) => WIREGUARD_OVERHEAD,
+                IpAddr::V6(_) => WIREGUARD6_OVERHEAD,
+            }
+    }
 }
 
-/// The node's VXLAN device.
+/// What the overlay's device is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceKind {
+    Vxlan,
+    /// An L3 device: no neighbours or FDB entries, its peers are set over generic netlink.
+    Wireguard,
+}
+
+/// The node's overlay device.
 #[derive(Debug, Clone)]
 pub struct Device {
     pub index: u32,
+    /// The VTEP MAC (VXLAN; zero for WireGuard, which has none).
     pub mac: MacAddr,
     pub mtu: u32,
+    pub kind: DeviceKind,
 }
 
 /// The underlay interface's index, address (IPv4 preferred), connected prefixes and MTU.
@@ -164,23 +190,30 @@ pub fn ensure_device(
     if link.mtu != mtu {
         nl.set_link_mtu(link.index, mtu)?;
     }
+    assign_vteps(nl, link.index, subnet, subnet6)?;
+    Ok(Device { index: link.index, mac, mtu, kind: DeviceKind::Vxlan })
+}
+
+/// Gives the device `index` the VTEP address of each of the node's subnets (and only
+/// those), and sets it up.
+pub fn assign_vteps(nl: &mut Netlink, index: u32, subnet: Ipv4Net, subnet6: Option<Ipv6Net>) -> Result<()> {
     let vteps: Vec<IpNet> = with_vteps(subnet, subnet6)
         .into_iter()
         .map(|(_, vtep)| IpNet::new(vtep, if vtep.is_ipv4() { 32 } else { 128 }).expect("host prefix"))
         .collect();
-    for stale in nl.addresses(Some(link.index), None)? {
+    for stale in nl.addresses(Some(index), None)? {
         // The kernel's own link-local IPv6 address stays.
         if stale.scope != SCOPE_LINK && !vteps.contains(&stale.address) {
-            nl.delete_address(link.index, stale.address)?;
+            nl.delete_address(index, stale.address)?;
         }
     }
     for vtep in vteps {
         // No duplicate address detection: the address is the node's by its lease, and a
         // tentative address could not be a route's source meanwhile.
-        nl.replace_address(link.index, vtep, AddressFlags::Nodad)?;
+        nl.replace_address(index, vtep, AddressFlags::Nodad)?;
     }
-    nl.set_link_up(link.index)?;
-    Ok(Device { index: link.index, mac, mtu })
+    nl.set_link_up(index)?;
+    Ok(())
 }
 
 /// Removes the VXLAN device a previous run with another backend left (with its routes,
@@ -237,6 +270,10 @@ fn peer_entries(underlay: &Underlay, device: Option<&Device>, peer: &PeerRecord)
         let same_family = subnet.addr().is_ipv4() == underlay.address.is_ipv4();
         if peer.path() == PeerPath::Direct && same_family {
             entries.routes.push(Route::new(subnet).gateway(peer.underlay()).oif(underlay.index));
+        } else if let Some(device) = device.filter(|d| d.kind == DeviceKind::Wireguard) {
+            // The device picks the peer by the packet's inner destination (the allowed
+            // IPs); the gateway only keeps these routes recognisable as the overlay's.
+            entries.routes.push(Route::new(subnet).gateway(vtep).oif(device.index).onlink());
         } else if let Some(device) = device {
             entries.fdb =
                 Some(FdbEntry { index: device.index, mac: peer.vtep_mac(), dst: Some(peer.underlay()) });
@@ -310,7 +347,7 @@ pub fn reconcile(
             }
         }
     }
-    if let Some(device) = device {
+    if let Some(device) = device.filter(|d| d.kind == DeviceKind::Vxlan) {
         for family in [IpFamily::V4, IpFamily::V6] {
             for neighbour in nl.neighbours(family, Some(device.index))? {
                 let still =

@@ -26,6 +26,12 @@ pub struct NodeRecord {
     /// their records are unchanged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subnet6: Option<Ipv6Net>,
+    /// The node's WireGuard public key, base64 (`--backend wireguard` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wg_public_key: Option<String>,
+    /// The UDP port its WireGuard device listens on, at `underlay` (`--backend wireguard`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wg_port: Option<u16>,
 }
 
 /// The IPv6 subnet that goes with an IPv4 subnet: the n-th /`--subnet-len6` of

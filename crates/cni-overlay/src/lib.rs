@@ -12,6 +12,8 @@ pub mod dataplane;
 pub mod lease;
 pub mod metrics;
 pub mod peer;
+pub mod wgkey;
+pub mod wgplane;
 
 /// What went wrong, for the agent's log and exit status.
 #[derive(Debug, thiserror::Error)]

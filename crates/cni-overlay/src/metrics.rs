@@ -38,7 +38,7 @@ pub struct OverlayMetrics {
 /// The rule a refused record broke, from the refusal's message (`peer::PeerRecord::parse`
 /// and `lease::key_subnet` start each message with the part of the record at fault).
 pub fn refusal_reason(message: &str) -> &'static str {
-    const BY_START: [(&str, &str); 10] = [
+    const BY_START: [(&str, &str); 12] = [
         ("key ", "key"),
         ("subnet ", "subnet"),
         ("subnet6 ", "subnet6"),
@@ -49,6 +49,8 @@ pub fn refusal_reason(message: &str) -> &'static str {
         ("record names this node", "own_node"),
         ("underlay ", "underlay"),
         ("vtepMac ", "vtep_mac"),
+        ("wgPublicKey ", "wg_public_key"),
+        ("wgPort ", "wg_port"),
     ];
     if message.contains(" is not a subnet's first address") {
         return "subnet";
@@ -124,15 +126,17 @@ impl OverlayMetrics {
         peers: impl Iterator<Item = &'a PeerRecord>,
         failures: Option<usize>,
     ) {
-        let (mut direct, mut vxlan) = (0i64, 0i64);
+        let (mut direct, mut vxlan, mut wireguard) = (0i64, 0i64, 0i64);
         for peer in peers {
             match peer.path() {
                 PeerPath::Direct => direct += 1,
                 PeerPath::Vxlan => vxlan += 1,
+                PeerPath::Wireguard => wireguard += 1,
             }
         }
         self.peers.get_or_create(&[("kind", "direct")]).set(direct);
         self.peers.get_or_create(&[("kind", "vxlan")]).set(vxlan);
+        self.peers.get_or_create(&[("kind", "wireguard")]).set(wireguard);
         if failures != Some(0) {
             self.reconcile_errors.inc();
         }
@@ -180,6 +184,7 @@ mod tests {
             subnet6: None,
             underlay: "192.0.2.1".parse().unwrap(),
             onlink: vec!["192.0.2.0/24".parse().unwrap()],
+            wg_public_key: Some([9; 32]),
         };
         let key = |subnet: &str| format!("{}{subnet}", config.subnets_prefix()).into_bytes();
         let good_mac =
@@ -201,6 +206,27 @@ mod tests {
         ];
         for (key, value, lease, reason) in cases {
             let message = PeerRecord::parse(&config, &own, &key, &value, lease).unwrap_err();
+            assert_eq!(refusal_reason(&message), reason, "{message}");
+        }
+        let wg_args: Vec<String> =
+            args.iter().cloned().chain(["--backend".into(), "wireguard".into()]).collect();
+        let wg_config = Config::parse(&wg_args).unwrap();
+        let wg_value = |key: &str, port: u32| {
+            format!(
+                r#"{{"node":"b","underlay":"192.0.2.9","vtepMac":"{good_mac}","wgPublicKey":"{key}","wgPort":{port}}}"#
+            )
+            .into_bytes()
+        };
+        let own_key = cni_net::wireguard::base64(&[9; 32]);
+        let other_key = cni_net::wireguard::base64(&[8; 32]);
+        for (value, reason) in [
+            (wg_value("AAAA", 51820), "wg_public_key"),
+            (wg_value(&own_key, 51820), "wg_public_key"),
+            (wg_value(&other_key, 0), "wg_port"),
+            (wg_value(&other_key, 70000), "malformed"),
+            (value("b", "192.0.2.9", &good_mac), "wg_public_key"),
+        ] {
+            let message = PeerRecord::parse(&wg_config, &own, &key("10.244.2.0-24"), &value, 1).unwrap_err();
             assert_eq!(refusal_reason(&message), reason, "{message}");
         }
         // A dual-stack node's paired-subnet check (peer::tests covers when it refuses).

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use cni_etcd::KeyValue;
+use cni_net::wireguard::{self, Key};
 use cni_net::MacAddr;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
@@ -34,6 +35,8 @@ pub struct Own {
     /// The connected prefixes of the underlay interface (of the underlay's family): a peer
     /// whose underlay address lies in one shares this node's L2 and can be routed directly.
     pub onlink: Vec<IpNet>,
+    /// This node's WireGuard public key (`--backend wireguard`): no peer may claim it.
+    pub wg_public_key: Option<Key>,
 }
 
 impl Own {
@@ -50,6 +53,17 @@ pub enum PeerPath {
     Direct,
     /// Route, permanent neighbour and FDB entry on the VXLAN device.
     Vxlan,
+    /// A route on the WireGuard device, and the peer on it (its key, endpoint and pod
+    /// subnets as allowed IPs).
+    Wireguard,
+}
+
+/// How a peer is reached over WireGuard: its public key, and its listen port at its
+/// underlay address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WgIdentity {
+    pub public_key: Key,
+    pub port: u16,
 }
 
 impl std::fmt::Display for PeerPath {
@@ -57,6 +71,7 @@ impl std::fmt::Display for PeerPath {
         f.write_str(match self {
             PeerPath::Direct => "direct",
             PeerPath::Vxlan => "vxlan",
+            PeerPath::Wireguard => "wireguard",
         })
     }
 }
@@ -72,6 +87,8 @@ pub struct PeerRecord {
     underlay: IpAddr,
     vtep_mac: MacAddr,
     path: PeerPath,
+    /// Set exactly when the path is [`PeerPath::Wireguard`].
+    wireguard: Option<WgIdentity>,
 }
 
 impl PeerRecord {
@@ -101,7 +118,11 @@ impl PeerRecord {
         let underlay = checked_underlay(config, own, record.underlay)?;
         let vtep_mac = checked_vtep_mac(&record.vtep_mac, underlay)?;
         let path = checked_path(config, own, underlay)?;
-        Ok(PeerRecord { subnet, subnet6, node, underlay, vtep_mac, path })
+        let wireguard = match path {
+            PeerPath::Wireguard => Some(checked_wireguard(own, &record.wg_public_key, record.wg_port)?),
+            _ => None,
+        };
+        Ok(PeerRecord { subnet, subnet6, node, underlay, vtep_mac, path, wireguard })
     }
 
     pub fn subnet(&self) -> Ipv4Net {
@@ -127,6 +148,11 @@ impl PeerRecord {
 
     pub fn path(&self) -> PeerPath {
         self.path
+    }
+
+    /// Its WireGuard key and port (with `--backend wireguard`).
+    pub fn wireguard(&self) -> Option<WgIdentity> {
+        self.wireguard
     }
 }
 
@@ -231,11 +257,31 @@ fn checked_vtep_mac(text: &str, underlay: IpAddr) -> Result<MacAddr, String> {
     Ok(mac)
 }
 
+/// A WireGuard peer's key and port: both present, the key exactly 32 bytes of canonical
+/// base64 and not this node's own (a record claiming it would make this node a peer of
+/// itself), the port not 0 (JSON numbers past 65535 are already refused as malformed).
+fn checked_wireguard(own: &Own, key: &Option<String>, port: Option<u16>) -> Result<WgIdentity, String> {
+    let text = key.as_deref().ok_or("wgPublicKey missing: the peer is not a WireGuard node")?;
+    let public_key = wireguard::parse_key(text).map_err(|e| format!("wgPublicKey {e}"))?;
+    if public_key == [0; wireguard::KEY_LEN] {
+        return Err("wgPublicKey is all zeros".into());
+    }
+    if own.wg_public_key == Some(public_key) {
+        return Err("wgPublicKey is this node's own public key".into());
+    }
+    match port {
+        None => Err("wgPort missing: the peer is not a WireGuard node".into()),
+        Some(0) => Err("wgPort 0 is not a port a peer can be reached on".into()),
+        Some(port) => Ok(WgIdentity { public_key, port }),
+    }
+}
+
 /// The peer's path under `--backend`. With `direct` a peer off this node's L2 cannot be
 /// reached at all (a route via an address that is not on-link would send its pods'
 /// packets to whatever the default route leads to): refused.
 fn checked_path(config: &Config, own: &Own, underlay: IpAddr) -> Result<PeerPath, String> {
     match (config.backend, own.is_onlink(underlay)) {
+        (Backend::Wireguard, _) => Ok(PeerPath::Wireguard),
         (Backend::Vxlan, _) | (Backend::Auto, false) => Ok(PeerPath::Vxlan),
         (Backend::Direct | Backend::Auto, true) => Ok(PeerPath::Direct),
         (Backend::Direct, false) => Err(format!(
@@ -288,7 +334,9 @@ impl Peers {
         if kv.key == lease::subnet_key(config, own.subnet) {
             return Change::Unchanged;
         }
-        match PeerRecord::parse(config, own, &kv.key, &kv.value, kv.lease) {
+        let parsed = PeerRecord::parse(config, own, &kv.key, &kv.value, kv.lease)
+            .and_then(|peer| self.unique_key(peer));
+        match parsed {
             Ok(peer) => {
                 self.refused.remove(&kv.key);
                 match self.accepted.insert(peer.subnet, peer.clone()) {
@@ -306,6 +354,23 @@ impl Peers {
                     _ => Change::Refused { key: kv.key_str(), reason },
                 }
             }
+        }
+    }
+
+    /// A WireGuard key already held by another peer is refused: the device keys its peers
+    /// by public key, so a second record with one node's key would take that node's
+    /// allowed IPs (and its pods' traffic) away from it.
+    fn unique_key(&self, peer: PeerRecord) -> Result<PeerRecord, String> {
+        let Some(identity) = peer.wireguard else { return Ok(peer) };
+        let holder = self.accepted.values().find(|other| {
+            other.subnet != peer.subnet
+                && other.wireguard.is_some_and(|o| o.public_key == identity.public_key)
+        });
+        match holder {
+            Some(other) => {
+                Err(format!("wgPublicKey is already node {}'s (subnet {})", other.node, other.subnet))
+            }
+            None => Ok(peer),
         }
     }
 
@@ -339,6 +404,7 @@ mod tests {
             subnet6: None,
             underlay: Ipv4Addr::new(192, 0, 2, 1).into(),
             onlink: vec!["192.0.2.0/24".parse().unwrap()],
+            wg_public_key: None,
         }
     }
 
@@ -348,6 +414,7 @@ mod tests {
             subnet6: Some("fd00:244:0:1::/64".parse().unwrap()),
             underlay: "2001:db8::1".parse().unwrap(),
             onlink: vec!["2001:db8::/64".parse().unwrap()],
+            wg_public_key: None,
         }
     }
 
@@ -504,6 +571,87 @@ mod tests {
             let err = parse(key, &value).unwrap_err();
             assert!(err.contains(want), "{}: {err}", String::from_utf8_lossy(&value));
         }
+    }
+
+    fn wg_record(node: &str, underlay: &str, key: &str, port: &str) -> Vec<u8> {
+        let mac = vtep_mac(underlay.parse::<IpAddr>().unwrap());
+        format!(
+            r#"{{"node":"{node}","underlay":"{underlay}","vtepMac":"{mac}","wgPublicKey":"{key}","wgPort":{port}}}"#
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn wireguard_records_carry_an_exact_key_and_a_port() {
+        let config = config(&["--backend", "wireguard"]);
+        let own = Own { wg_public_key: Some([1; 32]), ..own() };
+        let key = b"/cni-rs/overlay/subnets/10.244.2.0-24";
+        let parse = |value: Vec<u8>| PeerRecord::parse(&config, &own, key, &value, 7);
+        let good = wireguard::base64(&[2; 32]);
+        let peer = parse(wg_record("n2", "198.51.100.2", &good, "51820")).unwrap();
+        assert_eq!(peer.path(), PeerPath::Wireguard, "any underlay: WireGuard needs no shared L2");
+        assert_eq!(peer.wireguard(), Some(WgIdentity { public_key: [2; 32], port: 51820 }));
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (record("n2", "192.0.2.2"), "wgPublicKey missing"),
+            (wg_record("n2", "192.0.2.2", &good, "null"), "wgPort missing"),
+            (wg_record("n2", "192.0.2.2", &good, "0"), "wgPort 0"),
+            (wg_record("n2", "192.0.2.2", &good, "65536"), "record:"),
+            (wg_record("n2", "192.0.2.2", &good, "-1"), "record:"),
+            (wg_record("n2", "192.0.2.2", &good, "\"51820\""), "record:"),
+            (
+                wg_record("n2", "192.0.2.2", &wireguard::base64(&[1; 32]), "51820"),
+                "this node's own public key",
+            ),
+            (wg_record("n2", "192.0.2.2", &wireguard::base64(&[0; 32]), "51820"), "all zeros"),
+            (wg_record("n2", "192.0.2.2", &good[..43], "51820"), "43 characters"),
+            (wg_record("n2", "192.0.2.2", &format!("{good}A"), "51820"), "45 characters"),
+            (wg_record("n2", "192.0.2.2", &format!("{}r=", &good[..42]), "51820"), "not base64"),
+            (wg_record("n2", "192.0.2.2", &"*".repeat(44), "51820"), "not base64"),
+            (wg_record("n2", "192.0.2.2", &"A".repeat(900), "51820"), "900 characters"),
+            // The other fields are still checked.
+            (wg_record("n2", "224.0.0.1", &good, "51820"), "not unicast"),
+        ];
+        for (value, want) in cases {
+            let err = parse(value.clone()).unwrap_err();
+            assert!(err.contains(want), "{}: {err}", String::from_utf8_lossy(&value));
+        }
+        // A VXLAN node reads a WireGuard node's record as before (the extra keys ignored).
+        let vxlan = PeerRecord::parse(
+            &super::tests::config(&[]),
+            &own,
+            key,
+            &wg_record("n2", "192.0.2.2", "x", "1"),
+            7,
+        );
+        assert_eq!(vxlan.unwrap().wireguard(), None);
+    }
+
+    #[test]
+    fn a_record_claiming_another_peers_key_is_refused() {
+        let config = config(&["--backend", "wireguard"]);
+        let own = Own { wg_public_key: Some([1; 32]), ..own() };
+        let kv = |subnet: &str, value: Vec<u8>| KeyValue {
+            key: format!("/cni-rs/overlay/subnets/{subnet}").into_bytes(),
+            value,
+            create_revision: 1,
+            mod_revision: 2,
+            lease: 7,
+        };
+        let key_b = wireguard::base64(&[2; 32]);
+        let b = kv("10.244.2.0-24", wg_record("b", "192.0.2.2", &key_b, "51820"));
+        let thief = kv("10.244.3.0-24", wg_record("c", "192.0.2.3", &key_b, "51820"));
+        let mut peers = Peers::default();
+        assert!(matches!(peers.put(&config, &own, &b), Change::Joined(_)));
+        match peers.put(&config, &own, &thief) {
+            Change::Refused { reason, .. } => assert!(reason.contains("already node b's"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(peers.accepted().len(), 1);
+        // b itself rotating to a new key is a change of b, not a clash.
+        let rotated = kv("10.244.2.0-24", wg_record("b", "192.0.2.2", &wireguard::base64(&[3; 32]), "51820"));
+        assert!(matches!(peers.put(&config, &own, &rotated), Change::Joined(_)));
+        let now = peers.accepted().values().next().unwrap().wireguard().unwrap();
+        assert_eq!(now.public_key, [3; 32]);
     }
 
     #[test]

@@ -53,6 +53,7 @@ fn peer_as(config: &Config, subnet: Ipv4Net, node: &str, underlay: [u8; 4]) -> P
         subnet6: None,
         underlay: Ipv4Addr::new(192, 168, 92, 1).into(),
         onlink: vec!["192.168.92.0/24".parse().unwrap()],
+        wg_public_key: None,
     };
     let underlay = Ipv4Addr::from(underlay);
     let key = format!("/cni-rs/overlay/subnets/{}-{}", subnet.network(), subnet.prefix_len());
