@@ -16,10 +16,12 @@
 //! - [`json_pointer`]: set or remove a key of a JSON document by JSON pointer.
 //! - [`binaries`]: finds (building if needed) the workspace's binaries from a test.
 //! - [`unprivileged`]: runs a shell script as `nobody`, the local attacker.
+//! - [`capture`]: every frame on every interface of a namespace (`AF_PACKET`), kept for checks.
 //! - [`poll`]: the one polling loop (`eventually`, `until`) for what happens in the background.
 //! - [`scrape`]: a daemon's metrics endpoint scraped over TCP, its exposition text parsed.
 
 pub mod binaries;
+pub mod capture;
 pub mod children;
 pub mod damage;
 pub mod docs;

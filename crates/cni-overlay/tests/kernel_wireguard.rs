@@ -1,0 +1,199 @@
+//! `--backend wireguard` on a kernel with WireGuard: Debian's, in QEMU (`tools/kernel-rig`);
+//! this machine's kernel has none. Three hosts on an underlay bridge, one etcd member, an
+//! agent and a pod per host: TCP between the pods of every pair while a capture on the
+//! underlay sees only WireGuard's UDP and never the payload; a host's key rotated (the
+//! others' devices drop the old key for the new and traffic resumes); a host removed (its
+//! peer leaves the others' devices).
+//!
+//! `kernel_rig_runs_the_wireguard_tests` boots one VM and runs this binary's ignored tests
+//! inside it. By hand (the binary is printed by `cargo test --no-run`):
+//!
+//!     tools/kernel-rig -- target/debug/deps/kernel_wireguard-<hash> --ignored
+
+mod harness;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cni_etcd_testing::EtcdCluster;
+use cni_net::wireguard::{self, Key, WgDevice, WireGuard};
+use cni_testkit::capture::Capture;
+use cni_testkit::traffic::{tcp_echo, tcp_echo_server};
+use harness::{wait_for, Cluster, Host, PREFIX};
+
+/// The WireGuard device's name in every host (names in this test carry `wg`).
+const WG_DEVICE: &str = "wgdev0";
+const WG_PORT: u16 = 51820;
+/// Written by the pods; must never be seen on the underlay.
+const MARKER: &[u8] = b"wg-rig-plaintext-marker";
+/// Slow: the guest is emulated (TCG), with 3 agents, etcd and the crypto on 1-2 CPUs.
+const CONVERGE: Duration = Duration::from_secs(60);
+
+#[test]
+fn kernel_rig_runs_the_wireguard_tests() {
+    // The guest sees the host's file system read-only: build what it runs now.
+    cni_testkit::binaries::workspace_binary("cni-plugins", "cni-plugins");
+    cni_testkit::kernel_rig::run_ignored_tests_in_rig();
+}
+
+fn key_file(host: &Host) -> PathBuf {
+    host.dir.join("wg/wireguard.key")
+}
+
+fn start(host: &mut Host, endpoints: &[String]) {
+    let key = key_file(host);
+    let args = ["--backend", "wireguard", "--device", WG_DEVICE, "--wg-key-file", key.to_str().unwrap()];
+    host.start_agent(endpoints, &args);
+}
+
+fn device(host: &Host) -> WgDevice {
+    let mut wg = WireGuard::in_ns(host.ns().netns()).expect("the wireguard family in the guest's kernel");
+    let index = host.netlink().require_link(WG_DEVICE).expect("the WireGuard device").index;
+    wg.device(index).expect("dump the WireGuard device")
+}
+
+/// The public key host publishes in its record.
+fn published_key(cluster: &Cluster, host: &Host) -> Option<Key> {
+    let subnet = host.subnet()?;
+    let key = format!("{PREFIX}/subnets/{}-{}", subnet.network(), subnet.prefix_len());
+    let kv = cluster.etcd.client().get(key.as_bytes()).unwrap()?;
+    let record: serde_json::Value = serde_json::from_slice(&kv.value).unwrap();
+    assert_eq!(record["wgPort"], WG_PORT, "{record}");
+    wireguard::parse_key(record["wgPublicKey"].as_str()?).ok()
+}
+
+/// Waits until host `i`'s device holds exactly `keys` as peers, each with the owner's pod
+/// subnet as allowed IP and its underlay address and port as endpoint.
+fn wait_device_peers(cluster: &Cluster, i: usize, peers: &[usize], keys: &[Key]) {
+    let want: Vec<(Key, SocketAddr, ipnet::IpNet)> = peers
+        .iter()
+        .zip(keys)
+        .map(|(&p, key)| {
+            let host = &cluster.hosts[p];
+            (*key, SocketAddr::new(host.underlay, WG_PORT), host.subnet().unwrap().into())
+        })
+        .collect();
+    let reached = wait_for(CONVERGE, || {
+        let device = device(&cluster.hosts[i]);
+        let exact = device.peers.len() == want.len()
+            && want.iter().all(|(key, endpoint, subnet)| {
+                device.peers.iter().any(|p| {
+                    p.public_key == *key && p.endpoint == Some(*endpoint) && p.allowed_ips == vec![*subnet]
+                })
+            });
+        exact.then_some(())
+    });
+    assert!(
+        reached.is_some(),
+        "host {i}: peers {:?}, want {want:?}\n{}",
+        device(&cluster.hosts[i]).peers,
+        cluster.logs()
+    );
+}
+
+/// TCP carrying [`MARKER`] from `from`'s pod to `to`'s pod.
+fn pods_talk(from: &Host, to: &Host) -> Result<(), String> {
+    let target = SocketAddr::new(to.pod_ip.unwrap().into(), 0);
+    let server = tcp_echo_server(to.pod.as_ref().unwrap().netns(), target).map_err(|e| e.to_string())?;
+    let payload: Vec<u8> = MARKER.iter().copied().cycle().take(32 * 1024).collect();
+    tcp_echo(from.pod.as_ref().unwrap().netns(), server.local_addr(), &payload, Duration::from_secs(20))
+        .map_err(|e| format!("{} -> {}: {e}", from.name, to.name))
+}
+
+fn all_pairs_talk(cluster: &Cluster, hosts: &[usize]) {
+    for &from in hosts {
+        for &to in hosts.iter().filter(|&&t| t != from) {
+            pods_talk(&cluster.hosts[from], &cluster.hosts[to])
+                .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a kernel with WireGuard: run inside the kernel rig by kernel_rig_runs_the_wireguard_tests"]
+fn wireguard_encrypts_rotates_and_drops_peers() {
+    cni_testkit::kernel_rig::require_rig();
+    let mut cluster = Cluster::start("wg", EtcdCluster::start("wg", 1), 3);
+    let endpoints = cluster.etcd.endpoints();
+    for host in &mut cluster.hosts {
+        start(host, &endpoints);
+    }
+    let keys: Vec<Key> =
+        cluster.hosts.iter().map(|h| published_key(&cluster, h).expect("a published key")).collect();
+    for (host, key) in cluster.hosts.iter().zip(&keys) {
+        // The device's public key is the published one; the key file is the node's alone.
+        assert_eq!(device(host).public_key, Some(*key), "{}", host.name);
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(key_file(host)).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600);
+        let mtu = host.netlink().require_link(WG_DEVICE).unwrap().mtu;
+        assert_eq!(mtu, host.netlink().require_link("ovu0").unwrap().mtu - 60);
+    }
+    for i in 0..3 {
+        let peers: Vec<usize> = (0..3).filter(|&p| p != i).collect();
+        let peer_keys: Vec<Key> = peers.iter().map(|&p| keys[p]).collect();
+        wait_device_peers(&cluster, i, &peers, &peer_keys);
+    }
+
+    // Every pair talks while the underlay is captured: only UDP to or from WireGuard's
+    // port crosses it between the hosts (ARP and IPv6 neighbour discovery aside), and the
+    // pods' payload never does.
+    let plugins = cluster.plugins.path().to_path_buf();
+    for host in &mut cluster.hosts {
+        host.add_pod(&plugins);
+    }
+    let capture = Capture::start(cluster.underlay_ns.netns()).unwrap();
+    all_pairs_talk(&cluster, &[0, 1, 2]);
+    let frames = capture.stop().unwrap();
+    let mut wireguard_frames = 0;
+    for frame in &frames {
+        assert!(!frame.contains(MARKER), "the pods' payload crossed the underlay in clear: {frame:?}");
+        match frame.transport() {
+            // ARP; ICMPv6 and hop-by-hop (MLD) of the link-local addresses.
+            None => {}
+            Some(t) if t.protocol == 58 || t.protocol == 0 => {}
+            Some(t) => {
+                let ports = t.ports.unwrap_or_default();
+                assert!(
+                    t.protocol == 17 && (ports.0 == WG_PORT || ports.1 == WG_PORT),
+                    "a packet other than WireGuard's on the underlay: {t:?}"
+                );
+                wireguard_frames += 1;
+            }
+        }
+    }
+    // 6 transfers of 32 KiB each way: far more than a few handshakes' worth.
+    assert!(wireguard_frames > 100, "only {wireguard_frames} WireGuard frames of {} captured", frames.len());
+
+    // Rotation: host 1's key file deleted and its agent restarted. The others drop the old
+    // key for the new one (same lease, same subnet), and traffic resumes.
+    cluster.hosts[1].kill_agent();
+    std::fs::remove_file(key_file(&cluster.hosts[1])).unwrap();
+    start(&mut cluster.hosts[1], &endpoints);
+    let rotated = published_key(&cluster, &cluster.hosts[1]).unwrap();
+    assert_ne!(rotated, keys[1], "a new key after rotation");
+    assert_eq!(device(&cluster.hosts[1]).public_key, Some(rotated));
+    wait_device_peers(&cluster, 0, &[1, 2], &[rotated, keys[2]]);
+    wait_device_peers(&cluster, 2, &[0, 1], &[keys[0], rotated]);
+    for i in [0, 2] {
+        assert!(
+            device(&cluster.hosts[i]).peers.iter().all(|p| p.public_key != keys[1]),
+            "old key kept on {i}"
+        );
+    }
+    all_pairs_talk(&cluster, &[0, 1, 2]);
+
+    // Removal: host 2's agent killed; its lease runs out, its record goes, and the others'
+    // devices drop its peer (and their routes to its subnet).
+    let gone = cluster.hosts[2].subnet().unwrap();
+    cluster.hosts[2].kill_agent();
+    wait_device_peers(&cluster, 0, &[1], &[rotated]);
+    wait_device_peers(&cluster, 1, &[0], &[keys[0]]);
+    for i in [0, 1] {
+        let routes = cluster.hosts[i].netlink().routes(cni_net::netlink::IpFamily::V4, None).unwrap();
+        assert!(routes.iter().all(|r| r.destination != gone.into()), "host {i} still routes {gone}");
+    }
+    all_pairs_talk(&cluster, &[0, 1]);
+}
