@@ -81,7 +81,7 @@ fn direct_routing_across_three_hosts() {
         assert!(host.agent_log().contains("not on-link on --iface ovu0"), "{}", host.agent_log());
     }
 
-    let plugins = cluster.plugins.path().to_path_buf();
+    let plugins = cluster.plugins.clone();
     for host in &mut cluster.hosts {
         host.add_pod(&plugins);
     }
@@ -145,7 +145,7 @@ fn auto_is_direct_on_link_and_vxlan_across_a_router() {
     cluster.wait_entries(2, WAIT, "A and B over VXLAN", |e| {
         e.direct.is_empty() && e.vxlan_routes() == ab && e.neighbours.len() == 2 && e.fdb.len() == 2
     });
-    let plugins = cluster.plugins.path().to_path_buf();
+    let plugins = cluster.plugins.clone();
     for host in &mut cluster.hosts {
         host.add_pod(&plugins);
     }

@@ -154,7 +154,7 @@ fn dual_stack_overlay(prefix: &str, layout: Layout, backend: &str) {
     let underlay_mtu = cluster.hosts[0].netlink().require_link("ovu0").unwrap().mtu;
     assert_eq!(cluster.hosts[0].netlink().require_link(DEVICE).unwrap().mtu, underlay_mtu - overhead);
 
-    let plugins = cluster.plugins.path().to_path_buf();
+    let plugins = cluster.plugins.clone();
     for host in &mut cluster.hosts {
         host.add_pod(&plugins);
         assert!(host.pod_ip6.is_some(), "{}'s pod got no IPv6 address", host.name);

@@ -159,7 +159,7 @@ fn hostile_records_get_no_entries_and_the_genuine_peers_converge() {
         assert!(log[at..].lines().next().unwrap().contains(reason), "{subnet}: {log}");
     }
     // Pods on different nodes talk across the overlay (real traffic, not only entries).
-    let plugins = cluster.plugins.path().to_path_buf();
+    let plugins = cluster.plugins.clone();
     for host in &mut cluster.hosts[..2] {
         host.add_pod(&plugins);
     }

@@ -32,8 +32,8 @@ const CONVERGE: Duration = Duration::from_secs(60);
 
 #[test]
 fn kernel_rig_runs_the_wireguard_tests() {
-    // The guest sees the host's file system read-only: build what it runs now.
-    cni_testkit::binaries::workspace_binary("cni-plugins", "cni-plugins");
+    // The guest sees the host's file system read-only: build and install what it runs now.
+    harness::plugin_dir();
     cni_testkit::kernel_rig::run_ignored_tests_in_rig();
 }
 
@@ -140,7 +140,7 @@ fn wireguard_encrypts_rotates_and_drops_peers() {
     // Every pair talks while the underlay is captured: only UDP to or from WireGuard's
     // port crosses it between the hosts (ARP and IPv6 neighbour discovery aside), and the
     // pods' payload never does.
-    let plugins = cluster.plugins.path().to_path_buf();
+    let plugins = cluster.plugins.clone();
     for host in &mut cluster.hosts {
         host.add_pod(&plugins);
     }
@@ -164,6 +164,7 @@ fn wireguard_encrypts_rotates_and_drops_peers() {
             }
         }
     }
+    println!("underlay capture: {} frames, {wireguard_frames} of them WireGuard UDP", frames.len());
     // 6 transfers of 32 KiB each way: far more than a few handshakes' worth.
     assert!(wireguard_frames > 100, "only {wireguard_frames} WireGuard frames of {} captured", frames.len());
 

@@ -57,7 +57,7 @@ fn overlay_across_three_hosts() {
         assert_eq!(value["underlay"], host.underlay.to_string());
     }
 
-    let plugins = cluster.plugins.path().to_path_buf();
+    let plugins = cluster.plugins.clone();
     for host in &mut cluster.hosts {
         host.add_pod(&plugins);
     }

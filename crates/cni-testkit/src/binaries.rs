@@ -59,3 +59,36 @@ pub fn fresh_workspace_binary(package: &str, bin: &str) -> PathBuf {
 pub fn test_plugin() -> PathBuf {
     workspace_binary("cni-testkit", "cni-test-plugin")
 }
+
+/// The CNI bin directory `binary` (the multi-call `cni-plugins`) installs into under
+/// `root` (a test's `CARGO_TARGET_TMPDIR`: inside `target/`, never the machine's /tmp),
+/// one link per plugin name, the way an operator installs it.
+///
+/// Named after the binary's size and mtime: every test process of one build shares it, a
+/// rebuild gets a new one, and the directories of older builds are removed (their links
+/// would otherwise keep every old binary alive on disk). Not the inode: the kernel rig's
+/// guest sees the file over 9p, with other inode numbers, and must find the directory the
+/// host made (its view is read-only).
+pub fn installed_plugins(binary: &std::path::Path, root: &std::path::Path) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(binary).expect("the cni-plugins binary is built");
+    let build = format!("{}-{}.{}", meta.size(), meta.mtime(), meta.mtime_nsec());
+    let root = root.join("cni-plugins-bin");
+    let dir = root.join(&build);
+    if !dir.join("bridge").exists() {
+        // Installed under a private name, then renamed: concurrent test processes never
+        // see a half-filled directory, and the loser of the rename race drops its copy.
+        let staging = root.join(format!("{build}.staging-{}", std::process::id()));
+        let out = Command::new(binary).arg("install").arg(&staging).output().unwrap();
+        assert!(out.status.success(), "install failed: {}", String::from_utf8_lossy(&out.stderr));
+        if std::fs::rename(&staging, &dir).is_err() {
+            std::fs::remove_dir_all(&staging).unwrap();
+        }
+    }
+    for entry in std::fs::read_dir(&root).unwrap().flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(&build) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    dir
+}

@@ -88,8 +88,17 @@ pub struct Cluster {
     pub etcd: EtcdCluster,
     pub underlay_ns: TestNetns,
     pub hosts: Vec<Host>,
-    pub plugins: tempfile::TempDir,
+    /// The CNI bin directory (shared by the tests of one build, see
+    /// [`cni_testkit::binaries::installed_plugins`]: made on the host, it is there for the
+    /// kernel rig's guest too).
+    pub plugins: PathBuf,
     pub _tmp: tempfile::TempDir,
+}
+
+/// The plugins installed for this build (see [`Cluster::plugins`]).
+pub fn plugin_dir() -> PathBuf {
+    let binary = workspace_binary("cni-plugins", "cni-plugins");
+    cni_testkit::binaries::installed_plugins(&binary, std::path::Path::new(env!("CARGO_TARGET_TMPDIR")))
 }
 
 /// Polls `check` until it returns Some or `limit` passes (the testkit's one polling loop).
@@ -328,11 +337,7 @@ impl Cluster {
     pub fn start_with(prefix: &str, etcd: EtcdCluster, count: usize, layout: &Layout) -> Cluster {
         cni_testkit::ns::require_root();
         let tmp = tempfile::Builder::new().prefix(&format!("{prefix}-overlay-")).tempdir().unwrap();
-        let plugins = tempfile::Builder::new().prefix(&format!("{prefix}-plugins-")).tempdir().unwrap();
-        let binary = workspace_binary("cni-plugins", "cni-plugins");
-        let status =
-            Command::new(&binary).arg("install").arg(plugins.path()).stdout(Stdio::null()).status().unwrap();
-        assert!(status.success(), "cni-plugins install");
+        let plugins = plugin_dir();
 
         let underlay = TestNetns::with_prefix(&format!("{prefix}u")).unwrap();
         let mut unl = underlay.netlink().unwrap();

@@ -3,42 +3,19 @@
 
 #![allow(dead_code)]
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// The directory holding one link per plugin name (and the Go-compatible names only).
-///
-/// It lives in cargo's temp dir for integration tests (inside `target/`, never the
-/// machine's /tmp) and is named after the binary's size and mtime: every test process of
-/// one build shares it, a rebuild gets a new one, and the directories of older builds are
-/// removed (their links would otherwise keep every old binary alive on disk).
+/// The directory holding one link per plugin name (and the Go-compatible names only), in
+/// cargo's temp dir for integration tests, shared by every test process of one build
+/// ([`cni_testkit::binaries::installed_plugins`]).
 pub fn plugin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let binary = Path::new(env!("CARGO_BIN_EXE_cni-plugins"));
-        let meta = std::fs::metadata(binary).expect("the cni-plugins binary is built");
-        // Not the inode: the kernel rig's guest sees this file over 9p, with other inode
-        // numbers, and must find the directory the host made (its view is read-only).
-        let build = format!("{}-{}.{}", meta.size(), meta.mtime(), meta.mtime_nsec());
-        let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cni-plugins-bin");
-        let dir = root.join(&build);
-        if !dir.join("bridge").exists() {
-            // Installed under a private name, then renamed: concurrent test processes never
-            // see a half-filled directory, and the loser of the rename race drops its copy.
-            let staging = root.join(format!("{build}.staging-{}", std::process::id()));
-            let out = std::process::Command::new(binary).arg("install").arg(&staging).output().unwrap();
-            assert!(out.status.success(), "install failed: {}", String::from_utf8_lossy(&out.stderr));
-            if std::fs::rename(&staging, &dir).is_err() {
-                std::fs::remove_dir_all(&staging).unwrap();
-            }
-        }
-        for entry in std::fs::read_dir(&root).unwrap().flatten() {
-            if !entry.file_name().to_string_lossy().starts_with(&build) {
-                let _ = std::fs::remove_dir_all(entry.path());
-            }
-        }
-        dir
+        cni_testkit::binaries::installed_plugins(
+            Path::new(env!("CARGO_BIN_EXE_cni-plugins")),
+            Path::new(env!("CARGO_TARGET_TMPDIR")),
+        )
     })
 }
 
