@@ -98,3 +98,56 @@ fn direct_routing_of_a_family_the_underlay_lacks_is_refused() {
     assert!(!stderr.contains("etcd unreachable"), "etcd was asked first: {stderr}");
     assert!(!dir.path().join("subnet.env").exists(), "a subnet file was written");
 }
+
+/// `--backend wireguard` with a key file that is not the node's alone (a mode others can
+/// read) or not a key: exit 1 naming `--wg-key-file` and the reason, before etcd or the
+/// node is touched (no device, no subnet file), and the file left for the operator. On a
+/// kernel without WireGuard (this machine's) a good key file gets as far as the kernel,
+/// which is named in the error.
+#[test]
+fn wireguard_refuses_a_key_file_others_can_read_and_a_kernel_without_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let host = TestNetns::with_prefix("wgcli").unwrap();
+    let dir = tempfile::Builder::new().prefix("wg-cli-").tempdir().unwrap();
+    let key_file = dir.path().join("wireguard.key");
+    let port = cni_etcd_testing::free_port();
+    let run = || {
+        let out = agent()
+            .args([
+                "--etcd-endpoints",
+                &format!("http://127.0.0.1:{port}"),
+                "--iface",
+                "lo",
+                "--node",
+                "wg-cli",
+            ])
+            .args(["--backend", "wireguard", "--device", "wgcli0", "--wg-key-file"])
+            .arg(&key_file)
+            .arg("--netns")
+            .arg(host.path())
+            .arg("--subnet-file")
+            .arg(dir.path().join("subnet.env"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert!(!dir.path().join("subnet.env").exists(), "a subnet file was written");
+        assert!(host.netlink().unwrap().link_by_name("wgcli0").unwrap().is_none(), "a device was made");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let key = format!("{}\n", cni_net::wireguard::base64(&[0x42; 32]));
+    std::fs::write(&key_file, &key).unwrap();
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let stderr = run();
+    assert!(stderr.contains("--wg-key-file") && stderr.contains("others can read or write"), "{stderr}");
+    std::fs::write(&key_file, "not a key\n").unwrap();
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let stderr = run();
+    assert!(stderr.contains("--wg-key-file") && stderr.contains("delete the file"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&key_file).unwrap(), "not a key\n", "the damaged key was replaced");
+    if cni_net::wireguard::WireGuard::new().is_err() {
+        std::fs::write(&key_file, &key).unwrap();
+        let stderr = run();
+        assert!(stderr.contains("wireguard"), "{stderr}");
+        assert!(!stderr.contains("etcd unreachable"), "etcd was asked first: {stderr}");
+    }
+}
