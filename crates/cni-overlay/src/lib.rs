@@ -3,7 +3,10 @@
 //! Each node leases one pod subnet of the cluster network in etcd (a key bound to an etcd
 //! lease that the agent keeps alive), records its underlay address and VTEP MAC there, and
 //! programs, for every other node's record, a route + permanent neighbour + FDB entry on its
-//! VXLAN device. A watch on the records keeps the entries in step with the cluster.
+//! VXLAN device (or, with `--backend direct|auto`, a route via the peer's underlay address;
+//! with `--backend wireguard`, a WireGuard peer and a route on the node's WireGuard device,
+//! see [`wgplane`] and [`wgkey`]). A watch on the records keeps the entries in step with the
+//! cluster.
 
 pub mod agent;
 pub mod cniconf;
