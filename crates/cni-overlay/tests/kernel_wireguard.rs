@@ -19,7 +19,7 @@ use std::time::Duration;
 use cni_etcd_testing::EtcdCluster;
 use cni_net::wireguard::{self, Key, WgDevice, WireGuard};
 use cni_testkit::capture::Capture;
-use cni_testkit::traffic::{tcp_echo, tcp_echo_server};
+use cni_testkit::traffic::{tcp_echo, tcp_echo_server, udp_echo, udp_echo_server};
 use harness::{wait_for, Cluster, Host, PREFIX};
 
 /// The WireGuard device's name in every host (names in this test carry `wg`).
@@ -167,6 +167,15 @@ fn wireguard_encrypts_rotates_and_drops_peers() {
     println!("underlay capture: {} frames, {wireguard_frames} of them WireGuard UDP", frames.len());
     // 6 transfers of 32 KiB each way: far more than a few handshakes' worth.
     assert!(wireguard_frames > 100, "only {wireguard_frames} WireGuard frames of {} captured", frames.len());
+
+    // The same capture does see the marker when it crosses in clear (UDP between two
+    // hosts' underlay addresses): the check above could fail.
+    let capture = Capture::start(cluster.underlay_ns.netns()).unwrap();
+    let (a, b) = (&cluster.hosts[0], &cluster.hosts[1]);
+    let server = udp_echo_server(b.ns().netns(), SocketAddr::new(b.underlay, 0)).unwrap();
+    udp_echo(a.ns().netns(), server.local_addr(), MARKER, Duration::from_secs(5)).unwrap();
+    let clear = capture.stop().unwrap();
+    assert!(clear.iter().any(|f| f.contains(MARKER)), "the capture missed plaintext: {} frames", clear.len());
 
     // Rotation: host 1's key file deleted and its agent restarted. The others drop the old
     // key for the new one (same lease, same subnet), and traffic resumes.
