@@ -25,6 +25,8 @@ use harness::{wait_for, Cluster, Host, PREFIX};
 /// The WireGuard device's name in every host (names in this test carry `wg`).
 const WG_DEVICE: &str = "wgdev0";
 const WG_PORT: u16 = 51820;
+/// Dual-stack: each peer's allowed IPs are its IPv4 and IPv6 pod subnets.
+const NETWORK6: &str = "fd00:244::/48";
 /// Written by the pods; must never be seen on the underlay.
 const MARKER: &[u8] = b"wg-rig-plaintext-marker";
 /// Slow: the guest is emulated (TCG), with 3 agents, etcd and the crypto on 1-2 CPUs.
@@ -43,7 +45,16 @@ fn key_file(host: &Host) -> PathBuf {
 
 fn start(host: &mut Host, endpoints: &[String]) {
     let key = key_file(host);
-    let args = ["--backend", "wireguard", "--device", WG_DEVICE, "--wg-key-file", key.to_str().unwrap()];
+    let args = [
+        "--backend",
+        "wireguard",
+        "--device",
+        WG_DEVICE,
+        "--wg-key-file",
+        key.to_str().unwrap(),
+        "--network6",
+        NETWORK6,
+    ];
     host.start_agent(endpoints, &args);
 }
 
@@ -64,22 +75,25 @@ fn published_key(cluster: &Cluster, host: &Host) -> Option<Key> {
 }
 
 /// Waits until host `i`'s device holds exactly `keys` as peers, each with the owner's pod
-/// subnet as allowed IP and its underlay address and port as endpoint.
+/// subnets (IPv4 and IPv6) as allowed IPs and its underlay address and port as endpoint.
 fn wait_device_peers(cluster: &Cluster, i: usize, peers: &[usize], keys: &[Key]) {
-    let want: Vec<(Key, SocketAddr, ipnet::IpNet)> = peers
+    let want: Vec<(Key, SocketAddr, Vec<ipnet::IpNet>)> = peers
         .iter()
         .zip(keys)
         .map(|(&p, key)| {
             let host = &cluster.hosts[p];
-            (*key, SocketAddr::new(host.underlay, WG_PORT), host.subnet().unwrap().into())
+            let subnets = vec![host.subnet().unwrap().into(), host.subnet6().unwrap().into()];
+            (*key, SocketAddr::new(host.underlay, WG_PORT), subnets)
         })
         .collect();
     let reached = wait_for(CONVERGE, || {
         let device = device(&cluster.hosts[i]);
         let exact = device.peers.len() == want.len()
-            && want.iter().all(|(key, endpoint, subnet)| {
+            && want.iter().all(|(key, endpoint, subnets)| {
                 device.peers.iter().any(|p| {
-                    p.public_key == *key && p.endpoint == Some(*endpoint) && p.allowed_ips == vec![*subnet]
+                    let mut allowed = p.allowed_ips.clone();
+                    allowed.sort();
+                    p.public_key == *key && p.endpoint == Some(*endpoint) && allowed == *subnets
                 })
             });
         exact.then_some(())
@@ -92,13 +106,18 @@ fn wait_device_peers(cluster: &Cluster, i: usize, peers: &[usize], keys: &[Key])
     );
 }
 
-/// TCP carrying [`MARKER`] from `from`'s pod to `to`'s pod.
+/// TCP carrying [`MARKER`] from `from`'s pod to `to`'s pod, over IPv4 and over IPv6.
 fn pods_talk(from: &Host, to: &Host) -> Result<(), String> {
-    let target = SocketAddr::new(to.pod_ip.unwrap().into(), 0);
+    pods_talk_to(from, to, to.pod_ip.unwrap().into())?;
+    pods_talk_to(from, to, to.pod_ip6.ok_or("no IPv6 pod address")?.into())
+}
+
+fn pods_talk_to(from: &Host, to: &Host, address: std::net::IpAddr) -> Result<(), String> {
+    let target = SocketAddr::new(address, 0);
     let server = tcp_echo_server(to.pod.as_ref().unwrap().netns(), target).map_err(|e| e.to_string())?;
     let payload: Vec<u8> = MARKER.iter().copied().cycle().take(32 * 1024).collect();
     tcp_echo(from.pod.as_ref().unwrap().netns(), server.local_addr(), &payload, Duration::from_secs(20))
-        .map_err(|e| format!("{} -> {}: {e}", from.name, to.name))
+        .map_err(|e| format!("{} -> {} ({address}): {e}", from.name, to.name))
 }
 
 fn all_pairs_talk(cluster: &Cluster, hosts: &[usize]) {
@@ -165,7 +184,7 @@ fn wireguard_encrypts_rotates_and_drops_peers() {
         }
     }
     println!("underlay capture: {} frames, {wireguard_frames} of them WireGuard UDP", frames.len());
-    // 6 transfers of 32 KiB each way: far more than a few handshakes' worth.
+    // 12 transfers (6 pairs, 2 families) of 32 KiB each way: far more than a few handshakes' worth.
     assert!(wireguard_frames > 100, "only {wireguard_frames} WireGuard frames of {} captured", frames.len());
 
     // The same capture does see the marker when it crosses in clear (UDP between two
