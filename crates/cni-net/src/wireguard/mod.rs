@@ -9,6 +9,8 @@
 
 mod wire;
 
+pub use wire::{base64, parse_key};
+
 use std::net::SocketAddr;
 
 use ipnet::IpNet;
@@ -110,35 +112,37 @@ impl WireGuard {
 
     /// Sets the device's private key and listen port; its peers are left as they are.
     pub fn set_device(&mut self, index: u32, private_key: &Key, listen_port: u16) -> Result<()> {
-        let message =
-            |sequence| wire::set_device_request(self.family, sequence, index, private_key, listen_port);
-        self.conversation
-            .request(message, |_| Ok(()))
-            .map(drop)
-            .map_err(failed(format!("set key and port of wireguard device {index}")))
+        let family = self.family;
+        self.set(
+            |sequence| wire::set_device_request(family, sequence, index, private_key, listen_port),
+            || format!("set key and port of wireguard device {index}"),
+        )
     }
 
     /// Adds the peer, or updates the one with its key: endpoint set, allowed IPs replaced.
     /// Its session survives an update that changes nothing.
     pub fn set_peer(&mut self, index: u32, peer: &WgPeer) -> Result<()> {
-        let message = |sequence| wire::set_peer_request(self.family, sequence, index, peer);
-        self.conversation.request(message, |_| Ok(())).map(drop).map_err(failed(format!(
-            "set peer {} on wireguard device {index}",
-            wire::base64(&peer.public_key)
-        )))
+        let family = self.family;
+        self.set(
+            |sequence| wire::set_peer_request(family, sequence, index, peer),
+            || format!("set peer {} on wireguard device {index}", base64(&peer.public_key)),
+        )
     }
 
     /// Removes the peer with this key (and its allowed IPs); nothing when there is none.
     pub fn remove_peer(&mut self, index: u32, public_key: &Key) -> Result<()> {
-        let message = |sequence| wire::remove_peer_request(self.family, sequence, index, public_key);
-        self.conversation.request(message, |_| Ok(())).map(drop).map_err(failed(format!(
-            "remove peer {} from wireguard device {index}",
-            wire::base64(public_key)
-        )))
+        let family = self.family;
+        self.set(
+            |sequence| wire::remove_peer_request(family, sequence, index, public_key),
+            || format!("remove peer {} from wireguard device {index}", base64(public_key)),
+        )
+    }
+
+    /// One `WG_CMD_SET_DEVICE` request, acknowledged; `op` names it in the error.
+    fn set(&mut self, build: impl FnOnce(u32) -> Vec<u8>, op: impl FnOnce() -> String) -> Result<()> {
+        self.conversation.request(build, |_| Ok(())).map(drop).map_err(|source| Error::netlink(op(), source))
     }
 }
-
-pub use wire::{base64, parse_key};
 
 #[cfg(test)]
 mod tests {
