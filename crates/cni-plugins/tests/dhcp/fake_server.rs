@@ -6,7 +6,6 @@ use crate::common;
 use crate::support;
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -21,26 +20,9 @@ const PREFIX: &str = "cdf";
 /// A UDP socket on port 67 in the server namespace, bound to its interface so limited
 /// broadcasts (255.255.255.255) leave through it.
 fn server_socket(net: &Network) -> UdpSocket {
-    net.server
-        .run(|| {
-            let socket = UdpSocket::bind("0.0.0.0:67").unwrap();
-            let name = b"srv0";
-            // SAFETY: valid fd; the name buffer lives for the call and its length is given.
-            let rc = unsafe {
-                libc::setsockopt(
-                    socket.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_BINDTODEVICE,
-                    name.as_ptr().cast(),
-                    name.len() as libc::socklen_t,
-                )
-            };
-            assert_eq!(rc, 0, "SO_BINDTODEVICE: {}", std::io::Error::last_os_error());
-            socket.set_broadcast(true).unwrap();
-            socket.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
-            socket
-        })
-        .unwrap()
+    let socket = net.server_udp_socket("0.0.0.0:67");
+    socket.set_broadcast(true).unwrap();
+    socket
 }
 
 fn reply(to: &Message, kind: opt::MessageType, yiaddr: Ipv4Addr) -> Message {

@@ -8,7 +8,6 @@ use crate::common;
 use crate::support;
 
 use std::net::{Ipv6Addr, SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -31,26 +30,9 @@ const SERVER_DUID: [u8; 10] = [0, 3, 0, 1, 2, 0, 0, 0, 0, 1];
 fn server_socket(net: &Network) -> UdpSocket {
     net.server_v6();
     let index = net.server.netlink().unwrap().link_by_name("srv0").unwrap().unwrap().index;
-    net.server
-        .run(|| {
-            let socket = UdpSocket::bind("[::]:547").unwrap();
-            let name = b"srv0";
-            // SAFETY: valid fd; the name buffer lives for the call and its length is given.
-            let rc = unsafe {
-                libc::setsockopt(
-                    socket.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_BINDTODEVICE,
-                    name.as_ptr().cast(),
-                    name.len() as libc::socklen_t,
-                )
-            };
-            assert_eq!(rc, 0, "SO_BINDTODEVICE: {}", std::io::Error::last_os_error());
-            socket.join_multicast_v6(&ALL_SERVERS, index).unwrap();
-            socket.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
-            socket
-        })
-        .unwrap()
+    let socket = net.server_udp_socket("[::]:547");
+    socket.join_multicast_v6(&ALL_SERVERS, index).unwrap();
+    socket
 }
 
 /// A reply of `kind` to `to`, granting `address` with the given lifetimes.
