@@ -8,7 +8,7 @@ use crate::common;
 use crate::support;
 
 use std::net::{Ipv6Addr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use cni_plugins::ipam::dhcp::options::encode_domain_search;
@@ -96,56 +96,65 @@ fn bad_advertises(to: &Message) -> Vec<Vec<u8>> {
     out
 }
 
+/// The NoBinding reply to a RENEW (RFC 8415 18.3.4), its status both in the IA and, as a
+/// second status option, after it.
+fn no_binding(to: &Message) -> Message {
+    let mut m = Message::new(MessageType::Reply, to.xid);
+    m.push(OPT_CLIENT_ID, to.option(OPT_CLIENT_ID).unwrap().to_vec());
+    m.push(OPT_SERVER_ID, SERVER_DUID.to_vec());
+    let mut ia = IaNa::request(to.ia_nas().next().unwrap().iaid, None);
+    ia.status = Status { code: STATUS_NO_BINDING, message: "forgotten".into() };
+    let mut bytes = ia.encode();
+    bytes.extend_from_slice(&[0, 13, 0, 11, 0, 3]);
+    bytes.extend_from_slice(b"forgotten");
+    m.push(OPT_IA_NA, bytes);
+    m
+}
+
+/// The script, until `stop`: every bad ADVERTISE before the good one; a REPLY from another
+/// server before ours; the first RENEW (counted in `renewals`) answered with a valid
+/// lifetime of 0, later ones with NoBinding.
+fn serve(socket: &UdpSocket, stop: &AtomicBool, renewals: &AtomicUsize) {
+    let mut buf = vec![0u8; 65536];
+    while !stop.load(Ordering::Relaxed) {
+        let Ok((len, from)) = socket.recv_from(&mut buf) else { continue };
+        let SocketAddr::V6(from) = from else { continue };
+        let Ok(msg) = Message::decode(&buf[..len]) else { continue };
+        let send = |bytes: &[u8]| {
+            let _ = socket.send_to(bytes, from);
+        };
+        match msg.kind {
+            k if k == MessageType::Solicit as u8 => {
+                for bytes in bad_advertises(&msg) {
+                    send(&bytes);
+                }
+                send(&good(&msg, MessageType::Advertise).encode());
+            }
+            k if k == MessageType::Request as u8 => {
+                let mut other_server = good(&msg, MessageType::Reply);
+                other_server.options[1].1 = vec![0, 3, 0, 1, 9, 9, 9, 9, 9, 9];
+                send(&other_server.encode());
+                send(&good(&msg, MessageType::Reply).encode());
+            }
+            // The first RENEW: our address with a valid lifetime of 0.
+            k if k == MessageType::Renew as u8 && renewals.fetch_add(1, Ordering::Relaxed) == 0 => {
+                let held = msg.ia_nas().next().unwrap().addresses[0].address.to_string();
+                send(&reply(&msg, MessageType::Reply, &held, 0, 0).encode());
+            }
+            k if k == MessageType::Renew as u8 => send(&no_binding(&msg).encode()),
+            _ => {}
+        }
+    }
+}
+
 #[test]
 fn hostile_replies_are_dropped_and_no_binding_on_renewal_ends_the_lease() {
     let net = Network::new(PREFIX);
     let socket = server_socket(&net);
     let stop = AtomicBool::new(false);
-    let renewals = std::sync::atomic::AtomicUsize::new(0);
+    let renewals = AtomicUsize::new(0);
     std::thread::scope(|s| {
-        s.spawn(|| {
-            let mut buf = vec![0u8; 65536];
-            while !stop.load(Ordering::Relaxed) {
-                let Ok((len, from)) = socket.recv_from(&mut buf) else { continue };
-                let SocketAddr::V6(from) = from else { continue };
-                let Ok(msg) = Message::decode(&buf[..len]) else { continue };
-                let send = |bytes: &[u8]| {
-                    let _ = socket.send_to(bytes, from);
-                };
-                match msg.kind {
-                    k if k == MessageType::Solicit as u8 => {
-                        for bytes in bad_advertises(&msg) {
-                            send(&bytes);
-                        }
-                        send(&good(&msg, MessageType::Advertise).encode());
-                    }
-                    k if k == MessageType::Request as u8 => {
-                        let mut other_server = good(&msg, MessageType::Reply);
-                        other_server.options[1].1 = vec![0, 3, 0, 1, 9, 9, 9, 9, 9, 9];
-                        send(&other_server.encode());
-                        send(&good(&msg, MessageType::Reply).encode());
-                    }
-                    // The first RENEW: our address with a valid lifetime of 0.
-                    k if k == MessageType::Renew as u8 && renewals.fetch_add(1, Ordering::Relaxed) == 0 => {
-                        let held = msg.ia_nas().next().unwrap().addresses[0].address.to_string();
-                        send(&reply(&msg, MessageType::Reply, &held, 0, 0).encode());
-                    }
-                    k if k == MessageType::Renew as u8 => {
-                        let mut m = Message::new(MessageType::Reply, msg.xid);
-                        m.push(OPT_CLIENT_ID, msg.option(OPT_CLIENT_ID).unwrap().to_vec());
-                        m.push(OPT_SERVER_ID, SERVER_DUID.to_vec());
-                        let mut ia = IaNa::request(msg.ia_nas().next().unwrap().iaid, None);
-                        ia.status = Status { code: STATUS_NO_BINDING, message: "forgotten".into() };
-                        let mut bytes = ia.encode();
-                        bytes.extend_from_slice(&[0, 13, 0, 11, 0, 3]);
-                        bytes.extend_from_slice(b"forgotten");
-                        m.push(OPT_IA_NA, bytes);
-                        send(&m.encode());
-                    }
-                    _ => {}
-                }
-            }
-        });
+        s.spawn(|| serve(&socket, &stop, &renewals));
 
         let _daemon = net.daemon();
         let container = TestNetns::with_prefix(PREFIX).unwrap();
