@@ -13,7 +13,7 @@ use cni_plugins::ipam::dhcp::options as opt;
 use cni_plugins::ipam::dhcp::wire::{Message, BOOTREPLY};
 use cni_testkit::ns::TestNetns;
 use common::call;
-use support::{wait_for, Network};
+use support::{wait_for, with_scripted_server, Network};
 
 const PREFIX: &str = "cdf";
 
@@ -98,40 +98,35 @@ fn serve(socket: &UdpSocket, stop: &AtomicBool, first: Ipv4Addr, second: Ipv4Add
 fn junk_is_ignored_and_naks_lead_to_a_new_exchange() {
     let net = Network::new(PREFIX);
     let socket = server_socket(&net);
-    let stop = AtomicBool::new(false);
     let (first, second) = (Ipv4Addr::new(10, 77, 0, 20), Ipv4Addr::new(10, 77, 0, 21));
-    std::thread::scope(|s| {
-        s.spawn(|| serve(&socket, &stop, first, second));
-        // Stops the server thread also when an assertion below fails.
-        struct StopOnDrop<'a>(&'a AtomicBool);
-        impl Drop for StopOnDrop<'_> {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::Relaxed);
-            }
-        }
-        let _stop = StopOnDrop(&stop);
+    with_scripted_server(
+        |stop| serve(&socket, stop, first, second),
+        || {
+            let _daemon = net.daemon();
+            let container = TestNetns::with_prefix(PREFIX).unwrap();
+            let out = call("bridge", "ADD", &net.host, Some(&container), &net.conf()).run();
+            assert!(out.success(), "ADD: {} {}\n{}", out.stdout, out.stderr, net.log("daemon.log"));
+            let result = out.json();
+            assert_eq!(result["ips"][0]["address"], "10.77.0.20/24");
+            assert_eq!(result["routes"], serde_json::json!([{"dst": "0.0.0.0/0", "gw": "10.77.0.1"}]));
+            assert!(result["dns"].get("search").is_none(), "{result}");
 
-        let _daemon = net.daemon();
-        let container = TestNetns::with_prefix(PREFIX).unwrap();
-        let out = call("bridge", "ADD", &net.host, Some(&container), &net.conf()).run();
-        assert!(out.success(), "ADD: {} {}\n{}", out.stdout, out.stderr, net.log("daemon.log"));
-        let result = out.json();
-        assert_eq!(result["ips"][0]["address"], "10.77.0.20/24");
-        assert_eq!(result["routes"], serde_json::json!([{"dst": "0.0.0.0/0", "gw": "10.77.0.1"}]));
-        assert!(result["dns"].get("search").is_none(), "{result}");
-
-        // T1 is 1 s: the renewal gets the NAK, the daemon says so and leases again.
-        wait_for("a new lease after the NAK", Duration::from_secs(20), || {
-            net.status().leases.first().is_some_and(|l| l.address == "10.77.0.21/24" && l.state == "bound")
-        });
-        let log = net.log("daemon.log");
-        assert!(log.contains("refused by the server") && log.contains("address moved"), "{log}");
-        assert!(log.contains("the interface still has 10.77.0.20/24"), "{log}");
-        // The container still has the old address: CHECK says so.
-        let mut conf = net.conf();
-        conf["prevResult"] = result.clone();
-        let check = call("bridge", "CHECK", &net.host, Some(&container), &conf).run();
-        assert!(!check.success(), "CHECK passed with a moved lease");
-        assert!(check.error().msg.contains("10.77.0.21"), "{}", check.error().msg);
-    });
+            // T1 is 1 s: the renewal gets the NAK, the daemon says so and leases again.
+            wait_for("a new lease after the NAK", Duration::from_secs(20), || {
+                net.status()
+                    .leases
+                    .first()
+                    .is_some_and(|l| l.address == "10.77.0.21/24" && l.state == "bound")
+            });
+            let log = net.log("daemon.log");
+            assert!(log.contains("refused by the server") && log.contains("address moved"), "{log}");
+            assert!(log.contains("the interface still has 10.77.0.20/24"), "{log}");
+            // The container still has the old address: CHECK says so.
+            let mut conf = net.conf();
+            conf["prevResult"] = result.clone();
+            let check = call("bridge", "CHECK", &net.host, Some(&container), &conf).run();
+            assert!(!check.success(), "CHECK passed with a moved lease");
+            assert!(check.error().msg.contains("10.77.0.21"), "{}", check.error().msg);
+        },
+    );
 }

@@ -19,7 +19,7 @@ use cni_plugins::ipam::dhcp::wire6::{
 use cni_testkit::ns::TestNetns;
 use common::call;
 use serde_json::json;
-use support::{wait_for, Network, BRIDGE};
+use support::{wait_for, with_scripted_server, Network, BRIDGE};
 
 const PREFIX: &str = "d6f";
 const GOOD: &str = "fd77::42";
@@ -151,43 +151,42 @@ fn serve(socket: &UdpSocket, stop: &AtomicBool, renewals: &AtomicUsize) {
 fn hostile_replies_are_dropped_and_no_binding_on_renewal_ends_the_lease() {
     let net = Network::new(PREFIX);
     let socket = server_socket(&net);
-    let stop = AtomicBool::new(false);
     let renewals = AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        s.spawn(|| serve(&socket, &stop, &renewals));
-
-        let _daemon = net.daemon();
-        let container = TestNetns::with_prefix(PREFIX).unwrap();
-        let conf = json!({"cniVersion": "1.1.0", "name": "d6f", "type": "bridge", "bridge": BRIDGE,
+    with_scripted_server(
+        |stop| serve(&socket, stop, &renewals),
+        || {
+            let _daemon = net.daemon();
+            let container = TestNetns::with_prefix(PREFIX).unwrap();
+            let conf = json!({"cniVersion": "1.1.0", "name": "d6f", "type": "bridge", "bridge": BRIDGE,
                           "ipam": {"type": "dhcp", "daemonSocketPath": net.socket(), "families": [6],
                                    "ipv6PrefixLength": 64}});
-        let out = call("bridge", "ADD", &net.host, Some(&container), &conf).run();
-        assert!(out.success(), "ADD: {} {}\n{}", out.stdout, out.stderr, net.log("daemon.log"));
-        let result = out.json();
-        assert_eq!(result["ips"][0]["address"], "fd77::42/64", "{result}");
-        let dns = &result["dns"];
-        assert_eq!(dns["nameservers"].as_array().unwrap().len(), 8, "bounded: {dns}");
-        assert_eq!(dns["search"], json!(["good.example"]), "the forged name is dropped: {dns}");
-        let log = net.log("daemon.log");
-        for why in ["ff02::1 is not", "fe80::1 is not", "lifetimes are unusable", "no usable server id"] {
-            assert!(log.contains(why), "not logged as dropped: {why}\n{log}");
-        }
+            let out = call("bridge", "ADD", &net.host, Some(&container), &conf).run();
+            assert!(out.success(), "ADD: {} {}\n{}", out.stdout, out.stderr, net.log("daemon.log"));
+            let result = out.json();
+            assert_eq!(result["ips"][0]["address"], "fd77::42/64", "{result}");
+            let dns = &result["dns"];
+            assert_eq!(dns["nameservers"].as_array().unwrap().len(), 8, "bounded: {dns}");
+            assert_eq!(dns["search"], json!(["good.example"]), "the forged name is dropped: {dns}");
+            let log = net.log("daemon.log");
+            for why in ["ff02::1 is not", "fe80::1 is not", "lifetimes are unusable", "no usable server id"] {
+                assert!(log.contains(why), "not logged as dropped: {why}\n{log}");
+            }
 
-        // T1 is 1 s: the first RENEW gets a valid lifetime of 0, the second NoBinding; each
-        // ends the lease and the daemon asks again.
-        wait_for("a valid lifetime of 0 to end the lease", Duration::from_secs(20), || {
-            net.log("daemon.log").contains("refused by the server: the server ended the binding")
-        });
-        wait_for("the NoBinding to end the lease", Duration::from_secs(20), || {
-            net.log("daemon.log").contains("NoBinding (3): forgotten")
-        });
-        wait_for("a new lease after it", Duration::from_secs(20), || {
-            net.log("daemon.log").contains("new lease fd77::42/64")
-        });
-        assert!(renewals.load(Ordering::Relaxed) >= 2);
-        let status = net.status();
-        assert!(status.ok && status.leases.len() == 1, "the daemon keeps running: {status:?}");
-        assert!(call("bridge", "DEL", &net.host, Some(&container), &conf).run().success());
-        stop.store(true, Ordering::Relaxed);
-    });
+            // T1 is 1 s: the first RENEW gets a valid lifetime of 0, the second NoBinding; each
+            // ends the lease and the daemon asks again.
+            wait_for("a valid lifetime of 0 to end the lease", Duration::from_secs(20), || {
+                net.log("daemon.log").contains("refused by the server: the server ended the binding")
+            });
+            wait_for("the NoBinding to end the lease", Duration::from_secs(20), || {
+                net.log("daemon.log").contains("NoBinding (3): forgotten")
+            });
+            wait_for("a new lease after it", Duration::from_secs(20), || {
+                net.log("daemon.log").contains("new lease fd77::42/64")
+            });
+            assert!(renewals.load(Ordering::Relaxed) >= 2);
+            let status = net.status();
+            assert!(status.ok && status.leases.len() == 1, "the daemon keeps running: {status:?}");
+            assert!(call("bridge", "DEL", &net.host, Some(&container), &conf).run().success());
+        },
+    );
 }

@@ -10,6 +10,7 @@ use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cni_plugins::ipam::dhcp::protocol::{self, Op, Response};
@@ -48,6 +49,24 @@ pub fn require_binary(path: &str, package: &str) {
 
 /// Waits up to `limit` until `done` holds; fails naming `what` otherwise.
 pub use cni_testkit::poll::until as wait_for;
+
+/// Runs a scripted server, `serve` on a thread of its own polling the stop flag it is
+/// given, while `test` runs. The flag is set when `test` returns or panics, so a failed
+/// assertion fails the test instead of leaving it waiting for the server thread.
+pub fn with_scripted_server<T>(serve: impl FnOnce(&AtomicBool) + Send, test: impl FnOnce() -> T) -> T {
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| serve(&stop));
+        let _stop = StopOnDrop(&stop);
+        test()
+    })
+}
 
 fn run_ip(ns: &TestNetns, args: &[&str]) {
     let out = ns.command("ip").args(args).output().expect("run ip");
