@@ -93,6 +93,76 @@ fn validate_segment(field: &str, value: &str) -> Result<(), EtcdIpamError> {
     Ok(())
 }
 
+/// The TLS files, when `caFile` is set; a client certificate and its key go together.
+fn tls_files(
+    ca_file: Option<PathBuf>,
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+) -> Result<Option<TlsFiles>, EtcdIpamError> {
+    match (ca_file, cert_file, key_file) {
+        (None, None, None) => Ok(None),
+        (None, _, _) => Err(invalid("ipam.caFile: certFile and keyFile need the cluster's CA")),
+        (Some(ca_file), cert_file, key_file) => {
+            if cert_file.is_some() != key_file.is_some() {
+                return Err(invalid("ipam.certFile and ipam.keyFile go together: give both or neither"));
+            }
+            Ok(Some(TlsFiles { ca_file, cert_file, key_file }))
+        }
+    }
+}
+
+/// Every endpoint is `https://` with TLS files and none is without: a cluster is reached
+/// one way, so a plain endpoint cannot silently downgrade a TLS configuration.
+fn check_endpoint_schemes(endpoints: &[String], tls: bool) -> Result<(), EtcdIpamError> {
+    for endpoint in endpoints {
+        match (endpoint.starts_with("https://"), tls) {
+            (true, false) => {
+                return Err(invalid(format!(
+                    "ipam.endpoints: {endpoint} is https:// but ipam.caFile is not set"
+                )))
+            }
+            (false, true) => {
+                return Err(invalid(format!(
+                    "ipam.endpoints: {endpoint}: with ipam.caFile every endpoint must be https://"
+                )))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The pools (of one family, none overlapping another) and the length of a node's block
+/// prefix (26 or 122 unless set; it must fit every pool and hold 4 to 65536 addresses).
+fn pools_and_block_len(pools: &[String], block_size: Option<u8>) -> Result<(Vec<IpNet>, u8), EtcdIpamError> {
+    if pools.is_empty() {
+        return Err(invalid("ipam.pools: at least one pool (a CIDR such as 10.244.0.0/16) is required"));
+    }
+    let pools = pools
+        .iter()
+        .map(|p| {
+            p.parse::<IpNet>().map(|net| net.trunc()).map_err(|e| invalid(format!("ipam.pools: {p:?}: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let family_v4 = matches!(pools[0], IpNet::V4(_));
+    let block_len = block_size.unwrap_or(if family_v4 { 26 } else { 122 });
+    for (i, pool) in pools.iter().enumerate() {
+        if matches!(pool, IpNet::V4(_)) != family_v4 {
+            return Err(invalid(format!("ipam.pools: {pool} is not of the first pool's address family")));
+        }
+        if block_len < pool.prefix_len() || block_len > pool.max_prefix_len() {
+            return Err(invalid(format!("ipam.blockSize {block_len} does not fit pool {pool}")));
+        }
+        if pool.max_prefix_len() - block_len > 16 || pool.max_prefix_len() - block_len < 2 {
+            return Err(invalid(format!("ipam.blockSize {block_len}: a block holds 4 to 65536 addresses")));
+        }
+        if let Some(other) = pools[..i].iter().find(|o| o.contains(pool) || pool.contains(*o)) {
+            return Err(invalid(format!("ipam.pools: {pool} overlaps {other}")));
+        }
+    }
+    Ok((pools, block_len))
+}
+
 impl EtcdIpamConfig {
     pub fn parse(stdin: &[u8]) -> Result<EtcdIpamConfig, EtcdIpamError> {
         let raw: RawNetConf = serde_json::from_slice(stdin)
@@ -102,61 +172,9 @@ impl EtcdIpamConfig {
         if ipam.endpoints.is_empty() {
             return Err(invalid("ipam.endpoints: at least one etcd endpoint (http://host:port) is required"));
         }
-        let tls = match (ipam.ca_file, ipam.cert_file, ipam.key_file) {
-            (None, None, None) => None,
-            (None, _, _) => return Err(invalid("ipam.caFile: certFile and keyFile need the cluster's CA")),
-            (Some(ca_file), cert_file, key_file) => {
-                if cert_file.is_some() != key_file.is_some() {
-                    return Err(invalid("ipam.certFile and ipam.keyFile go together: give both or neither"));
-                }
-                Some(TlsFiles { ca_file, cert_file, key_file })
-            }
-        };
-        for endpoint in &ipam.endpoints {
-            match (endpoint.starts_with("https://"), tls.is_some()) {
-                (true, false) => {
-                    return Err(invalid(format!(
-                        "ipam.endpoints: {endpoint} is https:// but ipam.caFile is not set"
-                    )))
-                }
-                (false, true) => {
-                    return Err(invalid(format!(
-                        "ipam.endpoints: {endpoint}: with ipam.caFile every endpoint must be https://"
-                    )))
-                }
-                _ => {}
-            }
-        }
-        if ipam.pools.is_empty() {
-            return Err(invalid("ipam.pools: at least one pool (a CIDR such as 10.244.0.0/16) is required"));
-        }
-        let pools = ipam
-            .pools
-            .iter()
-            .map(|p| {
-                p.parse::<IpNet>()
-                    .map(|net| net.trunc())
-                    .map_err(|e| invalid(format!("ipam.pools: {p:?}: {e}")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let family_v4 = matches!(pools[0], IpNet::V4(_));
-        let block_len = ipam.block_size.unwrap_or(if family_v4 { 26 } else { 122 });
-        for (i, pool) in pools.iter().enumerate() {
-            if matches!(pool, IpNet::V4(_)) != family_v4 {
-                return Err(invalid(format!("ipam.pools: {pool} is not of the first pool's address family")));
-            }
-            if block_len < pool.prefix_len() || block_len > pool.max_prefix_len() {
-                return Err(invalid(format!("ipam.blockSize {block_len} does not fit pool {pool}")));
-            }
-            if pool.max_prefix_len() - block_len > 16 || pool.max_prefix_len() - block_len < 2 {
-                return Err(invalid(format!(
-                    "ipam.blockSize {block_len}: a block holds 4 to 65536 addresses"
-                )));
-            }
-            if let Some(other) = pools[..i].iter().find(|o| o.contains(pool) || pool.contains(*o)) {
-                return Err(invalid(format!("ipam.pools: {pool} overlaps {other}")));
-            }
-        }
+        let tls = tls_files(ipam.ca_file, ipam.cert_file, ipam.key_file)?;
+        check_endpoint_schemes(&ipam.endpoints, tls.is_some())?;
+        let (pools, block_len) = pools_and_block_len(&ipam.pools, ipam.block_size)?;
         let node = ipam.node_name.unwrap_or_else(host_name);
         validate_segment("ipam.nodeName", &node)?;
         let prefix = ipam.prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_string());

@@ -5,11 +5,10 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
-use cni_testkit::socket_attack::{self, command_under_umask_000};
+use cni_testkit::socket_attack::{self, UmaskDaemon};
 
 /// A DEL as a plugin would send it: what an attacker would use to free someone's address.
 fn del_request() -> String {
@@ -20,65 +19,45 @@ fn del_request() -> String {
     format!("{}\n", serde_json::json!({"op": "del", "config": config, "handle": "victim/eth0"}))
 }
 
-struct Agent {
-    child: Child,
-    socket: PathBuf,
-    _dir: tempfile::TempDir,
+/// The agent on a socket in a directory that does not exist yet.
+fn start_agent() -> UmaskDaemon {
+    UmaskDaemon::start(
+        Path::new(env!("CARGO_BIN_EXE_etcd-ipam")),
+        "ds-agent",
+        "run/cni-rs/agent.sock",
+        |dir| vec!["agent".into(), "--socket".into(), dir.join("run/cni-rs/agent.sock").into()],
+    )
 }
 
-impl Agent {
-    /// The agent on a socket in a directory that does not exist yet.
-    fn start() -> Agent {
-        let dir = tempfile::Builder::new().prefix("ds-agent").tempdir().unwrap();
-        let socket = dir.path().join("run/cni-rs/agent.sock");
-        let child = command_under_umask_000(Path::new(env!("CARGO_BIN_EXE_etcd-ipam")))
-            .args(["agent", "--socket"])
-            .arg(&socket)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        socket_attack::wait_for_socket(&socket);
-        Agent { child, socket, _dir: dir }
-    }
-
-    /// A request from root, answered: the agent is alive and serving.
-    fn answers(&self, line: &str) -> String {
-        let mut stream = UnixStream::connect(&self.socket).unwrap();
-        stream.write_all(line.as_bytes()).unwrap();
-        let mut answer = String::new();
-        BufReader::new(stream).read_line(&mut answer).unwrap();
-        answer
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A request from root, answered: the agent is alive and serving.
+fn answer(agent: &UmaskDaemon, line: &str) -> String {
+    let mut stream = UnixStream::connect(&agent.socket).unwrap();
+    stream.write_all(line.as_bytes()).unwrap();
+    let mut answer = String::new();
+    BufReader::new(stream).read_line(&mut answer).unwrap();
+    answer
 }
 
 #[test]
 fn under_umask_000_the_socket_is_root_only_and_nobody_is_refused() {
-    let agent = Agent::start();
+    let agent = start_agent();
     let refusal = socket_attack::assert_root_only(&agent.socket, &del_request());
     assert!(refusal.contains("\"code\":4"), "{refusal}");
-    assert!(agent.answers("not json\n").contains("not JSON"), "root is still served");
+    assert!(answer(&agent, "not json\n").contains("not JSON"), "root is still served");
 }
 
 #[test]
 fn a_512_mib_request_line_is_refused_and_the_agent_lives_on() {
-    let agent = Agent::start();
-    let refusal = socket_attack::assert_oversized_refused(agent.child.id(), &agent.socket, 64 << 10);
+    let agent = start_agent();
+    let refusal = socket_attack::assert_oversized_refused(agent.pid(), &agent.socket, 64 << 10);
     assert!(refusal.contains("\"code\":6"), "{refusal}");
-    assert!(agent.answers("not json\n").contains("not JSON"));
+    assert!(answer(&agent, "not json\n").contains("not JSON"));
 }
 
 #[test]
 fn slow_loris_clients_are_cut_at_the_deadline_and_threads_stay_capped() {
-    let agent = Agent::start();
+    let agent = start_agent();
     let cap = cni_os::socket::DEFAULT_MAX_CONNECTIONS;
-    socket_attack::assert_slow_loris_bounded(agent.child.id(), &agent.socket, Duration::from_secs(8), cap);
-    assert!(agent.answers("not json\n").contains("not JSON"), "served again once they are gone");
+    socket_attack::assert_slow_loris_bounded(agent.pid(), &agent.socket, Duration::from_secs(8), cap);
+    assert!(answer(&agent, "not json\n").contains("not JSON"), "served again once they are gone");
 }

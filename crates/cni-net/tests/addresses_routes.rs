@@ -92,6 +92,34 @@ fn route_json(ns: &TestNetns, args: &[&str], dst: &str) -> Value {
         .clone()
 }
 
+/// The route to `dst` in `routes`, as netlink read it back.
+fn route_to(routes: &[Route], dst: &str) -> Route {
+    routes
+        .iter()
+        .find(|r| r.destination == net(dst))
+        .unwrap_or_else(|| panic!("{dst} missing in {routes:?}"))
+        .clone()
+}
+
+/// The oracle for `routes_single_multipath_tables_and_replace`: iproute2's view of the
+/// routes it added (gateway, metric, nexthop weights, onlink, another table, mtu).
+fn iproute2_shows_the_routes_added(ns: &TestNetns) {
+    let oracle = route_json(ns, &["route", "show"], "10.50.0.0/16");
+    assert_eq!(oracle["gateway"], "10.1.0.1");
+    assert_eq!(oracle["metric"], 100);
+    assert_eq!(oracle["dev"], "cntv0");
+    let oracle = route_json(ns, &["route", "show"], "10.80.0.0/16");
+    let hops = oracle["nexthops"].as_array().unwrap();
+    assert_eq!(hops.len(), 2);
+    assert_eq!(hops[1]["weight"], 3);
+    let oracle = route_json(ns, &["route", "show"], "10.60.0.0/16");
+    assert!(oracle["flags"].as_array().unwrap().iter().any(|f| f == "onlink"));
+    let oracle = route_json(ns, &["route", "show", "table", "1000"], "default");
+    assert_eq!(oracle["gateway"], "10.2.0.1");
+    let oracle = route_json(ns, &["route", "show"], "10.70.0.0/24");
+    assert_eq!(oracle["metrics"][0]["mtu"], 1300, "{oracle}");
+}
+
 #[test]
 fn routes_single_multipath_tables_and_replace() {
     let (ns, mut nl, first, second) = namespace_with_links();
@@ -125,23 +153,16 @@ fn routes_single_multipath_tables_and_replace() {
     nl.add_route(&other_table).unwrap();
 
     let main = nl.routes(IpFamily::V4, Some(MAIN_TABLE)).unwrap();
-    let find = |routes: &[Route], dst: &str| {
-        routes
-            .iter()
-            .find(|r| r.destination == net(dst))
-            .unwrap_or_else(|| panic!("{dst} missing in {routes:?}"))
-            .clone()
-    };
-    let read = find(&main, "10.50.0.0/16");
+    let read = route_to(&main, "10.50.0.0/16");
     assert_eq!(read.gateway, Some(ip("10.1.0.1")));
     assert_eq!(read.priority, Some(100));
     assert_eq!(read.oif, Some(first.index));
-    assert!(find(&main, "0.0.0.0/0").is_default());
-    assert!(find(&main, "10.60.0.0/16").onlink);
-    let read = find(&main, "10.70.0.0/24");
+    assert!(route_to(&main, "0.0.0.0/0").is_default());
+    assert!(route_to(&main, "10.60.0.0/16").onlink);
+    let read = route_to(&main, "10.70.0.0/24");
     assert_eq!(read.scope, Some(RouteScope::Link));
     assert_eq!((read.mtu, read.advmss), (Some(1300), Some(1200)));
-    let read = find(&main, "10.80.0.0/16");
+    let read = route_to(&main, "10.80.0.0/16");
     assert_eq!(read.nexthops.len(), 2, "{read:?}");
     assert_eq!(read.nexthops[1].weight, 3);
     assert!(!main.iter().any(|r| r.table == 1000));
@@ -149,23 +170,9 @@ fn routes_single_multipath_tables_and_replace() {
     assert_eq!(table.len(), 1);
     assert_eq!(table[0].gateway, Some(ip("10.2.0.1")));
     let v6 = nl.routes(IpFamily::V6, Some(MAIN_TABLE)).unwrap();
-    assert_eq!(find(&v6, "fd00:99::/64").gateway, Some(ip("fd00:1::1")));
+    assert_eq!(route_to(&v6, "fd00:99::/64").gateway, Some(ip("fd00:1::1")));
 
-    // Oracle.
-    let oracle = route_json(&ns, &["route", "show"], "10.50.0.0/16");
-    assert_eq!(oracle["gateway"], "10.1.0.1");
-    assert_eq!(oracle["metric"], 100);
-    assert_eq!(oracle["dev"], "cntv0");
-    let oracle = route_json(&ns, &["route", "show"], "10.80.0.0/16");
-    let hops = oracle["nexthops"].as_array().unwrap();
-    assert_eq!(hops.len(), 2);
-    assert_eq!(hops[1]["weight"], 3);
-    let oracle = route_json(&ns, &["route", "show"], "10.60.0.0/16");
-    assert!(oracle["flags"].as_array().unwrap().iter().any(|f| f == "onlink"));
-    let oracle = route_json(&ns, &["route", "show", "table", "1000"], "default");
-    assert_eq!(oracle["gateway"], "10.2.0.1");
-    let oracle = route_json(&ns, &["route", "show"], "10.70.0.0/24");
-    assert_eq!(oracle["metrics"][0]["mtu"], 1300, "{oracle}");
+    iproute2_shows_the_routes_added(&ns);
 
     // Replace moves the route to another gateway in place.
     let replaced = Route::new(net("10.50.0.0/16")).gateway(ip("10.2.0.1")).priority(100);
@@ -173,7 +180,7 @@ fn routes_single_multipath_tables_and_replace() {
     // The old gateway no longer matches anything.
     assert!(nl.delete_route(&plain).unwrap_err().is_not_found());
     let main = nl.routes(IpFamily::V4, Some(MAIN_TABLE)).unwrap();
-    assert_eq!(find(&main, "10.50.0.0/16").gateway, Some(ip("10.2.0.1")));
+    assert_eq!(route_to(&main, "10.50.0.0/16").gateway, Some(ip("10.2.0.1")));
 
     // Delete, and deleting again is "not found".
     for route in [&replaced, &multipath, &other_table] {

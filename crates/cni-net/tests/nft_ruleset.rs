@@ -264,52 +264,88 @@ fn a_failing_batch_applies_nothing_and_names_the_failing_operation() {
     });
 }
 
+/// A batch with table `T`: a forward chain, a chain `ctr`, named and anonymous sets of
+/// every key type the plugins use, a concatenated verdict map, and three rules in `fwd`
+/// that match through them.
+fn sets_maps_and_their_rules() -> Batch {
+    let mut b = Batch::new();
+    b.add_table(&Table::new(Family::Inet, T));
+    b.add_chain(&Chain::base(Family::Inet, T, "fwd", ChainType::Filter, Hook::Forward, priority::FILTER));
+    b.add_chain(&Chain::regular(Family::Inet, T, "ctr"));
+    let ip = |s: &str| KeyValue::Ipv4(s.parse().unwrap());
+    let addrs = b.add_set(&Set::named(Family::Inet, T, "addrs", &[KeyType::Ipv4Addr]));
+    b.add_elements(&addrs, &[SetElement::new(&[ip("10.88.0.2")]), SetElement::new(&[ip("10.88.0.3")])]);
+    let ports = b.add_set(&Set::anonymous(Family::Inet, T, &[KeyType::InetService]));
+    b.add_elements(
+        &ports,
+        &[SetElement::new(&[KeyValue::Port(80)]), SetElement::new(&[KeyValue::Port(443)])],
+    );
+    let jumps = b.add_set(
+        &Set::named(Family::Inet, T, "jumps", &[KeyType::Ipv4Addr, KeyType::InetService])
+            .map_to(MapData::Verdict),
+    );
+    b.add_elements(
+        &jumps,
+        &[SetElement::new(&[ip("10.88.0.2"), KeyValue::Port(8080)])
+            .with_verdict(Verdict::Jump("ctr".into()))],
+    );
+    let macs = b.add_set(&Set::named(Family::Inet, T, "macs", &[KeyType::EtherAddr]));
+    b.add_elements(&macs, &[SetElement::new(&[KeyValue::Ether([2, 0, 0, 0, 0, 9])])]);
+    let names = b.add_set(&Set::named(Family::Inet, T, "ifnames", &[KeyType::IfName]));
+    b.add_elements(&names, &[SetElement::new(&[KeyValue::IfName("cnfbr0".into())])]);
+    let v6 = b.add_set(&Set::named(Family::Inet, T, "v6", &[KeyType::Ipv6Addr]));
+    b.add_elements(&v6, &[SetElement::new(&[KeyValue::Ipv6("fd00::5".parse().unwrap())])]);
+    for rule in [
+        RuleBuilder::new(Family::Inet, T, "fwd")
+            .load_key(&[Field::IpDaddr])
+            .in_set(&addrs)
+            .load_key(&[Field::DstPort])
+            .in_set(&ports)
+            .accept(),
+        RuleBuilder::new(Family::Inet, T, "fwd").load_key(&[Field::IpDaddr, Field::DstPort]).vmap(&jumps),
+        RuleBuilder::new(Family::Inet, T, "fwd").load_key(&[Field::IifName]).not_in_set(&names).drop(),
+    ] {
+        b.add_rule(&rule.build().unwrap());
+    }
+    b
+}
+
+/// The rules of `fwd` as nft lists them: set lookups, a concatenated vmap, a negated
+/// interface-name set.
+fn fwd_rules_match_through_the_sets(ruleset: &Value) {
+    let rules = chain_rules(ruleset, T, "fwd");
+    assert_eq!(
+        exprs_of(&rules[0]),
+        json!([
+            {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "daddr"}}, "right": "@addrs"}},
+            {"match": {"op": "==", "left": {"payload": {"protocol": "th", "field": "dport"}},
+                       "right": {"set": [80, 443]}}},
+            {"accept": null}
+        ])
+    );
+    assert_eq!(
+        exprs_of(&rules[1]),
+        json!([{"vmap": {"key": {"concat": [
+            {"payload": {"protocol": "ip", "field": "daddr"}},
+            {"payload": {"protocol": "th", "field": "dport"}}]}, "data": "@jumps"}}])
+    );
+    assert_eq!(
+        exprs_of(&rules[2]),
+        json!([
+            {"match": {"op": "!=", "left": {"meta": {"key": "iifname"}}, "right": "@ifnames"}},
+            {"drop": null}
+        ])
+    );
+}
+
 #[test]
 fn sets_and_maps_named_anonymous_and_concatenated() {
     in_fresh_netns(|| {
         let mut nft = NftClient::new().unwrap();
-        let mut b = Batch::new();
-        b.add_table(&Table::new(Family::Inet, T));
-        b.add_chain(&Chain::base(Family::Inet, T, "fwd", ChainType::Filter, Hook::Forward, priority::FILTER));
-        b.add_chain(&Chain::regular(Family::Inet, T, "ctr"));
-        let ip = |s: &str| KeyValue::Ipv4(s.parse().unwrap());
-        let addrs = b.add_set(&Set::named(Family::Inet, T, "addrs", &[KeyType::Ipv4Addr]));
-        b.add_elements(&addrs, &[SetElement::new(&[ip("10.88.0.2")]), SetElement::new(&[ip("10.88.0.3")])]);
-        let ports = b.add_set(&Set::anonymous(Family::Inet, T, &[KeyType::InetService]));
-        b.add_elements(
-            &ports,
-            &[SetElement::new(&[KeyValue::Port(80)]), SetElement::new(&[KeyValue::Port(443)])],
-        );
-        let jumps = b.add_set(
-            &Set::named(Family::Inet, T, "jumps", &[KeyType::Ipv4Addr, KeyType::InetService])
-                .map_to(MapData::Verdict),
-        );
-        b.add_elements(
-            &jumps,
-            &[SetElement::new(&[ip("10.88.0.2"), KeyValue::Port(8080)])
-                .with_verdict(Verdict::Jump("ctr".into()))],
-        );
-        let macs = b.add_set(&Set::named(Family::Inet, T, "macs", &[KeyType::EtherAddr]));
-        b.add_elements(&macs, &[SetElement::new(&[KeyValue::Ether([2, 0, 0, 0, 0, 9])])]);
-        let names = b.add_set(&Set::named(Family::Inet, T, "ifnames", &[KeyType::IfName]));
-        b.add_elements(&names, &[SetElement::new(&[KeyValue::IfName("cnfbr0".into())])]);
-        let v6 = b.add_set(&Set::named(Family::Inet, T, "v6", &[KeyType::Ipv6Addr]));
-        b.add_elements(&v6, &[SetElement::new(&[KeyValue::Ipv6("fd00::5".parse().unwrap())])]);
-        for rule in [
-            RuleBuilder::new(Family::Inet, T, "fwd")
-                .load_key(&[Field::IpDaddr])
-                .in_set(&addrs)
-                .load_key(&[Field::DstPort])
-                .in_set(&ports)
-                .accept(),
-            RuleBuilder::new(Family::Inet, T, "fwd").load_key(&[Field::IpDaddr, Field::DstPort]).vmap(&jumps),
-            RuleBuilder::new(Family::Inet, T, "fwd").load_key(&[Field::IifName]).not_in_set(&names).drop(),
-        ] {
-            b.add_rule(&rule.build().unwrap());
-        }
-        nft.commit(&b).unwrap();
+        nft.commit(&sets_maps_and_their_rules()).unwrap();
 
         // Element updates on a named set in a later batch.
+        let ip = |s: &str| KeyValue::Ipv4(s.parse().unwrap());
         let addrs = SetRef::named(Family::Inet, T, "addrs");
         let mut b = Batch::new();
         b.delete_elements(&addrs, &[SetElement::new(&[ip("10.88.0.2")])]);
@@ -335,29 +371,7 @@ fn sets_and_maps_named_anonymous_and_concatenated() {
         assert_eq!(maps[0]["map"], "verdict");
         assert_eq!(maps[0]["elem"], json!([[{"concat": ["10.88.0.2", 8080]}, {"jump": {"target": "ctr"}}]]));
 
-        let rules = chain_rules(&ruleset, T, "fwd");
-        assert_eq!(
-            exprs_of(&rules[0]),
-            json!([
-                {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "daddr"}}, "right": "@addrs"}},
-                {"match": {"op": "==", "left": {"payload": {"protocol": "th", "field": "dport"}},
-                           "right": {"set": [80, 443]}}},
-                {"accept": null}
-            ])
-        );
-        assert_eq!(
-            exprs_of(&rules[1]),
-            json!([{"vmap": {"key": {"concat": [
-                {"payload": {"protocol": "ip", "field": "daddr"}},
-                {"payload": {"protocol": "th", "field": "dport"}}]}, "data": "@jumps"}}])
-        );
-        assert_eq!(
-            exprs_of(&rules[2]),
-            json!([
-                {"match": {"op": "!=", "left": {"meta": {"key": "iifname"}}, "right": "@ifnames"}},
-                {"drop": null}
-            ])
-        );
+        fwd_rules_match_through_the_sets(&ruleset);
 
         // A set in use cannot go; once its rule is gone it can.
         let mut b = Batch::new();

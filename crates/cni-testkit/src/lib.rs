@@ -9,6 +9,7 @@
 //! - [`traffic`]: TCP/UDP echo servers and clients across namespaces.
 //! - [`snapshot`]: before/after snapshots of namespaces (links, addresses, routes, rules,
 //!   qdiscs, nftables) and directories, to prove a refused request changed nothing.
+//! - [`dnsmasq`]: dnsmasq's flags as a bare DHCP server on one interface.
 //! - [`damage`]: state files emptied, cut short, garbage, or a directory in their place.
 //! - [`kernel_rig`]: runs a test binary's rig-only tests under Debian's kernel in QEMU.
 //! - [`kill`]: `kill -9` of a process group at a chosen moment; a seeded generator.
@@ -24,6 +25,7 @@ pub mod binaries;
 pub mod capture;
 pub mod children;
 pub mod damage;
+pub mod dnsmasq;
 pub mod docs;
 pub mod host_local;
 pub mod json_pointer;

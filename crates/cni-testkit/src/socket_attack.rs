@@ -3,10 +3,11 @@
 //! request, slow-loris clients; and the daemon's own account of what that cost it
 //! (threads, peak memory, from /proc).
 
+use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -176,6 +177,51 @@ pub fn command_under_umask_000(program: &Path) -> Command {
     let mut command = Command::new("/bin/sh");
     command.args(["-c", "umask 000; exec \"$0\" \"$@\""]).arg(program);
     command
+}
+
+/// A daemon to attack: its binary started under umask 000 with its socket (and whatever
+/// else it keeps) in a temp dir of its own, its output discarded; killed and reaped when
+/// dropped, also when the test panics.
+pub struct UmaskDaemon {
+    child: Child,
+    /// Where it answers requests.
+    pub socket: PathBuf,
+    /// The temp dir its paths are in.
+    pub dir: tempfile::TempDir,
+}
+
+impl UmaskDaemon {
+    /// Starts `program` with the arguments `args` gives for the temp dir (named after
+    /// `dir_prefix`) and waits until it answers on `socket_in_dir` there.
+    pub fn start(
+        program: &Path,
+        dir_prefix: &str,
+        socket_in_dir: &str,
+        args: impl FnOnce(&Path) -> Vec<OsString>,
+    ) -> UmaskDaemon {
+        let dir = tempfile::Builder::new().prefix(dir_prefix).tempdir().expect("create a temp dir");
+        let socket = dir.path().join(socket_in_dir);
+        let child = command_under_umask_000(program)
+            .args(args(dir.path()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
+        let daemon = UmaskDaemon { child, socket, dir };
+        wait_for_socket(&daemon.socket);
+        daemon
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for UmaskDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// Waits (up to [`EVENTUALLY`](crate::poll::EVENTUALLY)) until a daemon answers

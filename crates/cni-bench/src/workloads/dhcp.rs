@@ -21,10 +21,10 @@ use crate::plugin_set::PluginSet;
 use crate::sandbox::{BenchHost, OwnedNetns};
 use cni_net::netlink::{AddressFlags, BridgeOptions, IpFamily, LinkSpec, VethSpec};
 use cni_net::Netlink;
+use cni_testkit::dnsmasq;
 use serde_json::json;
 
 pub const MAX_CONTAINERS: usize = 20;
-const DNSMASQ: &str = "/usr/sbin/dnsmasq";
 const BRIDGE: &str = "cnkd0";
 
 pub struct DhcpWorkload {
@@ -124,7 +124,7 @@ impl Workload for DhcpWorkload {
     }
 
     fn run(&self, ctx: &BenchContext, set: &PluginSet, out: &mut SetOutcome) -> Result<()> {
-        if !Path::new(DNSMASQ).exists() {
+        if !Path::new(dnsmasq::BINARY).exists() {
             out.note("needs dnsmasq (Debian package dnsmasq-base)");
             return Err(BenchError::io("dhcp", std::io::Error::other("dnsmasq is not installed")));
         }
@@ -143,27 +143,15 @@ impl Workload for DhcpWorkload {
         wire_server(&host.netns, &server, self.v6)?;
 
         let dir = host.data_dir();
-        let dnsmasq_args: Vec<String> = [
-            "--no-daemon",
-            "--conf-file=/dev/null",
-            "--user=root",
-            "--group=root",
-            "--interface=srv0",
-            "--bind-interfaces",
-            "--except-interface=lo",
-            "--port=0",
-            "--no-ping",
-        ]
-        .iter()
-        .chain(if self.v6 {
-            ["--dhcp-range=fd77::100,fd77::ffff,64,1h", "--dhcp-option=option6:dns-server,[fd77::53]"].iter()
+        let network_args: &[&str] = if self.v6 {
+            &["--dhcp-range=fd77::100,fd77::ffff,64,1h", "--dhcp-option=option6:dns-server,[fd77::53]"]
         } else {
-            ["--dhcp-range=10.77.1.0,10.77.255.250,255.255.0.0,1h", "--dhcp-option=3,10.77.0.1"].iter()
-        })
-        .map(|s| s.to_string())
-        .chain([format!("--dhcp-leasefile={}", dir.join("dnsmasq.leases").display())])
-        .collect();
-        let _dnsmasq = spawn_in(&server, Path::new(DNSMASQ), &dnsmasq_args, &dir.join("dnsmasq.log"))?;
+            &["--dhcp-range=10.77.1.0,10.77.255.250,255.255.0.0,1h", "--dhcp-option=3,10.77.0.1"]
+        };
+        let mut dnsmasq_args = dnsmasq::dhcp_only_args("srv0", &dir.join("dnsmasq.leases"));
+        dnsmasq_args.extend(network_args.iter().map(|s| s.to_string()));
+        let _dnsmasq =
+            spawn_in(&server, Path::new(dnsmasq::BINARY), &dnsmasq_args, &dir.join("dnsmasq.log"))?;
 
         // Ours keeps leases on disk: in the run's state root, not in /var/lib/cni/dhcp.
         let socket = dir.join("dhcp.sock");

@@ -58,6 +58,51 @@ fn ask(socket: &UdpSocket, id: u16, name: &str) -> std::io::Result<bool> {
     }
 }
 
+/// The network: bridge + host-local, then dnsname, its state under `dir`.
+fn network_config(dir: &Path) -> serde_json::Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": NETWORK,
+        "plugins": [
+            {"type": "bridge", "bridge": BRIDGE, "isGateway": true,
+             "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.78.0.0/16"}]],
+                      "dataDir": dir.join("ipam")}},
+            {"type": "dnsname", "domainName": "dns.podman", "stateDir": dir.join("dnsname"),
+             "capabilities": {"aliases": true}},
+        ],
+    })
+}
+
+/// What a run of queries measured.
+struct QueryRun {
+    /// The latency of each answered query.
+    samples: Vec<Duration>,
+    /// The whole run's.
+    wall: Duration,
+    unanswered: u64,
+}
+
+/// `queries` A queries to the gateway's resolver for the names of containers 1..n, round
+/// robin; run inside container 0's namespace.
+fn query_the_others(n: usize, queries: usize) -> std::io::Result<QueryRun> {
+    let gateway: SocketAddr = GATEWAY.parse().expect("a valid address");
+    let socket = UdpSocket::bind("0.0.0.0:0")?;
+    socket.connect(gateway)?;
+    socket.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let mut samples = Vec::with_capacity(queries);
+    let mut unanswered = 0;
+    let started = Instant::now();
+    for q in 0..queries {
+        let name = format!("{}.dns.podman.", pod_name(1 + q % (n - 1)));
+        let call = Instant::now();
+        match ask(&socket, q as u16, &name) {
+            Ok(true) => samples.push(call.elapsed()),
+            _ => unanswered += 1,
+        }
+    }
+    Ok(QueryRun { samples, wall: started.elapsed(), unanswered })
+}
+
 impl Workload for DnsWorkload {
     fn id(&self) -> WorkloadId {
         WorkloadId::Dns
@@ -98,18 +143,7 @@ impl DnsWorkload {
         dir: &Path,
         out: &mut SetOutcome,
     ) -> Result<()> {
-        let config = json!({
-            "cniVersion": "1.0.0",
-            "name": NETWORK,
-            "plugins": [
-                {"type": "bridge", "bridge": BRIDGE, "isGateway": true,
-                 "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.78.0.0/16"}]],
-                          "dataDir": dir.join("ipam")}},
-                {"type": "dnsname", "domainName": "dns.podman", "stateDir": dir.join("dnsname"),
-                 "capabilities": {"aliases": true}},
-            ],
-        });
-        let list = super::chain::load_list(&config)?;
+        let list = super::chain::load_list(&network_config(dir))?;
         // Ours finds cni-dnsd in CNI_PATH: the set's directory, then cni-bench's own.
         let mut dirs: Vec<PathBuf> = vec![set.dir.clone()];
         if let Some(own) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
@@ -139,25 +173,9 @@ impl DnsWorkload {
 
         // Queries from the first container for every other one's name, round robin.
         let queries = if ctx.smoke { 200 } else { 2000 };
-        let gateway: SocketAddr = GATEWAY.parse().expect("a valid address");
-        let timed = ctx.pool.get(0).run(|| -> std::io::Result<(Vec<Duration>, Duration, u64)> {
-            let socket = UdpSocket::bind("0.0.0.0:0")?;
-            socket.connect(gateway)?;
-            socket.set_read_timeout(Some(Duration::from_secs(2)))?;
-            let mut samples = Vec::with_capacity(queries);
-            let mut unanswered = 0;
-            let started = Instant::now();
-            for q in 0..queries {
-                let name = format!("{}.dns.podman.", pod_name(1 + q % (n - 1)));
-                let call = Instant::now();
-                match ask(&socket, q as u16, &name) {
-                    Ok(true) => samples.push(call.elapsed()),
-                    _ => unanswered += 1,
-                }
-            }
-            Ok((samples, started.elapsed(), unanswered))
-        })?;
-        let (samples, wall, unanswered) = timed.map_err(|e| BenchError::io("query the resolver", e))?;
+        let timed = ctx.pool.get(0).run(|| query_the_others(n, queries))?;
+        let QueryRun { samples, wall, unanswered } =
+            timed.map_err(|e| BenchError::io("query the resolver", e))?;
         out.op_by("query", RatioBy::Median).add_phase(samples.iter().copied(), wall);
         out.fact("queries_per_s", (samples.len() as f64 / wall.as_secs_f64()).round());
         out.count("queries_unanswered", unanswered);

@@ -6,7 +6,6 @@ use crate::common;
 use crate::support;
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -14,33 +13,16 @@ use cni_plugins::ipam::dhcp::options as opt;
 use cni_plugins::ipam::dhcp::wire::{Message, BOOTREPLY};
 use cni_testkit::ns::TestNetns;
 use common::call;
-use support::{wait_for, Network};
+use support::{wait_for, with_scripted_server, Network};
 
 const PREFIX: &str = "cdf";
 
 /// A UDP socket on port 67 in the server namespace, bound to its interface so limited
 /// broadcasts (255.255.255.255) leave through it.
 fn server_socket(net: &Network) -> UdpSocket {
-    net.server
-        .run(|| {
-            let socket = UdpSocket::bind("0.0.0.0:67").unwrap();
-            let name = b"srv0";
-            // SAFETY: valid fd; the name buffer lives for the call and its length is given.
-            let rc = unsafe {
-                libc::setsockopt(
-                    socket.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_BINDTODEVICE,
-                    name.as_ptr().cast(),
-                    name.len() as libc::socklen_t,
-                )
-            };
-            assert_eq!(rc, 0, "SO_BINDTODEVICE: {}", std::io::Error::last_os_error());
-            socket.set_broadcast(true).unwrap();
-            socket.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
-            socket
-        })
-        .unwrap()
+    let socket = net.server_udp_socket("0.0.0.0:67");
+    socket.set_broadcast(true).unwrap();
+    socket
 }
 
 fn reply(to: &Message, kind: opt::MessageType, yiaddr: Ipv4Addr) -> Message {
@@ -116,40 +98,35 @@ fn serve(socket: &UdpSocket, stop: &AtomicBool, first: Ipv4Addr, second: Ipv4Add
 fn junk_is_ignored_and_naks_lead_to_a_new_exchange() {
     let net = Network::new(PREFIX);
     let socket = server_socket(&net);
-    let stop = AtomicBool::new(false);
     let (first, second) = (Ipv4Addr::new(10, 77, 0, 20), Ipv4Addr::new(10, 77, 0, 21));
-    std::thread::scope(|s| {
-        s.spawn(|| serve(&socket, &stop, first, second));
-        // Stops the server thread also when an assertion below fails.
-        struct StopOnDrop<'a>(&'a AtomicBool);
-        impl Drop for StopOnDrop<'_> {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::Relaxed);
-            }
-        }
-        let _stop = StopOnDrop(&stop);
+    with_scripted_server(
+        |stop| serve(&socket, stop, first, second),
+        || {
+            let _daemon = net.daemon();
+            let container = TestNetns::with_prefix(PREFIX).unwrap();
+            let out = call("bridge", "ADD", &net.host, Some(&container), &net.conf()).run();
+            assert!(out.success(), "ADD: {} {}\n{}", out.stdout, out.stderr, net.log("daemon.log"));
+            let result = out.json();
+            assert_eq!(result["ips"][0]["address"], "10.77.0.20/24");
+            assert_eq!(result["routes"], serde_json::json!([{"dst": "0.0.0.0/0", "gw": "10.77.0.1"}]));
+            assert!(result["dns"].get("search").is_none(), "{result}");
 
-        let _daemon = net.daemon();
-        let container = TestNetns::with_prefix(PREFIX).unwrap();
-        let out = call("bridge", "ADD", &net.host, Some(&container), &net.conf()).run();
-        assert!(out.success(), "ADD: {} {}\n{}", out.stdout, out.stderr, net.log("daemon.log"));
-        let result = out.json();
-        assert_eq!(result["ips"][0]["address"], "10.77.0.20/24");
-        assert_eq!(result["routes"], serde_json::json!([{"dst": "0.0.0.0/0", "gw": "10.77.0.1"}]));
-        assert!(result["dns"].get("search").is_none(), "{result}");
-
-        // T1 is 1 s: the renewal gets the NAK, the daemon says so and leases again.
-        wait_for("a new lease after the NAK", Duration::from_secs(20), || {
-            net.status().leases.first().is_some_and(|l| l.address == "10.77.0.21/24" && l.state == "bound")
-        });
-        let log = net.log("daemon.log");
-        assert!(log.contains("refused by the server") && log.contains("address moved"), "{log}");
-        assert!(log.contains("the interface still has 10.77.0.20/24"), "{log}");
-        // The container still has the old address: CHECK says so.
-        let mut conf = net.conf();
-        conf["prevResult"] = result.clone();
-        let check = call("bridge", "CHECK", &net.host, Some(&container), &conf).run();
-        assert!(!check.success(), "CHECK passed with a moved lease");
-        assert!(check.error().msg.contains("10.77.0.21"), "{}", check.error().msg);
-    });
+            // T1 is 1 s: the renewal gets the NAK, the daemon says so and leases again.
+            wait_for("a new lease after the NAK", Duration::from_secs(20), || {
+                net.status()
+                    .leases
+                    .first()
+                    .is_some_and(|l| l.address == "10.77.0.21/24" && l.state == "bound")
+            });
+            let log = net.log("daemon.log");
+            assert!(log.contains("refused by the server") && log.contains("address moved"), "{log}");
+            assert!(log.contains("the interface still has 10.77.0.20/24"), "{log}");
+            // The container still has the old address: CHECK says so.
+            let mut conf = net.conf();
+            conf["prevResult"] = result.clone();
+            let check = call("bridge", "CHECK", &net.host, Some(&container), &conf).run();
+            assert!(!check.success(), "CHECK passed with a moved lease");
+            assert!(check.error().msg.contains("10.77.0.21"), "{}", check.error().msg);
+        },
+    );
 }

@@ -8,8 +8,7 @@ use crate::common;
 use crate::support;
 
 use std::net::{Ipv6Addr, SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use cni_plugins::ipam::dhcp::options::encode_domain_search;
@@ -20,7 +19,7 @@ use cni_plugins::ipam::dhcp::wire6::{
 use cni_testkit::ns::TestNetns;
 use common::call;
 use serde_json::json;
-use support::{wait_for, Network, BRIDGE};
+use support::{wait_for, with_scripted_server, Network, BRIDGE};
 
 const PREFIX: &str = "d6f";
 const GOOD: &str = "fd77::42";
@@ -31,26 +30,9 @@ const SERVER_DUID: [u8; 10] = [0, 3, 0, 1, 2, 0, 0, 0, 0, 1];
 fn server_socket(net: &Network) -> UdpSocket {
     net.server_v6();
     let index = net.server.netlink().unwrap().link_by_name("srv0").unwrap().unwrap().index;
-    net.server
-        .run(|| {
-            let socket = UdpSocket::bind("[::]:547").unwrap();
-            let name = b"srv0";
-            // SAFETY: valid fd; the name buffer lives for the call and its length is given.
-            let rc = unsafe {
-                libc::setsockopt(
-                    socket.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_BINDTODEVICE,
-                    name.as_ptr().cast(),
-                    name.len() as libc::socklen_t,
-                )
-            };
-            assert_eq!(rc, 0, "SO_BINDTODEVICE: {}", std::io::Error::last_os_error());
-            socket.join_multicast_v6(&ALL_SERVERS, index).unwrap();
-            socket.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
-            socket
-        })
-        .unwrap()
+    let socket = net.server_udp_socket("[::]:547");
+    socket.join_multicast_v6(&ALL_SERVERS, index).unwrap();
+    socket
 }
 
 /// A reply of `kind` to `to`, granting `address` with the given lifetimes.
@@ -114,89 +96,97 @@ fn bad_advertises(to: &Message) -> Vec<Vec<u8>> {
     out
 }
 
+/// The NoBinding reply to a RENEW (RFC 8415 18.3.4), its status both in the IA and, as a
+/// second status option, after it.
+fn no_binding(to: &Message) -> Message {
+    let mut m = Message::new(MessageType::Reply, to.xid);
+    m.push(OPT_CLIENT_ID, to.option(OPT_CLIENT_ID).unwrap().to_vec());
+    m.push(OPT_SERVER_ID, SERVER_DUID.to_vec());
+    let mut ia = IaNa::request(to.ia_nas().next().unwrap().iaid, None);
+    ia.status = Status { code: STATUS_NO_BINDING, message: "forgotten".into() };
+    let mut bytes = ia.encode();
+    bytes.extend_from_slice(&[0, 13, 0, 11, 0, 3]);
+    bytes.extend_from_slice(b"forgotten");
+    m.push(OPT_IA_NA, bytes);
+    m
+}
+
+/// The script, until `stop`: every bad ADVERTISE before the good one; a REPLY from another
+/// server before ours; the first RENEW (counted in `renewals`) answered with a valid
+/// lifetime of 0, later ones with NoBinding.
+fn serve(socket: &UdpSocket, stop: &AtomicBool, renewals: &AtomicUsize) {
+    let mut buf = vec![0u8; 65536];
+    while !stop.load(Ordering::Relaxed) {
+        let Ok((len, from)) = socket.recv_from(&mut buf) else { continue };
+        let SocketAddr::V6(from) = from else { continue };
+        let Ok(msg) = Message::decode(&buf[..len]) else { continue };
+        let send = |bytes: &[u8]| {
+            let _ = socket.send_to(bytes, from);
+        };
+        match msg.kind {
+            k if k == MessageType::Solicit as u8 => {
+                for bytes in bad_advertises(&msg) {
+                    send(&bytes);
+                }
+                send(&good(&msg, MessageType::Advertise).encode());
+            }
+            k if k == MessageType::Request as u8 => {
+                let mut other_server = good(&msg, MessageType::Reply);
+                other_server.options[1].1 = vec![0, 3, 0, 1, 9, 9, 9, 9, 9, 9];
+                send(&other_server.encode());
+                send(&good(&msg, MessageType::Reply).encode());
+            }
+            // The first RENEW: our address with a valid lifetime of 0.
+            k if k == MessageType::Renew as u8 && renewals.fetch_add(1, Ordering::Relaxed) == 0 => {
+                let held = msg.ia_nas().next().unwrap().addresses[0].address.to_string();
+                send(&reply(&msg, MessageType::Reply, &held, 0, 0).encode());
+            }
+            k if k == MessageType::Renew as u8 => send(&no_binding(&msg).encode()),
+            _ => {}
+        }
+    }
+}
+
 #[test]
 fn hostile_replies_are_dropped_and_no_binding_on_renewal_ends_the_lease() {
     let net = Network::new(PREFIX);
     let socket = server_socket(&net);
-    let stop = AtomicBool::new(false);
-    let renewals = std::sync::atomic::AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let mut buf = vec![0u8; 65536];
-            while !stop.load(Ordering::Relaxed) {
-                let Ok((len, from)) = socket.recv_from(&mut buf) else { continue };
-                let SocketAddr::V6(from) = from else { continue };
-                let Ok(msg) = Message::decode(&buf[..len]) else { continue };
-                let send = |bytes: &[u8]| {
-                    let _ = socket.send_to(bytes, from);
-                };
-                match msg.kind {
-                    k if k == MessageType::Solicit as u8 => {
-                        for bytes in bad_advertises(&msg) {
-                            send(&bytes);
-                        }
-                        send(&good(&msg, MessageType::Advertise).encode());
-                    }
-                    k if k == MessageType::Request as u8 => {
-                        let mut other_server = good(&msg, MessageType::Reply);
-                        other_server.options[1].1 = vec![0, 3, 0, 1, 9, 9, 9, 9, 9, 9];
-                        send(&other_server.encode());
-                        send(&good(&msg, MessageType::Reply).encode());
-                    }
-                    // The first RENEW: our address with a valid lifetime of 0.
-                    k if k == MessageType::Renew as u8 && renewals.fetch_add(1, Ordering::Relaxed) == 0 => {
-                        let held = msg.ia_nas().next().unwrap().addresses[0].address.to_string();
-                        send(&reply(&msg, MessageType::Reply, &held, 0, 0).encode());
-                    }
-                    k if k == MessageType::Renew as u8 => {
-                        let mut m = Message::new(MessageType::Reply, msg.xid);
-                        m.push(OPT_CLIENT_ID, msg.option(OPT_CLIENT_ID).unwrap().to_vec());
-                        m.push(OPT_SERVER_ID, SERVER_DUID.to_vec());
-                        let mut ia = IaNa::request(msg.ia_nas().next().unwrap().iaid, None);
-                        ia.status = Status { code: STATUS_NO_BINDING, message: "forgotten".into() };
-                        let mut bytes = ia.encode();
-                        bytes.extend_from_slice(&[0, 13, 0, 11, 0, 3]);
-                        bytes.extend_from_slice(b"forgotten");
-                        m.push(OPT_IA_NA, bytes);
-                        send(&m.encode());
-                    }
-                    _ => {}
-                }
-            }
-        });
-
-        let _daemon = net.daemon();
-        let container = TestNetns::with_prefix(PREFIX).unwrap();
-        let conf = json!({"cniVersion": "1.1.0", "name": "d6f", "type": "bridge", "bridge": BRIDGE,
+    let renewals = AtomicUsize::new(0);
+    with_scripted_server(
+        |stop| serve(&socket, stop, &renewals),
+        || {
+            let _daemon = net.daemon();
+            let container = TestNetns::with_prefix(PREFIX).unwrap();
+            let conf = json!({"cniVersion": "1.1.0", "name": "d6f", "type": "bridge", "bridge": BRIDGE,
                           "ipam": {"type": "dhcp", "daemonSocketPath": net.socket(), "families": [6],
                                    "ipv6PrefixLength": 64}});
-        let out = call("bridge", "ADD", &net.host, Some(&container), &conf).run();
-        assert!(out.success(), "ADD: {} {}\n{}", out.stdout, out.stderr, net.log("daemon.log"));
-        let result = out.json();
-        assert_eq!(result["ips"][0]["address"], "fd77::42/64", "{result}");
-        let dns = &result["dns"];
-        assert_eq!(dns["nameservers"].as_array().unwrap().len(), 8, "bounded: {dns}");
-        assert_eq!(dns["search"], json!(["good.example"]), "the forged name is dropped: {dns}");
-        let log = net.log("daemon.log");
-        for why in ["ff02::1 is not", "fe80::1 is not", "lifetimes are unusable", "no usable server id"] {
-            assert!(log.contains(why), "not logged as dropped: {why}\n{log}");
-        }
+            let out = call("bridge", "ADD", &net.host, Some(&container), &conf).run();
+            assert!(out.success(), "ADD: {} {}\n{}", out.stdout, out.stderr, net.log("daemon.log"));
+            let result = out.json();
+            assert_eq!(result["ips"][0]["address"], "fd77::42/64", "{result}");
+            let dns = &result["dns"];
+            assert_eq!(dns["nameservers"].as_array().unwrap().len(), 8, "bounded: {dns}");
+            assert_eq!(dns["search"], json!(["good.example"]), "the forged name is dropped: {dns}");
+            let log = net.log("daemon.log");
+            for why in ["ff02::1 is not", "fe80::1 is not", "lifetimes are unusable", "no usable server id"] {
+                assert!(log.contains(why), "not logged as dropped: {why}\n{log}");
+            }
 
-        // T1 is 1 s: the first RENEW gets a valid lifetime of 0, the second NoBinding; each
-        // ends the lease and the daemon asks again.
-        wait_for("a valid lifetime of 0 to end the lease", Duration::from_secs(20), || {
-            net.log("daemon.log").contains("refused by the server: the server ended the binding")
-        });
-        wait_for("the NoBinding to end the lease", Duration::from_secs(20), || {
-            net.log("daemon.log").contains("NoBinding (3): forgotten")
-        });
-        wait_for("a new lease after it", Duration::from_secs(20), || {
-            net.log("daemon.log").contains("new lease fd77::42/64")
-        });
-        assert!(renewals.load(Ordering::Relaxed) >= 2);
-        let status = net.status();
-        assert!(status.ok && status.leases.len() == 1, "the daemon keeps running: {status:?}");
-        assert!(call("bridge", "DEL", &net.host, Some(&container), &conf).run().success());
-        stop.store(true, Ordering::Relaxed);
-    });
+            // T1 is 1 s: the first RENEW gets a valid lifetime of 0, the second NoBinding; each
+            // ends the lease and the daemon asks again.
+            wait_for("a valid lifetime of 0 to end the lease", Duration::from_secs(20), || {
+                net.log("daemon.log").contains("refused by the server: the server ended the binding")
+            });
+            wait_for("the NoBinding to end the lease", Duration::from_secs(20), || {
+                net.log("daemon.log").contains("NoBinding (3): forgotten")
+            });
+            wait_for("a new lease after it", Duration::from_secs(20), || {
+                net.log("daemon.log").contains("new lease fd77::42/64")
+            });
+            assert!(renewals.load(Ordering::Relaxed) >= 2);
+            let status = net.status();
+            assert!(status.ok && status.leases.len() == 1, "the daemon keeps running: {status:?}");
+            assert!(call("bridge", "DEL", &net.host, Some(&container), &conf).run().success());
+        },
+    );
 }

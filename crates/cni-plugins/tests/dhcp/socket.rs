@@ -4,79 +4,59 @@
 //! threads. The daemon runs as its binary under umask 000, in the test's own namespace;
 //! none of these requests reaches a DHCP server.
 
+use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
 use cni_plugins::ipam::dhcp::protocol::{self, Op};
-use cni_testkit::socket_attack::{self, command_under_umask_000};
+use cni_testkit::socket_attack::{self, UmaskDaemon};
 
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-    state: PathBuf,
-    _dir: tempfile::TempDir,
+/// The daemon with a socket and a state directory (`state` in the temp dir) that do not
+/// exist yet.
+fn start_daemon() -> UmaskDaemon {
+    UmaskDaemon::start(Path::new(env!("CARGO_BIN_EXE_cni-plugins")), "ds-dhcp", "run/cni/dhcp.sock", |dir| {
+        let mut args: Vec<OsString> = ["dhcp", "daemon", "-socketpath"].map(OsString::from).into();
+        args.extend([dir.join("run/cni/dhcp.sock").into(), "-statedir".into(), dir.join("state").into()]);
+        args
+    })
 }
 
-impl Daemon {
-    /// The daemon with a socket and a state directory that do not exist yet.
-    fn start() -> Daemon {
-        let dir = tempfile::Builder::new().prefix("ds-dhcp").tempdir().unwrap();
-        let socket = dir.path().join("run/cni/dhcp.sock");
-        let state = dir.path().join("state");
-        let child = command_under_umask_000(Path::new(env!("CARGO_BIN_EXE_cni-plugins")))
-            .args(["dhcp", "daemon", "-socketpath"])
-            .arg(&socket)
-            .arg("-statedir")
-            .arg(&state)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        socket_attack::wait_for_socket(&socket);
-        Daemon { child, socket, state, _dir: dir }
-    }
-
-    fn answers_status(&self) -> bool {
-        protocol::call(&self.socket, Op::Status, None, Duration::from_secs(5)).is_ok_and(|r| r.ok)
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn answers_status(daemon: &UmaskDaemon) -> bool {
+    protocol::call(&daemon.socket, Op::Status, None, Duration::from_secs(5)).is_ok_and(|r| r.ok)
 }
 
 #[test]
 fn under_umask_000_the_socket_and_state_are_root_only_and_nobody_is_refused() {
-    let daemon = Daemon::start();
+    let daemon = start_daemon();
     // What an attacker wants: another container's lease released.
     let del = r#"{"version":1,"op":"del","network":"dsnet","containerID":"victim","ifname":"eth0"}"#;
     let refusal = socket_attack::assert_root_only(&daemon.socket, del);
     let refusal: protocol::Response = serde_json::from_str(&refusal).unwrap();
     assert_eq!((refusal.ok, refusal.code), (false, 4), "{refusal:?}");
-    assert_eq!(std::fs::metadata(&daemon.state).unwrap().mode() & 0o7777, 0o700, "state directory");
-    assert!(daemon.answers_status(), "root is still served");
+    assert_eq!(
+        std::fs::metadata(daemon.dir.path().join("state")).unwrap().mode() & 0o7777,
+        0o700,
+        "state directory"
+    );
+    assert!(answers_status(&daemon), "root is still served");
 }
 
 #[test]
 fn a_512_mib_request_is_refused_and_the_daemon_lives_on() {
-    let daemon = Daemon::start();
-    let refusal = socket_attack::assert_oversized_refused(daemon.child.id(), &daemon.socket, 64 << 10);
+    let daemon = start_daemon();
+    let refusal = socket_attack::assert_oversized_refused(daemon.pid(), &daemon.socket, 64 << 10);
     let refusal: protocol::Response = serde_json::from_str(&refusal).unwrap();
     assert_eq!((refusal.ok, refusal.code), (false, 6), "{refusal:?}");
-    assert!(daemon.answers_status());
+    assert!(answers_status(&daemon));
 }
 
 #[test]
 fn clients_trickling_a_byte_every_8_s_are_cut_and_threads_stay_capped() {
-    let daemon = Daemon::start();
+    let daemon = start_daemon();
     let cap = cni_os::socket::DEFAULT_MAX_CONNECTIONS;
-    socket_attack::assert_slow_loris_bounded(daemon.child.id(), &daemon.socket, Duration::from_secs(8), cap);
-    assert!(daemon.answers_status(), "served again once they are gone");
+    socket_attack::assert_slow_loris_bounded(daemon.pid(), &daemon.socket, Duration::from_secs(8), cap);
+    assert!(answers_status(&daemon), "served again once they are gone");
 }
 
 /// systemd socket activation taken at its word only for a listening unix socket: with

@@ -6,11 +6,15 @@
 
 #![allow(dead_code)]
 
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cni_plugins::ipam::dhcp::protocol::{self, Op, Response};
+use cni_testkit::dnsmasq;
 use cni_testkit::ns::TestNetns;
 use serde_json::{json, Value};
 
@@ -45,6 +49,24 @@ pub fn require_binary(path: &str, package: &str) {
 
 /// Waits up to `limit` until `done` holds; fails naming `what` otherwise.
 pub use cni_testkit::poll::until as wait_for;
+
+/// Runs a scripted server, `serve` on a thread of its own polling the stop flag it is
+/// given, while `test` runs. The flag is set when `test` returns or panics, so a failed
+/// assertion fails the test instead of leaving it waiting for the server thread.
+pub fn with_scripted_server<T>(serve: impl FnOnce(&AtomicBool) + Send, test: impl FnOnce() -> T) -> T {
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| serve(&stop));
+        let _stop = StopOnDrop(&stop);
+        test()
+    })
+}
 
 fn run_ip(ns: &TestNetns, args: &[&str]) {
     let out = ns.command("ip").args(args).output().expect("run ip");
@@ -113,7 +135,7 @@ impl Network {
     }
 
     fn start_dnsmasq(&self, v4: bool, v6: bool) -> ChildGuard {
-        require_binary("/usr/sbin/dnsmasq", "dnsmasq-base");
+        require_binary(dnsmasq::BINARY, "dnsmasq-base");
         if v6 {
             self.server_v6();
         }
@@ -132,23 +154,11 @@ impl Network {
         ];
         let child = self
             .server
-            .command("/usr/sbin/dnsmasq")
+            .command(dnsmasq::BINARY)
             .args(if v4 { v4_args } else { &[] })
             .args(if v6 { v6_args } else { &[] })
-            .args([
-                "--no-daemon",
-                "--conf-file=/dev/null",
-                "--user=root",
-                "--group=root",
-                "--interface=srv0",
-                "--bind-interfaces",
-                "--except-interface=lo",
-                "--port=0",
-                // An ICMP probe of each new address stalls dnsmasq for up to 3 s.
-                "--no-ping",
-                "--log-dhcp",
-            ])
-            .arg(format!("--dhcp-leasefile={}", self.path("dnsmasq.leases").display()))
+            .args(dnsmasq::dhcp_only_args("srv0", &self.path("dnsmasq.leases")))
+            .arg("--log-dhcp")
             .arg(format!("--log-facility={}", self.path("dnsmasq.log").display()))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -191,24 +201,9 @@ impl Network {
             "loggers": [{"name": "kea-dhcp6", "severity": "DEBUG", "debuglevel": 40,
                          "output_options": [{"output": self.path("kea6.log")}]}]
         }});
-        let conf_path = self.path("kea6.json");
-        std::fs::write(&conf_path, conf.to_string()).unwrap();
-        let child = self
-            .server
-            .command("/usr/sbin/kea-dhcp6")
-            .arg("-c")
-            .arg(&conf_path)
-            .env("KEA_PIDFILE_DIR", self.dir.path())
-            .env("KEA_LOCKFILE_DIR", self.dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start kea-dhcp6");
-        let guard = ChildGuard(Some(child));
-        wait_for("kea-dhcp6 to open its sockets", Duration::from_secs(10), || {
+        self.start_kea("kea-dhcp6", "kea6.json", &conf, || {
             self.log("kea6.log").matches("DHCP6_STARTED").count() > starts
-        });
-        guard
+        })
     }
 
     /// kea-dhcp4 with short leases (`valid` seconds, T1 and T2 as given) and its lease file
@@ -228,11 +223,24 @@ impl Network {
             "loggers": [{"name": "kea-dhcp4", "severity": "DEBUG", "debuglevel": 40,
                          "output_options": [{"output": self.path("kea.log")}]}]
         }});
-        let conf_path = self.path("kea.json");
+        self.start_kea("kea-dhcp4", "kea.json", &conf, || self.log("kea.log").contains("DHCP4_STARTED"))
+    }
+
+    /// Starts kea server `binary` in the server namespace with `conf` (written to
+    /// `conf_file` in the temp dir, which also takes its pid and lock files) and waits
+    /// until `started` says its log shows it serving.
+    fn start_kea(
+        &self,
+        binary: &str,
+        conf_file: &str,
+        conf: &Value,
+        started: impl FnMut() -> bool,
+    ) -> ChildGuard {
+        let conf_path = self.path(conf_file);
         std::fs::write(&conf_path, conf.to_string()).unwrap();
         let child = self
             .server
-            .command("/usr/sbin/kea-dhcp4")
+            .command(format!("/usr/sbin/{binary}"))
             .arg("-c")
             .arg(&conf_path)
             .env("KEA_PIDFILE_DIR", self.dir.path())
@@ -240,12 +248,35 @@ impl Network {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("start kea-dhcp4");
+            .unwrap_or_else(|e| panic!("start {binary}: {e}"));
         let guard = ChildGuard(Some(child));
-        wait_for("kea to open its sockets", Duration::from_secs(10), || {
-            self.log("kea.log").contains("DHCP4_STARTED")
-        });
+        wait_for(&format!("{binary} to open its sockets"), Duration::from_secs(10), started);
         guard
+    }
+
+    /// A UDP socket at `addr` in the server namespace for a scripted server: bound to the
+    /// server's interface (SO_BINDTODEVICE), so broadcasts and multicasts leave through it,
+    /// and with a short read timeout, so the server's loop sees its stop flag.
+    pub fn server_udp_socket(&self, addr: &str) -> UdpSocket {
+        self.server
+            .run(|| {
+                let socket = UdpSocket::bind(addr).unwrap();
+                let name = b"srv0";
+                // SAFETY: valid fd; the name buffer lives for the call and its length is given.
+                let rc = unsafe {
+                    libc::setsockopt(
+                        socket.as_raw_fd(),
+                        libc::SOL_SOCKET,
+                        libc::SO_BINDTODEVICE,
+                        name.as_ptr().cast(),
+                        name.len() as libc::socklen_t,
+                    )
+                };
+                assert_eq!(rc, 0, "SO_BINDTODEVICE: {}", std::io::Error::last_os_error());
+                socket.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+                socket
+            })
+            .unwrap()
     }
 
     pub fn log(&self, name: &str) -> String {

@@ -8,7 +8,6 @@
 
 use crate::common;
 
-use cni_net::netlink::{LinkSpec, VethSpec};
 use cni_net::sysctl;
 use cni_testkit::ns::TestNetns;
 use cni_testkit::runner::{PluginCall, PluginOutput};
@@ -33,15 +32,7 @@ struct Setup {
 
 impl Setup {
     fn new() -> Setup {
-        let host = TestNetns::with_prefix("ps").unwrap();
-        let ctr = TestNetns::with_prefix("ps").unwrap();
-        host.netlink()
-            .unwrap()
-            .add_veth(&VethSpec {
-                link: LinkSpec::new("psh0"),
-                peer: LinkSpec::new(IFNAME).netns(ctr.netns()),
-            })
-            .unwrap();
+        let (host, ctr) = super::veth_namespaces("ps", IFNAME);
         Setup { host, ctr, data_dir: tempfile::tempdir().unwrap() }
     }
 

@@ -17,6 +17,21 @@ const ARP_FILTER: &str = "net.ipv4.conf.cnu0.arp_filter";
 const SOMAXCONN: &str = "net.core.somaxconn";
 const NEW_MAC: &str = "c2:11:22:33:44:55";
 
+/// A "host" and a "container" namespace (names prefixed `prefix`) joined by a veth pair:
+/// `{prefix}h0` in the host, `ifname` in the container.
+fn veth_namespaces(prefix: &str, ifname: &str) -> (TestNetns, TestNetns) {
+    let host = TestNetns::with_prefix(prefix).unwrap();
+    let ctr = TestNetns::with_prefix(prefix).unwrap();
+    host.netlink()
+        .unwrap()
+        .add_veth(&VethSpec {
+            link: LinkSpec::new(format!("{prefix}h0")),
+            peer: LinkSpec::new(ifname).netns(ctr.netns()),
+        })
+        .unwrap();
+    (host, ctr)
+}
+
 /// A host and a container namespace joined by a veth pair whose container end is `cnu0`
 /// with `10.77.0.2/24`, plus a data dir for tuning's records.
 struct Setup {
@@ -27,14 +42,7 @@ struct Setup {
 
 impl Setup {
     fn new() -> Setup {
-        let host = TestNetns::with_prefix("cnu").unwrap();
-        let ctr = TestNetns::with_prefix("cnu").unwrap();
-        let mut nl = host.netlink().unwrap();
-        nl.add_veth(&VethSpec {
-            link: LinkSpec::new("cnuh0"),
-            peer: LinkSpec::new(IFNAME).netns(ctr.netns()),
-        })
-        .unwrap();
+        let (host, ctr) = veth_namespaces("cnu", IFNAME);
         let mut cnl = ctr.netlink().unwrap();
         let link = cnl.require_link(IFNAME).unwrap();
         cnl.add_address(link.index, "10.77.0.2/24".parse().unwrap(), AddressFlags::empty()).unwrap();

@@ -23,6 +23,7 @@ use cni_net::netlink::{BridgeOptions, BridgeVlanSettings, LinkCondition, LinkKin
 use cni_net::{Link, MacAddr, NetNs, Netlink};
 use cni_sdk::{delegate, CniError, CniResult, GcErrors, Plugin, Request};
 pub(crate) use config::BridgeConf;
+use ipnet::IpNet;
 use std::time::Duration;
 
 /// Result interface indexes: the bridge is 0, then the host veth, then the container's
@@ -117,6 +118,95 @@ fn requested_mac(req: &Request) -> Result<Option<MacAddr>, CniError> {
         .transpose()
 }
 
+/// What ADD made of the bridge as the containers' gateway.
+struct GatewaySide {
+    /// The access VLAN's gateway link, when the gateway lives there rather than on the bridge.
+    vlan_link: Option<Link>,
+    /// Whether the bridge's MAC was pinned (else it may follow its ports' as they churn).
+    bridge_mac_pinned: bool,
+}
+
+/// Puts the gateway addresses on the bridge (or on the access VLAN's gateway link), pins
+/// the bridge's MAC and turns forwarding on for each family that has a gateway.
+fn serve_as_gateway(
+    nl: &mut Netlink,
+    bridge: &Link,
+    conf: &BridgeConf,
+    plan: &vlan::PortPlan,
+    bridge_addresses: &[IpNet],
+) -> Result<GatewaySide, CniError> {
+    let mut vlan_link = None;
+    if conf.is_gateway && plan.access != 0 {
+        if !bridge_addresses.is_empty() {
+            vlan_link =
+                Some(vlan_gateway::ensure(nl, bridge, plan.access, bridge_addresses, conf.force_address)?);
+        }
+    } else {
+        for gw in bridge_addresses {
+            gateway::ensure_address(nl, bridge, *gw, conf.force_address)?;
+        }
+    }
+    let mut bridge_mac_pinned = false;
+    if !bridge_addresses.is_empty() {
+        // Pin the bridge's MAC: otherwise it follows the lowest port MAC as ports churn.
+        if let Some(mac) = bridge.mac {
+            nl.set_link_mac(bridge.index, mac).or_cni("pin bridge MAC")?;
+            bridge_mac_pinned = true;
+        }
+    }
+    for v4 in [true, false] {
+        if bridge_addresses.iter().any(|a| a.addr().is_ipv4() == v4) {
+            crate::common::enable_forwarding(v4)?;
+        }
+    }
+    Ok(GatewaySide { vlan_link, bridge_mac_pinned })
+}
+
+/// The result's interfaces, in the order of the index constants above: the bridge as it
+/// is now, the host veth, the container's, and the access VLAN's gateway link if any.
+fn result_interfaces(
+    nl: &mut Netlink,
+    bridge: &Link,
+    gateway: &GatewaySide,
+    host_veth: &Link,
+    container_link: &Link,
+    netns: &str,
+) -> Result<Vec<cni_types::Interface>, CniError> {
+    // An unpinned bridge's MAC may have followed the new port's; the veth's stays.
+    let bridge_now = if gateway.bridge_mac_pinned {
+        bridge.clone()
+    } else {
+        nl.require_link(&bridge.name).or_cni("look up bridge")?
+    };
+    let mut interfaces = vec![
+        veth::result_interface(&bridge_now, ""),
+        veth::result_interface(host_veth, ""),
+        veth::result_interface(container_link, netns),
+    ];
+    interfaces.extend(gateway.vlan_link.iter().map(|link| veth::result_interface(link, "")));
+    Ok(interfaces)
+}
+
+/// The attachment's nftables state: masquerade and the MAC spoof check. All or nothing:
+/// masquerade is undone if the spoof check fails.
+fn add_firewall_rules(
+    req: &Request,
+    conf: &BridgeConf,
+    result: &CniResult,
+    host_port: &Link,
+    container_link: &Link,
+) -> Result<(), CniError> {
+    let masq_guard = if conf.ip_masq { Some(masq::add_guarded(req, result, CONTAINER_IFACE)?) } else { None };
+    if conf.mac_spoof_check {
+        let mac = container_link.mac.ok_or_else(|| CniError::internal("container interface has no MAC"))?;
+        spoofcheck::add(req, &host_port.name, mac)?;
+    }
+    if let Some(guard) = masq_guard {
+        guard.keep();
+    }
+    Ok(())
+}
+
 impl Bridge {
     fn add_attachment(
         &self,
@@ -169,66 +259,20 @@ impl Bridge {
         } else {
             iface::configure(&mut cont_nl, &cont_link, &result, CONTAINER_IFACE, conf.enable_dad)?;
         }
-        let mut vlan_gateway_link = None;
-        if conf.is_gateway && plan.access != 0 {
-            if !bridge_addresses.is_empty() {
-                vlan_gateway_link = Some(vlan_gateway::ensure(
-                    &mut host_nl,
-                    &bridge,
-                    plan.access,
-                    &bridge_addresses,
-                    conf.force_address,
-                )?);
-            }
-        } else {
-            for gw in &bridge_addresses {
-                gateway::ensure_address(&mut host_nl, &bridge, *gw, conf.force_address)?;
-            }
-        }
-        let mut bridge_pinned = false;
-        if !bridge_addresses.is_empty() {
-            // Pin the bridge's MAC: otherwise it follows the lowest port MAC as ports churn.
-            if let Some(mac) = bridge.mac {
-                host_nl.set_link_mac(bridge.index, mac).or_cni("pin bridge MAC")?;
-                bridge_pinned = true;
-            }
-        }
-        for v4 in [true, false] {
-            if bridge_addresses.iter().any(|a| a.addr().is_ipv4() == v4) {
-                crate::common::enable_forwarding(v4)?;
-            }
-        }
+        let gateway = serve_as_gateway(&mut host_nl, &bridge, conf, plan, &bridge_addresses)?;
         if !conf.disable_container_interface {
             wait_for_port(&mut host_nl, &host_veth.link)?;
         }
 
-        // An unpinned bridge's MAC may have followed the new port's; the veth's stays.
-        let bridge_now = if bridge_pinned {
-            bridge.clone()
-        } else {
-            host_nl.require_link(&bridge.name).or_cni("look up bridge")?
-        };
-        result.interfaces = vec![
-            veth::result_interface(&bridge_now, ""),
-            veth::result_interface(&host_veth.link, ""),
-            veth::result_interface(&cont_link, &req.netns),
-        ];
-        result.interfaces.extend(vlan_gateway_link.iter().map(|link| veth::result_interface(link, "")));
+        result.interfaces =
+            result_interfaces(&mut host_nl, &bridge, &gateway, &host_veth.link, &cont_link, &req.netns)?;
         // The configured `dns` wins over IPAM's, as in the reference (which only skips a
         // configured `dns` that sets nothing).
         if let Some(dns) = conf.dns.as_ref().filter(|dns| !dns.is_empty()) {
             result.dns = dns.clone();
         }
         // Firewalling last: every step before it can fail without nftables state to undo.
-        let masq_guard =
-            if conf.ip_masq { Some(masq::add_guarded(req, &result, CONTAINER_IFACE)?) } else { None };
-        if conf.mac_spoof_check {
-            let mac = cont_link.mac.ok_or_else(|| CniError::internal("container interface has no MAC"))?;
-            spoofcheck::add(req, &host_veth.link.name, mac)?;
-        }
-        if let Some(guard) = masq_guard {
-            guard.keep();
-        }
+        add_firewall_rules(req, conf, &result, &host_veth.link, &cont_link)?;
         host_veth.keep();
         if let Some(ipam) = ipam {
             ipam.keep();

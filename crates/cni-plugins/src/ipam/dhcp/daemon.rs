@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
+use std::ops::ControlFlow;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -22,7 +23,7 @@ use cni_types::ErrorCode;
 
 use super::client::{log, Client, ClientError, ClientParams, Timing};
 use super::client6::Client6;
-use super::lease::{unix_now, Lease, Leased};
+use super::lease::{unix_now, Lease, LeaseTimes, Leased};
 use super::metrics::{self, DhcpMetrics, Op as MetricOp};
 use super::protocol::{self, LeaseStatus, Op, Request, Response, PROTOCOL_VERSION};
 use super::store::{AttachmentKey, Family, Record, Store};
@@ -177,6 +178,8 @@ impl Daemon {
         }
     }
 
+    /// Keeps one lease alive until it is stopped: each turn does what the lease's phase at
+    /// that moment asks for, then sleeps as long as that step says.
     fn maintain(&self, tracked: &Tracked) {
         loop {
             let record = {
@@ -186,104 +189,105 @@ impl Daemon {
                 }
                 state.record.clone()
             };
-            let lease = &record.lease;
             let now = unix_now();
-            match phase_at(lease, now) {
-                Phase::Bound => {
-                    self.update(tracked, None, Phase::Bound, String::new());
-                    if tracked.sleep_until(lease.renew_at()) {
-                        return;
-                    }
+            let next = match phase_at(&record.lease, now) {
+                Phase::Bound => self.hold_until_renewal(tracked, &record.lease),
+                phase @ (Phase::Renewing | Phase::Rebinding) => self.extend(tracked, &record, phase, now),
+                Phase::Expired => self.reacquire(tracked, &record),
+            };
+            if next.is_break() {
+                return;
+            }
+        }
+    }
+
+    /// Bound: nothing to do before T1. Breaks when the lease was stopped meanwhile.
+    fn hold_until_renewal(&self, tracked: &Tracked, lease: &Leased) -> ControlFlow<()> {
+        self.update(tracked, None, Phase::Bound, String::new());
+        stopped_if(tracked.sleep_until(lease.renew_at()))
+    }
+
+    /// Renewing (T1..T2, with the server that granted the lease) or rebinding (T2..expiry,
+    /// with any server). A refusal ends the lease; any other failure retries before the
+    /// phase's boundary. Breaks when the lease was stopped during a pause.
+    fn extend(&self, tracked: &Tracked, record: &Record, phase: Phase, now: u64) -> ControlFlow<()> {
+        let lease = &record.lease;
+        let rebind = phase == Phase::Rebinding;
+        let boundary = if rebind { lease.expires_at() } else { lease.rebind_at() };
+        let limit =
+            Duration::from_secs(boundary.saturating_sub(now)).clamp(MIN_RETRY, self.settings.timing.timeout);
+        self.update(tracked, None, phase, String::new());
+        let outcome = self.client(record).and_then(|c| c.extend(lease, rebind, limit));
+        match outcome {
+            Ok(new) => {
+                log::info(format_args!(
+                    "{} lease {} of {} for {} s",
+                    if rebind { "rebound" } else { "renewed" },
+                    new,
+                    record.key,
+                    new.lease_secs()
+                ));
+                self.metrics.succeeded(if rebind { MetricOp::Rebind } else { MetricOp::Renew });
+                self.update(tracked, Some(new), Phase::Bound, String::new());
+            }
+            Err(e @ (ClientError::Nak(_) | ClientError::Refused(_))) => {
+                self.metrics
+                    .failed(if rebind { MetricOp::Rebind } else { MetricOp::Renew }, metrics::reason(&e));
+                let why = match e {
+                    ClientError::Nak(msg) => format!("DHCPNAK {}", msg.unwrap_or_default()),
+                    ClientError::Refused(status) => status,
+                    other => other.to_string(),
+                };
+                log::info(format_args!("lease {lease} of {} refused by the server: {why}", record.key));
+                self.update(tracked, Some(lease.lost()), Phase::Expired, why);
+            }
+            Err(e) => {
+                let op = if rebind { MetricOp::Rebind } else { MetricOp::Renew };
+                self.metrics.failed(op, metrics::reason(&e));
+                log::debug(format_args!("{} {}: {e}", phase.name(), record.key));
+                self.update(tracked, None, phase, e.to_string());
+                // Half the time left to the boundary, as RFC 2131 says, but never
+                // past it: a renewal that overran T2 goes on to rebinding at once
+                // instead of sleeping through the rebinding window into expiry.
+                let left = Duration::from_secs(boundary.saturating_sub(unix_now()));
+                let pause = (left / 2).clamp(MIN_RETRY, MAX_RETRY).min(left);
+                if !pause.is_zero() {
+                    return stopped_if(tracked.sleep_for(pause));
                 }
-                phase @ (Phase::Renewing | Phase::Rebinding) => {
-                    let rebind = phase == Phase::Rebinding;
-                    let boundary = if rebind { lease.expires_at() } else { lease.rebind_at() };
-                    let limit = Duration::from_secs(boundary.saturating_sub(now))
-                        .clamp(MIN_RETRY, self.settings.timing.timeout);
-                    self.update(tracked, None, phase, String::new());
-                    let outcome = self.client(&record).and_then(|c| c.extend(lease, rebind, limit));
-                    match outcome {
-                        Ok(new) => {
-                            log::info(format_args!(
-                                "{} lease {} of {} for {} s",
-                                if rebind { "rebound" } else { "renewed" },
-                                new,
-                                record.key,
-                                new.lease_secs()
-                            ));
-                            self.metrics.succeeded(if rebind { MetricOp::Rebind } else { MetricOp::Renew });
-                            self.update(tracked, Some(new), Phase::Bound, String::new());
-                        }
-                        Err(e @ (ClientError::Nak(_) | ClientError::Refused(_))) => {
-                            self.metrics.failed(
-                                if rebind { MetricOp::Rebind } else { MetricOp::Renew },
-                                metrics::reason(&e),
-                            );
-                            let why = match e {
-                                ClientError::Nak(msg) => format!("DHCPNAK {}", msg.unwrap_or_default()),
-                                ClientError::Refused(status) => status,
-                                other => other.to_string(),
-                            };
-                            log::info(format_args!(
-                                "lease {lease} of {} refused by the server: {why}",
-                                record.key
-                            ));
-                            self.update(tracked, Some(lease.lost()), Phase::Expired, why);
-                        }
-                        Err(e) => {
-                            let op = if rebind { MetricOp::Rebind } else { MetricOp::Renew };
-                            self.metrics.failed(op, metrics::reason(&e));
-                            log::debug(format_args!("{} {}: {e}", phase.name(), record.key));
-                            self.update(tracked, None, phase, e.to_string());
-                            // Half the time left to the boundary, as RFC 2131 says, but never
-                            // past it: a renewal that overran T2 goes on to rebinding at once
-                            // instead of sleeping through the rebinding window into expiry.
-                            let left = Duration::from_secs(boundary.saturating_sub(unix_now()));
-                            let pause = (left / 2).clamp(MIN_RETRY, MAX_RETRY).min(left);
-                            if !pause.is_zero() && tracked.sleep_for(pause) {
-                                return;
-                            }
-                        }
-                    }
-                }
-                Phase::Expired => {
-                    let first = tracked.lock().phase != Phase::Expired;
-                    if first {
-                        log::info(format_args!(
-                            "lease {lease} of {} expired; asking for a new one",
-                            record.key
-                        ));
-                        self.update(tracked, None, Phase::Expired, "lease expired".into());
-                    }
-                    match self.client(&record).and_then(|c| c.acquire(Some(lease.address().addr()))) {
-                        Ok(new) => {
-                            // The daemon does not readdress the container (the interface
-                            // plugin configured it); a different address makes CHECK fail,
-                            // so the runtime can re-create the attachment.
-                            let moved = new.address().addr() != lease.address().addr();
-                            log::info(format_args!(
-                                "new lease {} for {}{}",
-                                new,
-                                record.key,
-                                if moved {
-                                    format!(" (the interface still has {lease})")
-                                } else {
-                                    String::new()
-                                }
-                            ));
-                            self.metrics.succeeded(MetricOp::Acquire);
-                            self.update(tracked, Some(new), Phase::Bound, String::new());
-                        }
-                        Err(e) => {
-                            self.metrics.failed(MetricOp::Acquire, metrics::reason(&e));
-                            self.update(tracked, None, Phase::Expired, format!("lease expired; {e}"));
-                            if tracked.sleep_for(self.settings.timing.resend_max.clamp(MIN_RETRY, MAX_RETRY))
-                            {
-                                return;
-                            }
-                        }
-                    }
-                }
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Expired: asks for a new lease, preferring the old address, and retries until one
+    /// comes. Breaks when the lease was stopped during a pause.
+    fn reacquire(&self, tracked: &Tracked, record: &Record) -> ControlFlow<()> {
+        let lease = &record.lease;
+        let first = tracked.lock().phase != Phase::Expired;
+        if first {
+            log::info(format_args!("lease {lease} of {} expired; asking for a new one", record.key));
+            self.update(tracked, None, Phase::Expired, "lease expired".into());
+        }
+        match self.client(record).and_then(|c| c.acquire(Some(lease.address().addr()))) {
+            Ok(new) => {
+                // The daemon does not readdress the container (the interface
+                // plugin configured it); a different address makes CHECK fail,
+                // so the runtime can re-create the attachment.
+                let moved = new.address().addr() != lease.address().addr();
+                log::info(format_args!(
+                    "new lease {} for {}{}",
+                    new,
+                    record.key,
+                    if moved { format!(" (the interface still has {lease})") } else { String::new() }
+                ));
+                self.metrics.succeeded(MetricOp::Acquire);
+                self.update(tracked, Some(new), Phase::Bound, String::new());
+                ControlFlow::Continue(())
+            }
+            Err(e) => {
+                self.metrics.failed(MetricOp::Acquire, metrics::reason(&e));
+                self.update(tracked, None, Phase::Expired, format!("lease expired; {e}"));
+                stopped_if(tracked.sleep_for(self.settings.timing.resend_max.clamp(MIN_RETRY, MAX_RETRY)))
             }
         }
     }
@@ -539,11 +543,18 @@ fn placeholder_lease() -> Leased {
         domain: None,
         search: Vec::new(),
         mtu: None,
-        lease_secs: 0,
-        renew_secs: 0,
-        rebind_secs: 0,
-        acquired_unix: 0,
+        times: LeaseTimes::default(),
     })
+}
+
+/// A maintenance step's verdict from a sleep of the lease's: `Break` when the sleep was cut
+/// short because the lease was stopped.
+fn stopped_if(stopped: bool) -> ControlFlow<()> {
+    if stopped {
+        ControlFlow::Break(())
+    } else {
+        ControlFlow::Continue(())
+    }
 }
 
 mod exchanger;

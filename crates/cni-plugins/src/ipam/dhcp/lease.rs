@@ -39,12 +39,44 @@ pub struct Lease {
     pub search: Vec<String>,
     #[serde(default)]
     pub mtu: Option<u16>,
-    /// Seconds, from the ACK; T1 and T2 default to 1/2 and 7/8 of it (RFC 2131 4.4.5).
+    /// From the ACK: the lease time (option 51), T1 and T2 (options 58 and 59; 1/2 and 7/8
+    /// of the lease time by default, RFC 2131 4.4.5).
+    #[serde(flatten)]
+    pub times: LeaseTimes,
+}
+
+/// When a lease of either family is to be renewed (T1), rebound (T2) and given up, as
+/// seconds from the moment the request that won it was sent. Records keep these fields
+/// flat in the lease, as they always have.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseTimes {
+    /// How long the address is the client's (v6: the valid lifetime).
     pub lease_secs: u32,
     pub renew_secs: u32,
     pub rebind_secs: u32,
-    /// Unix time of the ACK the times count from.
+    /// Unix time the request was sent; the times count from then.
     pub acquired_unix: u64,
+}
+
+impl LeaseTimes {
+    /// Unix time `secs` after the request; a lifetime of "infinity" saturates rather than
+    /// overflows.
+    fn at(&self, secs: u32) -> u64 {
+        self.acquired_unix.saturating_add(u64::from(secs))
+    }
+    pub fn renew_at(&self) -> u64 {
+        self.at(self.renew_secs)
+    }
+    pub fn rebind_at(&self) -> u64 {
+        self.at(self.rebind_secs)
+    }
+    pub fn expires_at(&self) -> u64 {
+        self.at(self.lease_secs)
+    }
+    /// The same lease with every time at zero: lost (a NAK, NoBinding).
+    fn lost(self) -> LeaseTimes {
+        LeaseTimes { lease_secs: 0, renew_secs: 0, rebind_secs: 0, ..self }
+    }
 }
 
 pub fn unix_now() -> u64 {
@@ -95,24 +127,8 @@ impl Lease {
             domain: ack.option(opt::DOMAIN_NAME).and_then(opt::domain_name),
             search: ack.option(opt::DOMAIN_SEARCH).map(opt::domain_search).unwrap_or_default(),
             mtu: ack.option(opt::INTERFACE_MTU).and_then(opt::u16_value),
-            lease_secs,
-            renew_secs,
-            rebind_secs,
-            acquired_unix,
+            times: LeaseTimes { lease_secs, renew_secs, rebind_secs, acquired_unix },
         })
-    }
-
-    fn at(&self, secs: u32) -> u64 {
-        self.acquired_unix.saturating_add(u64::from(secs))
-    }
-    pub fn renew_at(&self) -> u64 {
-        self.at(self.renew_secs)
-    }
-    pub fn rebind_at(&self) -> u64 {
-        self.at(self.rebind_secs)
-    }
-    pub fn expires_at(&self) -> u64 {
-        self.at(self.lease_secs)
     }
 
     pub fn gateway(&self) -> Option<Ipv4Addr> {
@@ -165,29 +181,23 @@ pub enum Leased {
 }
 
 impl Leased {
-    pub fn renew_at(&self) -> u64 {
+    pub fn times(&self) -> &LeaseTimes {
         match self {
-            Leased::V4(l) => l.renew_at(),
-            Leased::V6(l) => l.renew_at(),
+            Leased::V4(l) => &l.times,
+            Leased::V6(l) => &l.times,
         }
+    }
+    pub fn renew_at(&self) -> u64 {
+        self.times().renew_at()
     }
     pub fn rebind_at(&self) -> u64 {
-        match self {
-            Leased::V4(l) => l.rebind_at(),
-            Leased::V6(l) => l.rebind_at(),
-        }
+        self.times().rebind_at()
     }
     pub fn expires_at(&self) -> u64 {
-        match self {
-            Leased::V4(l) => l.expires_at(),
-            Leased::V6(l) => l.expires_at(),
-        }
+        self.times().expires_at()
     }
     pub fn lease_secs(&self) -> u32 {
-        match self {
-            Leased::V4(l) => l.lease_secs,
-            Leased::V6(l) => l.lease_secs,
-        }
+        self.times().lease_secs
     }
     /// The address with its prefix length.
     pub fn address(&self) -> IpNet {
@@ -200,8 +210,8 @@ impl Leased {
     pub fn lost(&self) -> Leased {
         let mut lost = self.clone();
         match &mut lost {
-            Leased::V4(l) => (l.lease_secs, l.renew_secs, l.rebind_secs) = (0, 0, 0),
-            Leased::V6(l) => (l.lease_secs, l.renew_secs, l.rebind_secs) = (0, 0, 0),
+            Leased::V4(l) => l.times = l.times.lost(),
+            Leased::V6(l) => l.times = l.times.lost(),
         }
         lost
     }
@@ -254,7 +264,10 @@ mod tests {
     fn lease_from_ack_with_default_times() {
         let lease = Lease::from_ack(&ack(), 1000).unwrap();
         assert_eq!(lease.address, "10.9.0.20/24".parse::<Ipv4Net>().unwrap());
-        assert_eq!((lease.renew_at(), lease.rebind_at(), lease.expires_at()), (2800, 4150, 4600));
+        assert_eq!(
+            (lease.times.renew_at(), lease.times.rebind_at(), lease.times.expires_at()),
+            (2800, 4150, 4600)
+        );
         let json = serde_json::to_value(lease.routes()).unwrap();
         assert_eq!(
             json,
@@ -313,7 +326,7 @@ mod tests {
                 m.set_option(code, value);
             }
             if let Some(lease) = Lease::from_ack(&m, 1000) {
-                proptest::prop_assert!(lease.renew_at() <= lease.rebind_at() && lease.rebind_at() <= lease.expires_at());
+                proptest::prop_assert!(lease.times.renew_at() <= lease.times.rebind_at() && lease.times.rebind_at() <= lease.times.expires_at());
                 let _ = (lease.routes(), lease.dns(), lease.ip_config());
             }
         }
@@ -323,7 +336,7 @@ mod tests {
     fn bad_acks_and_times() {
         let mut m = ack();
         m.set_option(opt::RENEWAL_TIME, 5000u32.to_be_bytes().to_vec());
-        assert_eq!(Lease::from_ack(&m, 0).unwrap().renew_secs, 1800);
+        assert_eq!(Lease::from_ack(&m, 0).unwrap().times.renew_secs, 1800);
         m.options.retain(|(c, _)| *c != opt::SERVER_ID);
         assert!(Lease::from_ack(&m, 0).is_none());
         let mut m = ack();

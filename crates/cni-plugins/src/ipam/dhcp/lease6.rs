@@ -14,6 +14,7 @@ use cni_types::{Dns, IpConfig, Route};
 use ipnet::{IpNet, Ipv6Net};
 use serde::{Deserialize, Serialize};
 
+use super::lease::LeaseTimes;
 use super::options::{domain_search, MAX_DNS_SERVERS};
 use super::wire6::{IaNa, Message, MAX_DUID_LEN, OPT_DNS_SERVERS, OPT_DOMAIN_LIST, OPT_SERVER_ID};
 
@@ -29,14 +30,11 @@ pub struct Lease6 {
     #[serde(default)]
     pub search: Vec<String>,
     pub preferred_secs: u32,
-    /// The valid lifetime: when it ends, the address is gone.
-    pub lease_secs: u32,
-    /// T1 and T2 (RFC 8415 21.4; the client picks 0.5 and 0.8 of the preferred lifetime
-    /// when the server leaves them to it).
-    pub renew_secs: u32,
-    pub rebind_secs: u32,
-    /// Unix time the request was sent; the times count from then.
-    pub acquired_unix: u64,
+    /// The valid lifetime (when it ends, the address is gone), T1 and T2 (RFC 8415 21.4;
+    /// the client picks 0.5 and 0.8 of the preferred lifetime when the server leaves them
+    /// to it).
+    #[serde(flatten)]
+    pub times: LeaseTimes,
 }
 
 /// Why a reply's binding is not taken.
@@ -81,7 +79,7 @@ impl Lease6 {
             return Err(Refused::BadAddress(granted.address));
         }
         // "Infinity" (all ones) is taken as the 136 years it reads as: the deadlines
-        // saturate rather than overflow (see `at`).
+        // saturate rather than overflow (see `LeaseTimes`).
         let (preferred, valid) = (granted.preferred, granted.valid);
         if preferred > valid {
             // RFC 8415 21.6: such an address must be discarded.
@@ -112,24 +110,13 @@ impl Lease6 {
             dns_servers,
             search,
             preferred_secs: preferred,
-            lease_secs: valid,
-            renew_secs: t1,
-            rebind_secs: t2,
-            acquired_unix: sent_unix,
+            times: LeaseTimes {
+                lease_secs: valid,
+                renew_secs: t1,
+                rebind_secs: t2,
+                acquired_unix: sent_unix,
+            },
         })
-    }
-
-    fn at(&self, secs: u32) -> u64 {
-        self.acquired_unix.saturating_add(u64::from(secs))
-    }
-    pub fn renew_at(&self) -> u64 {
-        self.at(self.renew_secs)
-    }
-    pub fn rebind_at(&self) -> u64 {
-        self.at(self.rebind_secs)
-    }
-    pub fn expires_at(&self) -> u64 {
-        self.at(self.lease_secs)
     }
 
     pub fn ip_config(&self) -> IpConfig {
@@ -192,7 +179,10 @@ mod tests {
         m.push(OPT_DOMAIN_LIST, search);
         let lease = Lease6::from_reply(&m, 9, 64, 1000).unwrap();
         assert_eq!(lease.address, "2001:db8::20/64".parse::<Ipv6Net>().unwrap());
-        assert_eq!((lease.renew_at(), lease.rebind_at(), lease.expires_at()), (1030, 1060, 1200));
+        assert_eq!(
+            (lease.times.renew_at(), lease.times.rebind_at(), lease.times.expires_at()),
+            (1030, 1060, 1200)
+        );
         assert_eq!(lease.dns().nameservers, ["2001:db8::53"]);
         assert_eq!(lease.dns().search, ["a.example", "b.example"]);
         assert_eq!(lease.ip_config().gateway, None);
@@ -202,12 +192,12 @@ mod tests {
     #[test]
     fn times_left_to_the_client_or_out_of_order_get_the_defaults() {
         let lease = Lease6::from_reply(&reply("fd00::5", 100, 200, 0, 0), 9, 128, 0).unwrap();
-        assert_eq!((lease.renew_secs, lease.rebind_secs), (50, 80));
+        assert_eq!((lease.times.renew_secs, lease.times.rebind_secs), (50, 80));
         let lease = Lease6::from_reply(&reply("fd00::5", 100, 200, 90, 40), 9, 128, 0).unwrap();
-        assert_eq!((lease.renew_secs, lease.rebind_secs), (50, 80));
+        assert_eq!((lease.times.renew_secs, lease.times.rebind_secs), (50, 80));
         let lease =
             Lease6::from_reply(&reply("fd00::5", u32::MAX, u32::MAX, 0, 0), 9, 128, u64::MAX - 5).unwrap();
-        assert_eq!(lease.expires_at(), u64::MAX, "infinity saturates");
+        assert_eq!(lease.times.expires_at(), u64::MAX, "infinity saturates");
     }
 
     #[test]

@@ -242,6 +242,53 @@ fn range_set_specs(
     Ok(set_specs)
 }
 
+/// The range sets of `set_specs`, in order; a set overlapping an earlier one is an error
+/// naming both.
+fn disjoint_range_sets(set_specs: &[(String, Vec<RangeSpec>)]) -> Result<Vec<RangeSet>, HostLocalError> {
+    let mut range_sets: Vec<RangeSet> = Vec::with_capacity(set_specs.len());
+    for (field, specs) in set_specs {
+        // The legacy top-level range is reported under its own keys (`ipam.subnet`).
+        let set = if field == "ipam" {
+            RangeSet::from_named_specs(specs, field, |_| "ipam".to_string())
+        } else {
+            RangeSet::from_specs(specs, field)
+        }
+        .map_err(invalid)?;
+        if let Some(i) = range_sets.iter().position(|other| other.overlaps(&set)) {
+            return Err(invalid(format!(
+                "{field}: range set overlaps with {} ({})",
+                set_specs[i].0, range_sets[i]
+            )));
+        }
+        range_sets.push(set);
+    }
+    Ok(range_sets)
+}
+
+/// The addresses asked for through `CNI_ARGS`, `args.cni.ips` and `runtimeConfig.ips`, each
+/// once, remembering the strongest source that asked for it.
+fn requested_ips(
+    cni_args: Option<&str>,
+    arg_ips: &[String],
+    runtime_ips: &[String],
+) -> Result<Vec<RequestedIp>, HostLocalError> {
+    let mut requested = Vec::new();
+    if let Some(args) = cni_args {
+        for ip in requested_from_cni_args(args)? {
+            add_requested(&mut requested, ip, IpSource::CniArgs);
+        }
+    }
+    for (i, text) in arg_ips.iter().enumerate() {
+        let ip = parse_requested(&format!("args.cni.ips[{i}]"), text).map_err(invalid)?;
+        add_requested(&mut requested, ip, IpSource::ArgsCni);
+    }
+    for (i, text) in runtime_ips.iter().enumerate() {
+        let ip = parse_requested(&format!("runtimeConfig.ips[{i}]"), text).map_err(invalid)?;
+        add_requested(&mut requested, ip, IpSource::RuntimeConfig);
+    }
+    Ok(requested)
+}
+
 impl HostLocalConf {
     /// Parses and validates the plugin's stdin and `CNI_ARGS` (pass `None` when unset).
     pub fn parse(stdin: &[u8], cni_args: Option<&str>) -> Result<Self, HostLocalError> {
@@ -260,23 +307,7 @@ impl HostLocalConf {
         if set_specs.is_empty() {
             return Err(invalid("ipam.ranges: no IP ranges specified (need ranges or subnet)"));
         }
-        let mut range_sets: Vec<RangeSet> = Vec::with_capacity(set_specs.len());
-        for (field, specs) in &set_specs {
-            // The legacy top-level range is reported under its own keys (`ipam.subnet`).
-            let set = if field == "ipam" {
-                RangeSet::from_named_specs(specs, field, |_| "ipam".to_string())
-            } else {
-                RangeSet::from_specs(specs, field)
-            }
-            .map_err(invalid)?;
-            if let Some(i) = range_sets.iter().position(|other| other.overlaps(&set)) {
-                return Err(invalid(format!(
-                    "{field}: range set overlaps with {} ({})",
-                    set_specs[i].0, range_sets[i]
-                )));
-            }
-            range_sets.push(set);
-        }
+        let range_sets = disjoint_range_sets(&set_specs)?;
         let cni_version = raw.cni_version.unwrap_or_default();
         let v4_sets = range_sets.iter().filter(|s| s.is_ipv4()).count();
         if matches!(cni_version.as_str(), "" | "0.1.0" | "0.2.0")
@@ -292,21 +323,8 @@ impl HostLocalConf {
             routes.push(parse_route(raw_route, &format!("ipam.routes[{i}]"))?);
         }
 
-        let mut requested = Vec::new();
-        if let Some(args) = cni_args {
-            for ip in requested_from_cni_args(args)? {
-                add_requested(&mut requested, ip, IpSource::CniArgs);
-            }
-        }
-        let arg_ips = raw.args.and_then(|a| a.cni).and_then(|c| c.ips);
-        for (i, text) in arg_ips.unwrap_or_default().iter().enumerate() {
-            let ip = parse_requested(&format!("args.cni.ips[{i}]"), text).map_err(invalid)?;
-            add_requested(&mut requested, ip, IpSource::ArgsCni);
-        }
-        for (i, text) in runtime.ips.unwrap_or_default().iter().enumerate() {
-            let ip = parse_requested(&format!("runtimeConfig.ips[{i}]"), text).map_err(invalid)?;
-            add_requested(&mut requested, ip, IpSource::RuntimeConfig);
-        }
+        let arg_ips = raw.args.and_then(|a| a.cni).and_then(|c| c.ips).unwrap_or_default();
+        let requested = requested_ips(cni_args, &arg_ips, &runtime.ips.unwrap_or_default())?;
 
         if ipam.data_dir.as_deref().is_some_and(|d| d.contains('\0')) {
             return Err(invalid("ipam.dataDir: contains a NUL byte"));
