@@ -1,0 +1,369 @@
+//! One run at one size: the cold start, the steady state, then joins one after another.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use cni_etcd_testing::EtcdCluster;
+
+use crate::agent::{Agent, AgentSettings, DEVICE};
+use crate::etcd_load::{metrics_address, EtcdCounters};
+use crate::observe::{Peer, Programmed};
+use crate::topology::{Topology, PREFIX};
+use crate::{Error, Result};
+
+/// Pause between two observation rounds (a round itself dumps every node waited on).
+const ROUND_PAUSE: Duration = Duration::from_millis(10);
+
+/// How one run is made.
+pub struct Options<'a> {
+    pub nodes: usize,
+    /// How many leave-and-join cycles are measured.
+    pub joins: usize,
+    /// How long the converged cluster is left alone to measure its steady load.
+    pub steady: Duration,
+    /// The agents' lease TTL (they renew three times per TTL).
+    pub ttl: u64,
+    pub agent_binary: PathBuf,
+    /// The longest any one phase may take before the run fails.
+    pub limit: Duration,
+    /// Set by Ctrl-C/SIGTERM: the run stops at its next check and cleans up.
+    pub stop: &'a AtomicBool,
+}
+
+/// What one run measured.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub nodes: usize,
+    /// From the first agent's start until every node held exactly its peers' entries.
+    pub cold_start: Duration,
+    /// From a joining agent's start until every other node held its entries.
+    pub joins: Vec<Duration>,
+    /// From a leaving agent's SIGTERM until no other node held any of its entries.
+    pub leaves: Vec<Duration>,
+    /// etcd requests per agent per second, the converged cluster left alone.
+    pub steady_requests: f64,
+    /// Of those, lease keep-alives.
+    pub steady_keepalives: f64,
+    /// etcd requests (by every agent) per join, from the joiner's start until every peer
+    /// had it, and watch messages etcd sent meanwhile.
+    pub join_requests: f64,
+    pub join_watch_messages: f64,
+    /// etcd requests per agent per second during the joins' windows.
+    pub join_requests_per_agent: f64,
+    /// Agents' resident memory after the steady state, KiB.
+    pub rss_mean_kib: u64,
+    pub rss_max_kib: u64,
+    /// The mean duration of one observation round over every node (the resolution of
+    /// the cold-start figure).
+    pub round: Duration,
+    /// The machine's 1-minute load average at the start and the end.
+    pub load: (f64, f64),
+}
+
+impl Report {
+    pub fn join_percentile(&self, percent: usize) -> Duration {
+        percentile(&self.joins, percent)
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        let ms = |d: Duration| (d.as_secs_f64() * 1e4).round() / 10.0;
+        serde_json::json!({
+            "nodes": self.nodes,
+            "cold_start_ms": ms(self.cold_start),
+            "join_ms": self.joins.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
+            "join_p50_ms": ms(self.join_percentile(50)),
+            "join_max_ms": ms(self.join_percentile(100)),
+            "leave_ms": self.leaves.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
+            "steady_requests_per_agent_s": self.steady_requests,
+            "steady_keepalives_per_agent_s": self.steady_keepalives,
+            "join_requests": self.join_requests,
+            "join_watch_messages": self.join_watch_messages,
+            "join_requests_per_agent_s": self.join_requests_per_agent,
+            "rss_mean_kib": self.rss_mean_kib,
+            "rss_max_kib": self.rss_max_kib,
+            "observation_round_ms": ms(self.round),
+            "load_average": [self.load.0, self.load.1],
+        })
+    }
+}
+
+/// The `percent`th percentile (nearest rank) of `samples`; zero when there are none.
+pub fn percentile(samples: &[Duration], percent: usize) -> Duration {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    match sorted.len() {
+        0 => Duration::ZERO,
+        n => sorted[((n * percent).div_ceil(100)).clamp(1, n) - 1],
+    }
+}
+
+fn load_average() -> f64 {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().next().and_then(|l| l.parse().ok()).unwrap_or(0.0)
+}
+
+/// The simulated cluster. Field order is drop order: the agents die before the
+/// namespaces they program go, etcd and the directory last.
+struct Cluster<'a> {
+    agents: Vec<Option<Agent>>,
+    topology: Topology,
+    /// Held for its `Drop`: the member is killed and its data removed.
+    _etcd: EtcdCluster,
+    endpoint: String,
+    etcd_metrics: std::net::SocketAddr,
+    /// Held for its `Drop`: the nodes' directories (logs, subnet files) go.
+    _dir: tempfile::TempDir,
+    options: &'a Options<'a>,
+    /// Observation rounds over the nodes: count and total time.
+    rounds: (u32, Duration),
+}
+
+/// Builds the cluster, measures it and tears it all down (also on failure).
+pub fn run(options: &Options) -> Result<Report> {
+    cni_testkit::ns::require_root();
+    let load_before = load_average();
+    let dir = tempfile::Builder::new().prefix(&format!("{PREFIX}-scale-")).tempdir()?;
+    let etcd = EtcdCluster::start(PREFIX, 1);
+    let endpoint = etcd.endpoints()[0].clone();
+    let etcd_metrics = metrics_address(&endpoint)?;
+    let topology = Topology::build(options.nodes, dir.path())?;
+    let agents = (0..options.nodes).map(|_| None).collect();
+    let mut cluster = Cluster {
+        agents,
+        topology,
+        _etcd: etcd,
+        endpoint,
+        etcd_metrics,
+        _dir: dir,
+        options,
+        rounds: (0, Duration::ZERO),
+    };
+
+    let cold_start = cluster.cold_start()?;
+    let converged = EtcdCounters::scrape(cluster.etcd_metrics)?;
+    cluster.sleep(options.steady)?;
+    let steady = EtcdCounters::scrape(cluster.etcd_metrics)?;
+    let seconds = steady.at.duration_since(converged.at).as_secs_f64();
+    let per_agent = |delta: f64| delta / seconds / options.nodes as f64;
+    let (rss_mean_kib, rss_max_kib) = cluster.rss()?;
+
+    let (mut joins, mut leaves) = (Vec::new(), Vec::new());
+    let (mut join_requests, mut join_watch, mut join_time) = (0.0, 0.0, Duration::ZERO);
+    for sample in 0..options.joins {
+        // Spread over the nodes: early, middle and late indexes leave and come back.
+        let node = (sample * 7 + options.nodes / 2) % options.nodes;
+        leaves.push(cluster.leave(node)?);
+        let before = EtcdCounters::scrape(cluster.etcd_metrics)?;
+        let took = cluster.join(node)?;
+        let after = EtcdCounters::scrape(cluster.etcd_metrics)?;
+        joins.push(took);
+        join_requests += after.requests - before.requests;
+        join_watch += after.watch_messages - before.watch_messages;
+        join_time += after.at.duration_since(before.at);
+    }
+    let samples = options.joins.max(1) as f64;
+    let window = join_time.as_secs_f64().max(f64::MIN_POSITIVE);
+    Ok(Report {
+        nodes: options.nodes,
+        cold_start,
+        joins,
+        leaves,
+        steady_requests: per_agent(steady.requests - converged.requests),
+        steady_keepalives: per_agent(steady.keepalives - converged.keepalives),
+        join_requests: join_requests / samples,
+        join_watch_messages: join_watch / samples,
+        join_requests_per_agent: join_requests / window / options.nodes as f64,
+        rss_mean_kib,
+        rss_max_kib,
+        round: cluster.rounds.1 / cluster.rounds.0.max(1),
+        load: (load_before, load_average()),
+    })
+}
+
+impl Cluster<'_> {
+    fn start_agent(&mut self, node: usize) -> Result<()> {
+        let settings = AgentSettings {
+            binary: &self.options.agent_binary,
+            endpoint: &self.endpoint,
+            ttl: self.options.ttl,
+        };
+        self.agents[node] = Some(Agent::spawn(&settings, &self.topology.nodes[node])?);
+        Ok(())
+    }
+
+    /// Fails when asked to stop, or when an agent died (with the end of its log).
+    fn check(&mut self) -> Result<()> {
+        if self.options.stop.load(Ordering::SeqCst) {
+            return Err(Error::Interrupted);
+        }
+        for (i, agent) in self.agents.iter_mut().enumerate() {
+            if agent.as_mut().is_some_and(Agent::exited) {
+                let node = &self.topology.nodes[i];
+                let log = std::fs::read_to_string(node.log_file()).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                return Err(Error::Setup(format!("agent of {} exited: {}", node.name, tail.join(" | "))));
+            }
+        }
+        Ok(())
+    }
+
+    /// Sleeps `duration` in short slices, so an interrupt is seen within a fraction of a
+    /// second.
+    fn sleep(&mut self, duration: Duration) -> Result<()> {
+        let end = Instant::now() + duration;
+        while Instant::now() < end {
+            self.check()?;
+            std::thread::sleep((end - Instant::now()).min(Duration::from_millis(100)));
+        }
+        Ok(())
+    }
+
+    /// Repeats `round` (over the nodes still waited on) until it says every one is done,
+    /// or fails after the options' limit naming `what`.
+    fn until(&mut self, what: &str, mut round: impl FnMut(&mut Self) -> Result<bool>) -> Result<()> {
+        let deadline = Instant::now() + self.options.limit;
+        loop {
+            self.check()?;
+            let started = Instant::now();
+            let done = round(self)?;
+            self.rounds.0 += 1;
+            self.rounds.1 += started.elapsed();
+            if done {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Timeout(format!("{what} after {:?}", self.options.limit)));
+            }
+            std::thread::sleep(ROUND_PAUSE);
+        }
+    }
+
+    /// Node `i` as its peers must see it (once its agent wrote its subnet file).
+    fn peer(&self, i: usize) -> Option<Peer> {
+        let node = &self.topology.nodes[i];
+        Some(Peer { subnet: node.subnet()?, underlay: node.underlay })
+    }
+
+    fn dump(&mut self, i: usize) -> Result<Programmed> {
+        Programmed::dump(&mut self.topology.nodes[i].netlink)
+    }
+
+    /// Every agent started at once; returns the time until every node held exactly its
+    /// peers' entries.
+    fn cold_start(&mut self) -> Result<Duration> {
+        let started = Instant::now();
+        for i in 0..self.options.nodes {
+            self.start_agent(i)?;
+        }
+        let mut peers: Vec<Option<Peer>> = vec![None; self.options.nodes];
+        let mut waiting: Vec<usize> = (0..self.options.nodes).collect();
+        let mut converged_at = started;
+        self.until("cold start: every node with exactly its peers' entries", |cluster| {
+            for (i, peer) in peers.iter_mut().enumerate().filter(|(_, p)| p.is_none()) {
+                *peer = cluster.peer(i);
+            }
+            let Some(known) = peers.iter().copied().collect::<Option<Vec<Peer>>>() else {
+                return Ok(false);
+            };
+            let mut still = Vec::new();
+            for &i in &waiting {
+                let others: Vec<Peer> = (0..known.len()).filter(|&j| j != i).map(|j| known[j]).collect();
+                if cluster.dump(i)?.is_exactly(&others) {
+                    converged_at = Instant::now();
+                } else {
+                    still.push(i);
+                }
+            }
+            waiting = still;
+            Ok(waiting.is_empty())
+        })?;
+        Ok(converged_at - started)
+    }
+
+    /// Stops node `i`'s agent (SIGTERM: it revokes its lease) and waits until no other
+    /// node holds any of its entries; then removes what would not be on a new machine
+    /// (its subnet file and VXLAN device), so it comes back as a new node.
+    fn leave(&mut self, i: usize) -> Result<Duration> {
+        let peer = self.peer(i).ok_or_else(|| Error::Setup(format!("node {i} has no subnet")))?;
+        let agent = self.agents[i].take().expect("a running agent");
+        let started = Instant::now();
+        agent.stop(self.options.limit)?;
+        let mut waiting: Vec<usize> = (0..self.options.nodes).filter(|&j| j != i).collect();
+        let mut gone_at = started;
+        self.until("leave: no node with the left node's entries", |cluster| {
+            let mut still = Vec::new();
+            for &j in &waiting {
+                if cluster.dump(j)?.has_none_of(&peer) {
+                    gone_at = Instant::now();
+                } else {
+                    still.push(j);
+                }
+            }
+            waiting = still;
+            Ok(waiting.is_empty())
+        })?;
+        let node = &mut self.topology.nodes[i];
+        std::fs::remove_file(node.subnet_file())?;
+        node.netlink.delete_link_by_name(DEVICE)?;
+        Ok(gone_at - started)
+    }
+
+    /// Starts node `i`'s agent afresh; returns the time until every other node held its
+    /// three entries. The run also waits until the joiner holds all of its peers', so
+    /// the next sample starts from a converged cluster.
+    fn join(&mut self, i: usize) -> Result<Duration> {
+        let started = Instant::now();
+        self.start_agent(i)?;
+        let mut joiner: Option<Peer> = None;
+        let mut waiting: Vec<usize> = (0..self.options.nodes).filter(|&j| j != i).collect();
+        let mut seen_at = started;
+        self.until("join: every node with the joiner's entries", |cluster| {
+            let Some(peer) = joiner.or_else(|| cluster.peer(i)) else {
+                return Ok(false);
+            };
+            joiner = Some(peer);
+            let mut still = Vec::new();
+            for &j in &waiting {
+                if cluster.dump(j)?.has(&peer) {
+                    seen_at = Instant::now();
+                } else {
+                    still.push(j);
+                }
+            }
+            waiting = still;
+            Ok(waiting.is_empty())
+        })?;
+        let others: Vec<Peer> =
+            (0..self.options.nodes).filter(|&j| j != i).filter_map(|j| self.peer(j)).collect();
+        self.until("join: the joiner with exactly its peers' entries", |cluster| {
+            Ok(cluster.dump(i)?.is_exactly(&others))
+        })?;
+        Ok(seen_at - started)
+    }
+
+    /// Mean and largest resident memory of the agents, KiB.
+    fn rss(&self) -> Result<(u64, u64)> {
+        let rss: Vec<u64> = self.agents.iter().flatten().filter_map(Agent::rss_kib).collect();
+        if rss.len() != self.options.nodes {
+            return Err(Error::Setup(format!("RSS of {} agents out of {}", rss.len(), self.options.nodes)));
+        }
+        Ok((rss.iter().sum::<u64>() / rss.len() as u64, rss.iter().copied().max().unwrap_or(0)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let ms = |v: &[u64]| v.iter().map(|&m| Duration::from_millis(m)).collect::<Vec<_>>();
+        let samples = ms(&[40, 10, 30, 20, 50]);
+        assert_eq!(percentile(&samples, 50), Duration::from_millis(30));
+        assert_eq!(percentile(&samples, 100), Duration::from_millis(50));
+        assert_eq!(percentile(&samples, 0), Duration::from_millis(10));
+        assert_eq!(percentile(&ms(&[7, 9]), 50), Duration::from_millis(7));
+        assert_eq!(percentile(&[], 50), Duration::ZERO);
+    }
+}
