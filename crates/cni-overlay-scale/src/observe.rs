@@ -85,3 +85,44 @@ impl Programmed {
         (self.routes.len(), self.neighbours.len(), self.fdb.len())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(i: u8) -> Peer {
+        Peer { subnet: format!("10.244.{i}.0/24").parse().unwrap(), underlay: Ipv4Addr::new(172, 31, 0, i) }
+    }
+
+    /// What the agent programs for `peer`, or with a wrong part.
+    fn entries(peers: &[Peer]) -> Programmed {
+        let mut programmed = Programmed::default();
+        for p in peers {
+            let vtep = IpAddr::V4(vtep_address(p.subnet));
+            let mac = vtep_mac(p.underlay).0;
+            programmed.routes.insert((IpNet::V4(p.subnet), vtep));
+            programmed.neighbours.insert((vtep, mac));
+            programmed.fdb.insert((mac, IpAddr::V4(p.underlay)));
+        }
+        programmed
+    }
+
+    #[test]
+    fn a_peer_counts_only_with_all_three_entries_right() {
+        let (a, b) = (peer(1), peer(2));
+        let both = entries(&[a, b]);
+        assert!(both.has(&a) && both.has(&b) && both.is_exactly(&[a, b]));
+        assert!(!both.is_exactly(&[a]), "an extra peer's entries are not exactly the one");
+        assert!(!both.has_none_of(&a));
+        assert!(entries(&[b]).has_none_of(&a));
+
+        // The FDB entry pointing at another underlay address, or no neighbour: not there.
+        let mut wrong = entries(&[a]);
+        wrong.fdb = [(vtep_mac(a.underlay).0, IpAddr::V4(Ipv4Addr::new(172, 31, 0, 9)))].into();
+        assert!(!wrong.has(&a) && !wrong.has_none_of(&a));
+        let mut partial = entries(&[a]);
+        partial.neighbours.clear();
+        assert!(!partial.has(&a) && !partial.has_none_of(&a));
+        assert_eq!(partial.counts(), (1, 0, 1));
+    }
+}
