@@ -54,6 +54,11 @@ impl Agent {
         rss_kib(self.child.id())
     }
 
+    /// CPU time used so far (user + system).
+    pub fn cpu_time(&self) -> Option<Duration> {
+        cpu_time(self.child.id())
+    }
+
     /// Whether the process has exited (it should not while the simulation runs).
     pub fn exited(&mut self) -> bool {
         !matches!(self.child.try_wait(), Ok(None))
@@ -84,6 +89,22 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
     parse_rss_kib(&status)
 }
 
+/// User + system CPU time of process `pid` (`/proc/PID/stat`, in the kernel's clock ticks
+/// of 1/100 s: `USER_HZ` is 100 on every Linux architecture).
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_cpu_time(&stat)
+}
+
+fn parse_cpu_time(stat: &str) -> Option<Duration> {
+    // The fields after the command (in parentheses, which may hold any byte): state is
+    // the first, utime and stime the 12th and 13th.
+    let (_, rest) = stat.rsplit_once(") ")?;
+    let mut fields = rest.split_whitespace().skip(11);
+    let ticks: u64 = fields.next()?.parse::<u64>().ok()? + fields.next()?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
+}
+
 fn parse_rss_kib(status: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
@@ -98,5 +119,13 @@ mod tests {
         assert_eq!(parse_rss_kib("Name:\tx\nVmHWM:\t  9 kB\nVmRSS:\t    4212 kB\n"), Some(4212));
         assert_eq!(parse_rss_kib("Name:\tzombie\n"), None);
         assert!(rss_kib(std::process::id()).is_some_and(|kib| kib > 0));
+    }
+
+    #[test]
+    fn cpu_time_is_utime_plus_stime() {
+        let stat = "42 (a) b) c) S 1 42 42 0 -1 4194560 100 0 0 0 250 30 0 0 20 0 1 0 5 0 0";
+        assert_eq!(parse_cpu_time(stat), Some(Duration::from_millis(2800)));
+        assert_eq!(parse_cpu_time("42 (x"), None);
+        assert!(cpu_time(std::process::id()).is_some());
     }
 }

@@ -93,13 +93,15 @@ fn ms(d: Duration) -> String {
 
 fn row(r: &Report) -> String {
     format!(
-        "| {} | {} | {} | {} | {:.3} | {:.1} | {} | {} | {:.1} / {:.1} |",
+        "| {} | {} | {} | {} | {:.1} | {:.3} | {:.1} | {:.3} | {} | {} | {:.1} / {:.1} |",
         r.nodes,
         ms(r.join_percentile(50)),
         ms(r.join_percentile(100)),
         ms(r.cold_start),
+        r.cold_start_requests,
         r.steady_requests,
         r.join_requests,
+        r.steady_cpu.as_secs_f64() * 1000.0,
         r.rss_mean_kib,
         r.rss_max_kib,
         r.load.0,
@@ -130,8 +132,12 @@ fn main() -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
-    println!("| nodes | join p50 ms | join max ms | cold start ms | etcd req/s per agent (steady) | etcd req per join | RSS mean KiB | RSS max KiB | load before / after |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "| nodes | join p50 ms | join max ms | cold start ms | etcd req per agent (cold start) | etcd req/s per \
+         agent (steady) | etcd req per join | agent CPU ms/s (steady) | RSS mean KiB | RSS max KiB | load before / \
+         after |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut reports = Vec::new();
     for &nodes in &args.sizes {
         let options = Options {

@@ -51,6 +51,10 @@ pub struct Report {
     pub join_watch_messages: f64,
     /// etcd requests per agent per second during the joins' windows.
     pub join_requests_per_agent: f64,
+    /// etcd requests per agent from the first start until the cluster converged.
+    pub cold_start_requests: f64,
+    /// The agents' CPU time per second in the steady state (mean over the agents).
+    pub steady_cpu: Duration,
     /// Agents' resident memory after the steady state, KiB.
     pub rss_mean_kib: u64,
     pub rss_max_kib: u64,
@@ -80,6 +84,8 @@ impl Report {
             "join_requests": self.join_requests,
             "join_watch_messages": self.join_watch_messages,
             "join_requests_per_agent_s": self.join_requests_per_agent,
+            "cold_start_requests_per_agent": self.cold_start_requests,
+            "steady_cpu_ms_per_agent_s": ms(self.steady_cpu),
             "rss_mean_kib": self.rss_mean_kib,
             "rss_max_kib": self.rss_max_kib,
             "observation_round_ms": ms(self.round),
@@ -140,10 +146,13 @@ pub fn run(options: &Options) -> Result<Report> {
         rounds: (0, Duration::ZERO),
     };
 
+    let cold = EtcdCounters::scrape(cluster.etcd_metrics)?;
     let cold_start = cluster.cold_start()?;
     let converged = EtcdCounters::scrape(cluster.etcd_metrics)?;
+    let cpu_before = cluster.cpu_time()?;
     cluster.sleep(options.steady)?;
     let steady = EtcdCounters::scrape(cluster.etcd_metrics)?;
+    let cpu_used = cluster.cpu_time()? - cpu_before;
     let seconds = steady.at.duration_since(converged.at).as_secs_f64();
     let per_agent = |delta: f64| delta / seconds / options.nodes as f64;
     let (rss_mean_kib, rss_max_kib) = cluster.rss()?;
@@ -171,6 +180,8 @@ pub fn run(options: &Options) -> Result<Report> {
         leaves,
         steady_requests: per_agent(steady.requests - converged.requests),
         steady_keepalives: per_agent(steady.keepalives - converged.keepalives),
+        cold_start_requests: (converged.requests - cold.requests) / options.nodes as f64,
+        steady_cpu: cpu_used.div_f64(seconds * options.nodes as f64),
         join_requests: join_requests / samples,
         join_watch_messages: join_watch / samples,
         join_requests_per_agent: join_requests / window / options.nodes as f64,
@@ -340,6 +351,19 @@ impl Cluster<'_> {
             Ok(cluster.dump(i)?.is_exactly(&others))
         })?;
         Ok(seen_at - started)
+    }
+
+    /// The CPU time all agents used so far.
+    fn cpu_time(&self) -> Result<Duration> {
+        let times: Vec<Duration> = self.agents.iter().flatten().filter_map(Agent::cpu_time).collect();
+        if times.len() != self.options.nodes {
+            return Err(Error::Setup(format!(
+                "CPU time of {} agents out of {}",
+                times.len(),
+                self.options.nodes
+            )));
+        }
+        Ok(times.iter().sum())
     }
 
     /// Mean and largest resident memory of the agents, KiB.
