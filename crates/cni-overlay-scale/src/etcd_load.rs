@@ -45,9 +45,9 @@ impl EtcdCounters {
         })
     }
 
-    /// Requests per second per agent between `earlier` and this scrape.
-    pub fn requests_per_agent_second(&self, earlier: &EtcdCounters, agents: usize) -> f64 {
-        let seconds = self.at.duration_since(earlier.at).as_secs_f64();
-        (self.requests - earlier.requests) / seconds / agents as f64
+    /// The requests other than keep-alives (which go on at their own pace whatever else
+    /// happens).
+    pub fn besides_keepalives(&self) -> f64 {
+        self.requests - self.keepalives
     }
 }
