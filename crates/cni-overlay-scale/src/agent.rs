@@ -89,20 +89,16 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
     parse_rss_kib(&status)
 }
 
-/// User + system CPU time of process `pid` (`/proc/PID/stat`, in the kernel's clock ticks
-/// of 1/100 s: `USER_HZ` is 100 on every Linux architecture).
+/// CPU time of process `pid` in nanoseconds (`/proc/PID/schedstat`'s first field: the
+/// scheduler's own account, where `/proc/PID/stat` counts in 10 ms ticks, too coarse for
+/// an agent that mostly sleeps). The main thread's: the agent has no other busy thread.
 pub fn cpu_time(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
     parse_cpu_time(&stat)
 }
 
-fn parse_cpu_time(stat: &str) -> Option<Duration> {
-    // The fields after the command (in parentheses, which may hold any byte): state is
-    // the first, utime and stime the 12th and 13th.
-    let (_, rest) = stat.rsplit_once(") ")?;
-    let mut fields = rest.split_whitespace().skip(11);
-    let ticks: u64 = fields.next()?.parse::<u64>().ok()? + fields.next()?.parse::<u64>().ok()?;
-    Some(Duration::from_millis(ticks * 10))
+fn parse_cpu_time(schedstat: &str) -> Option<Duration> {
+    Some(Duration::from_nanos(schedstat.split_whitespace().next()?.parse().ok()?))
 }
 
 fn parse_rss_kib(status: &str) -> Option<u64> {
@@ -122,10 +118,9 @@ mod tests {
     }
 
     #[test]
-    fn cpu_time_is_utime_plus_stime() {
-        let stat = "42 (a) b) c) S 1 42 42 0 -1 4194560 100 0 0 0 250 30 0 0 20 0 1 0 5 0 0";
-        assert_eq!(parse_cpu_time(stat), Some(Duration::from_millis(2800)));
-        assert_eq!(parse_cpu_time("42 (x"), None);
+    fn cpu_time_is_the_schedulers_first_figure() {
+        assert_eq!(parse_cpu_time("142259943 25044298 893\n"), Some(Duration::from_nanos(142_259_943)));
+        assert_eq!(parse_cpu_time(""), None);
         assert!(cpu_time(std::process::id()).is_some());
     }
 }

@@ -93,7 +93,7 @@ fn ms(d: Duration) -> String {
 
 fn row(r: &Report) -> String {
     format!(
-        "| {} | {} | {} | {} | {:.1} | {:.3} | {:.1} | {:.3} | {} | {} | {} | {:.1} / {:.1} |",
+        "| {} | {} | {} | {} | {:.1} | {:.3} | {:.1} | {:.3} | {:.1} | {} | {} | {} | {:.1} / {:.1} |",
         r.nodes,
         ms(r.join_percentile(50)),
         ms(r.join_percentile(100)),
@@ -102,6 +102,7 @@ fn row(r: &Report) -> String {
         r.steady_requests,
         r.join_requests,
         r.steady_cpu.as_secs_f64() * 1000.0,
+        r.join_cpu.as_secs_f64() * 1000.0,
         r.rss_mean_kib,
         r.rss_max_kib,
         r.restarts,
@@ -135,10 +136,10 @@ fn main() -> ExitCode {
     }
     println!(
         "| nodes | join p50 ms | join max ms | cold start ms | etcd req per agent (cold start) | etcd req/s per \
-         agent (steady) | etcd req per join | agent CPU ms/s (steady) | RSS mean KiB | RSS max KiB | agent restarts | load \
+         agent (steady) | etcd req per join | agent CPU ms/s (steady) | peers' CPU ms per join | RSS mean KiB | RSS max KiB | agent restarts | load \
          before / after |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut reports = Vec::new();
     for &nodes in &args.sizes {
         let options = Options {

@@ -56,6 +56,9 @@ pub struct Report {
     /// messages etcd sent meanwhile.
     pub join_requests: f64,
     pub join_watch_messages: f64,
+    /// The CPU time the agents already running used for one join (mean over the joins):
+    /// each peer's reconcile of the new record.
+    pub join_cpu: Duration,
     /// etcd requests per agent from the first start until the cluster converged.
     pub cold_start_requests: f64,
     /// The agents' CPU time per second in the steady state (mean over the agents).
@@ -90,6 +93,7 @@ impl Report {
             "steady_keepalives_per_agent_s": self.steady_keepalives,
             "join_requests": self.join_requests,
             "join_watch_messages": self.join_watch_messages,
+            "join_cpu_ms_all_peers": ms(self.join_cpu),
             "cold_start_requests_per_agent": self.cold_start_requests,
             "steady_cpu_ms_per_agent_s": ms(self.steady_cpu),
             "rss_mean_kib": self.rss_mean_kib,
@@ -168,14 +172,17 @@ pub fn run(options: &Options) -> Result<Report> {
     let (rss_mean_kib, rss_max_kib) = cluster.rss()?;
 
     let (mut joins, mut leaves) = (Vec::new(), Vec::new());
-    let (mut join_requests, mut join_watch) = (0.0, 0.0);
+    let (mut join_requests, mut join_watch, mut join_cpu) = (0.0, 0.0, Duration::ZERO);
     for sample in 0..options.joins {
         // Spread over the nodes: early, middle and late indexes leave and come back.
         let node = (sample * 7 + options.nodes / 2) % options.nodes;
         leaves.push(cluster.leave(node)?);
         let before = EtcdCounters::scrape(cluster.etcd_metrics)?;
+        // Taken before the joiner exists: its own start is not a peer's work.
+        let peers_cpu = cluster.cpu_time()?;
         let took = cluster.join(node)?;
         let after = EtcdCounters::scrape(cluster.etcd_metrics)?;
+        join_cpu += cluster.cpu_time_except(node)? - peers_cpu;
         joins.push(took);
         join_requests += after.besides_keepalives() - before.besides_keepalives();
         join_watch += after.watch_messages - before.watch_messages;
@@ -192,6 +199,7 @@ pub fn run(options: &Options) -> Result<Report> {
         steady_cpu: cpu_used.div_f64(seconds * options.nodes as f64),
         join_requests: join_requests / samples,
         join_watch_messages: join_watch / samples,
+        join_cpu: join_cpu.div_f64(samples),
         rss_mean_kib,
         rss_max_kib,
         restarts: cluster.restarts.iter().sum(),
@@ -376,17 +384,21 @@ impl Cluster<'_> {
         Ok(seen_at - started)
     }
 
-    /// The CPU time all agents used so far.
+    /// The CPU time all running agents used so far.
     fn cpu_time(&self) -> Result<Duration> {
-        let times: Vec<Duration> = self.agents.iter().flatten().filter_map(Agent::cpu_time).collect();
-        if times.len() != self.options.nodes {
-            return Err(Error::Setup(format!(
-                "CPU time of {} agents out of {}",
-                times.len(),
-                self.options.nodes
-            )));
-        }
-        Ok(times.iter().sum())
+        self.cpu_time_except(usize::MAX)
+    }
+
+    /// The CPU time every running agent but node `except`'s used so far.
+    fn cpu_time_except(&self, except: usize) -> Result<Duration> {
+        let running = self.agents.iter().enumerate().filter(|(i, a)| *i != except && a.is_some());
+        let times: Vec<Option<Duration>> =
+            running.map(|(_, a)| a.as_ref().and_then(Agent::cpu_time)).collect();
+        times
+            .iter()
+            .copied()
+            .sum::<Option<Duration>>()
+            .ok_or_else(|| Error::Setup("an agent's CPU time is unreadable".into()))
     }
 
     /// Mean and largest resident memory of the agents, KiB.

@@ -48,6 +48,8 @@ fn eight_nodes_converge_and_an_interrupted_run_leaves_nothing() {
     // their watches.
     assert!(report.join_requests >= 3.0, "{report:?}");
     assert!(report.join_watch_messages >= 7.0, "{report:?}");
+    assert!(report.join_cpu > Duration::ZERO, "the peers did no work for a join: {report:?}");
+    assert!(report.steady_cpu > Duration::ZERO, "{report:?}");
     assert!(report.rss_mean_kib > 0 && report.rss_max_kib >= report.rss_mean_kib, "{report:?}");
     assert!(leftover_namespaces().is_empty(), "left behind: {:?}", leftover_namespaces());
     assert!(cni_testkit::children::of_this_thread().is_empty(), "processes left behind");
