@@ -93,8 +93,9 @@ fn ms(d: Duration) -> String {
 
 fn row(r: &Report) -> String {
     format!(
-        "| {} | {} | {} | {} | {:.1} | {:.3} | {:.1} | {:.3} | {:.1} | {} | {} | {} | {:.1} / {:.1} |",
+        "| {} | {} | {} | {} | {} | {:.1} | {:.3} | {:.1} | {:.3} | {:.1} | {} | {} | {} | {:.1} / {:.1} |",
         r.nodes,
+        ms(cni_overlay_scale::simulation::percentile(&r.first_peers, 50)),
         ms(r.join_percentile(50)),
         ms(r.join_percentile(100)),
         ms(r.cold_start),
@@ -135,11 +136,11 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     println!(
-        "| nodes | join p50 ms | join max ms | cold start ms | etcd req per agent (cold start) | etcd req/s per \
+        "| nodes | join, first peer p50 ms | join p50 ms | join max ms | cold start ms | etcd req per agent (cold start) | etcd req/s per \
          agent (steady) | etcd req per join | agent CPU ms/s (steady) | peers' CPU ms per join | RSS mean KiB | RSS max KiB | agent restarts | load \
          before / after |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut reports = Vec::new();
     for &nodes in &args.sizes {
         let options = Options {

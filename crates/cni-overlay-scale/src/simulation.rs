@@ -45,6 +45,9 @@ pub struct Report {
     pub cold_start: Duration,
     /// From a joining agent's start until every other node held its entries.
     pub joins: Vec<Duration>,
+    /// From a joining agent's start until the first other node held its entries: the
+    /// rest of a join is the peers' turns on the machine's shared CPUs.
+    pub first_peers: Vec<Duration>,
     /// From a leaving agent's SIGTERM until no other node held any of its entries.
     pub leaves: Vec<Duration>,
     /// etcd requests per agent per second, the converged cluster left alone.
@@ -88,6 +91,8 @@ impl Report {
             "join_ms": self.joins.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
             "join_p50_ms": ms(self.join_percentile(50)),
             "join_max_ms": ms(self.join_percentile(100)),
+            "first_peer_ms": self.first_peers.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
+            "first_peer_p50_ms": ms(percentile(&self.first_peers, 50)),
             "leave_ms": self.leaves.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
             "steady_requests_per_agent_s": self.steady_requests,
             "steady_keepalives_per_agent_s": self.steady_keepalives,
@@ -171,7 +176,7 @@ pub fn run(options: &Options) -> Result<Report> {
     let per_agent = |delta: f64| delta / seconds / options.nodes as f64;
     let (rss_mean_kib, rss_max_kib) = cluster.rss()?;
 
-    let (mut joins, mut leaves) = (Vec::new(), Vec::new());
+    let (mut joins, mut first_peers, mut leaves) = (Vec::new(), Vec::new(), Vec::new());
     let (mut join_requests, mut join_watch, mut join_cpu) = (0.0, 0.0, Duration::ZERO);
     for sample in 0..options.joins {
         // Spread over the nodes: early, middle and late indexes leave and come back.
@@ -180,10 +185,11 @@ pub fn run(options: &Options) -> Result<Report> {
         let before = EtcdCounters::scrape(cluster.etcd_metrics)?;
         // Taken before the joiner exists: its own start is not a peer's work.
         let peers_cpu = cluster.cpu_time()?;
-        let took = cluster.join(node)?;
+        let (first, took) = cluster.join(node)?;
         let after = EtcdCounters::scrape(cluster.etcd_metrics)?;
         join_cpu += cluster.cpu_time_except(node)? - peers_cpu;
         joins.push(took);
+        first_peers.push(first);
         join_requests += after.besides_keepalives() - before.besides_keepalives();
         join_watch += after.watch_messages - before.watch_messages;
     }
@@ -192,6 +198,7 @@ pub fn run(options: &Options) -> Result<Report> {
         nodes: options.nodes,
         cold_start,
         joins,
+        first_peers,
         leaves,
         steady_requests: per_agent(steady.requests - converged.requests),
         steady_keepalives: per_agent(steady.keepalives - converged.keepalives),
@@ -351,15 +358,15 @@ impl Cluster<'_> {
         Ok(gone_at - started)
     }
 
-    /// Starts node `i`'s agent afresh; returns the time until every other node held its
-    /// three entries. The run also waits until the joiner holds all of its peers', so
+    /// Starts node `i`'s agent afresh; returns the times until the first and until every
+    /// other node held its three entries. The run also waits until the joiner holds all of its peers', so
     /// the next sample starts from a converged cluster.
-    fn join(&mut self, i: usize) -> Result<Duration> {
+    fn join(&mut self, i: usize) -> Result<(Duration, Duration)> {
         let started = Instant::now();
         self.start_agent(i)?;
         let mut joiner: Option<Peer> = None;
         let mut waiting: Vec<usize> = (0..self.options.nodes).filter(|&j| j != i).collect();
-        let mut seen_at = started;
+        let (mut first_at, mut seen_at) = (None, started);
         self.until("join: every node with the joiner's entries", |cluster| {
             let Some(peer) = joiner.or_else(|| cluster.peer(i)) else {
                 return Ok(false);
@@ -369,6 +376,7 @@ impl Cluster<'_> {
             for &j in &waiting {
                 if cluster.dump(j)?.has(&peer) {
                     seen_at = Instant::now();
+                    first_at.get_or_insert(seen_at);
                 } else {
                     still.push(j);
                 }
@@ -381,7 +389,7 @@ impl Cluster<'_> {
         self.until("join: the joiner with exactly its peers' entries", |cluster| {
             Ok(cluster.dump(i)?.is_exactly(&others))
         })?;
-        Ok(seen_at - started)
+        Ok((first_at.unwrap_or(seen_at) - started, seen_at - started))
     }
 
     /// The CPU time all running agents used so far.

@@ -37,6 +37,8 @@ fn eight_nodes_converge_and_an_interrupted_run_leaves_nothing() {
     let report = run(&options(8, &stop)).unwrap_or_else(|e| panic!("8-node simulation: {e}"));
     assert_eq!((report.nodes, report.joins.len(), report.leaves.len()), (8, 2, 2), "{report:?}");
     assert!(report.cold_start > Duration::ZERO && report.round > Duration::ZERO, "{report:?}");
+    let first_before_all = report.first_peers.iter().zip(&report.joins).all(|(first, all)| first <= all);
+    assert!(first_before_all && report.first_peers.len() == 2, "{report:?}");
     // A TTL of 3 s is renewed every second: the steady window saw keep-alives and, the
     // agents watching, nothing else.
     assert!(report.steady_keepalives > 0.0, "no keep-alive reached etcd: {report:?}");
