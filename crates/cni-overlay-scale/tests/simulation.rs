@@ -1,6 +1,6 @@
 //! The simulation end to end at 8 nodes: it converges (every node's kernel holding exactly
 //! its peers' entries, from netlink dumps), measures joins, leaves and etcd's load, and
-//! leaves nothing behind, also when interrupted. Needs root and Debian's etcd-server.
+//! leaves nothing behind, also when interrupted or when its agents cannot start. Needs root and Debian's etcd-server.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -30,9 +30,9 @@ fn options(nodes: usize, stop: &AtomicBool) -> Options<'_> {
     }
 }
 
-// One test: both runs use the `sc` names, so they must not overlap.
+// One test: the runs' leftovers are looked for by the `sc` names, so they must not overlap.
 #[test]
-fn eight_nodes_converge_and_an_interrupted_run_leaves_nothing() {
+fn eight_nodes_converge_and_an_interrupted_or_failed_run_leaves_nothing() {
     let stop = AtomicBool::new(false);
     let report = run(&options(8, &stop)).unwrap_or_else(|e| panic!("8-node simulation: {e}"));
     assert_eq!((report.nodes, report.joins.len(), report.leaves.len()), (8, 2, 2), "{report:?}");
@@ -69,6 +69,20 @@ fn eight_nodes_converge_and_an_interrupted_run_leaves_nothing() {
         let outcome = run(&long);
         assert!(matches!(outcome, Err(Error::Interrupted)), "{outcome:?}");
     });
+    assert!(leftover_namespaces().is_empty(), "left behind: {:?}", leftover_namespaces());
+    assert!(cni_testkit::children::of_this_thread().is_empty(), "processes left behind");
+
+    // An agent that can never start is started again as a supervisor would, up to the
+    // cap; then the run fails naming the node and the end of its log, and cleans up.
+    let dir = tempfile::Builder::new().prefix("sc-broken-").tempdir().unwrap();
+    let broken = dir.path().join("cni-overlay-agent");
+    std::fs::write(&broken, "#!/bin/sh\necho 'cni-overlay-agent: no etcd here' >&2\nexit 1\n").unwrap();
+    std::fs::set_permissions(&broken, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    stop.store(false, Ordering::SeqCst);
+    let mut failing = options(2, &stop);
+    failing.agent_binary = broken;
+    let error = run(&failing).unwrap_err().to_string();
+    assert!(error.contains("exited 6 times") && error.contains("no etcd here"), "{error}");
     assert!(leftover_namespaces().is_empty(), "left behind: {:?}", leftover_namespaces());
     assert!(cni_testkit::children::of_this_thread().is_empty(), "processes left behind");
 }
