@@ -149,7 +149,7 @@ fn reconcile_converges_on_one_entry_set_per_peer() {
 /// A reconcile writes only the peers whose entries are not all there: a peer's route
 /// marked by hand (another protocol, so a rewrite would show) stays untouched, while a
 /// peer that lost its FDB entry gets it back. (At 100 nodes rewriting every peer's
-/// entries on every change was nearly all of a join's CPU: docs/multi-host.md.)
+/// entries on every change was more than half of a join's CPU: docs/multi-host.md.)
 #[test]
 fn reconcile_rewrites_only_the_peers_missing_an_entry() {
     let (_ns, mut nl) = host();
