@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 
 use cni_net::netlink::{
-    AddressFlags, FdbEntry, IpFamily, LinkSpec, NeighbourState, Route, VethSpec, MAIN_TABLE,
+    AddressFlags, FdbEntry, IpFamily, LinkSpec, NeighbourState, Route, RouteProtocol, VethSpec, MAIN_TABLE,
 };
 use cni_net::{MacAddr, Netlink};
 use cni_overlay::config::Config;
@@ -145,6 +145,46 @@ fn reconcile_converges_on_one_entry_set_per_peer() {
         routes.is_empty() && neighbours.is_empty() && fdb.is_empty(),
         "{routes:?} {neighbours:?} {fdb:?}"
     );
+}
+
+/// A reconcile writes only the peers whose entries are not all there: a peer's route
+/// marked by hand (another protocol, so a rewrite would show) stays untouched, while a
+/// peer that lost its FDB entry gets it back. (At 100 nodes rewriting every peer's
+/// entries on every change was more than half of a join's CPU: docs/multi-host.md.)
+#[test]
+fn reconcile_rewrites_only_the_peers_missing_an_entry() {
+    let (_ns, mut nl) = host();
+    let config = config();
+    let underlay = dataplane::underlay(&mut nl, "ovu0").unwrap();
+    let device =
+        dataplane::ensure_device(&mut nl, &config, &underlay, OWN_SUBNET.parse().unwrap(), None).unwrap();
+    let [b, c]: [Ipv4Net; 2] = ["10.244.2.0/24", "10.244.3.0/24"].map(|s| s.parse().unwrap());
+    let peers = BTreeMap::from([(b, peer(b, "b", [192, 168, 92, 2])), (c, peer(c, "c", [192, 168, 92, 3]))]);
+    converge(&mut nl, &device, &peers);
+    let marked = Route::new(IpNet::V4(b))
+        .gateway(IpAddr::V4(b.network()))
+        .oif(device.index)
+        .onlink()
+        .protocol(RouteProtocol::Static);
+    nl.replace_route(&marked).unwrap();
+    let c_fdb = FdbEntry {
+        index: device.index,
+        mac: dataplane::vtep_mac(Ipv4Addr::new(192, 168, 92, 3)),
+        dst: Some("192.168.92.3".parse().unwrap()),
+    };
+    nl.delete_fdb(&c_fdb).unwrap();
+    let before = state(&mut nl, &device);
+    assert_eq!(before.2.len(), 1, "C's FDB entry is gone: {before:?}");
+
+    converge(&mut nl, &device, &peers);
+    let protocol_of = |nl: &mut Netlink, subnet: Ipv4Net| {
+        let routes = nl.routes(IpFamily::V4, Some(MAIN_TABLE)).unwrap();
+        routes.into_iter().find(|r| r.destination == IpNet::V4(subnet)).map(|r| r.protocol)
+    };
+    assert_eq!(protocol_of(&mut nl, b), Some(RouteProtocol::Static), "B's entries were written again");
+    assert_eq!(protocol_of(&mut nl, c), Some(RouteProtocol::Boot));
+    let (_, _, fdb) = state(&mut nl, &device);
+    assert!(fdb.contains(&(c_fdb.mac, c_fdb.dst.unwrap())), "C's FDB entry is not back: {fdb:?}");
 }
 
 /// A peer the kernel refuses (here: its VTEP address is also a local address, so the

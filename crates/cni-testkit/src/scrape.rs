@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 pub fn get(address: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
     let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(10))?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {address}\r\nAccept: */*\r\n\r\n")?;
+    // HTTP/1.0: the server closes the connection after the answer and sends the body as
+    // it is (a Go server such as etcd chunks an HTTP/1.1 answer), so reading to the end
+    // gives the whole body.
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\nAccept: */*\r\n\r\n")?;
     let mut answer = String::new();
     stream.read_to_string(&mut answer)?;
     let status = answer.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
@@ -92,6 +95,24 @@ impl Samples {
         self.0.get(&key(name, labels)).copied()
     }
 
+    /// The sum of every series of `name` whose labels include all of `matching` (a counter
+    /// across the label values a scrape happens to hold, e.g. all of etcd's gRPC methods).
+    pub fn sum(&self, name: &str, matching: &[(&str, &str)]) -> f64 {
+        let wanted: Vec<String> = matching.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+        self.0
+            .iter()
+            .filter(|(series, _)| {
+                let labels = match series.strip_prefix(name) {
+                    Some("") => "",
+                    Some(rest) if rest.starts_with('{') => &rest[1..rest.len() - 1],
+                    _ => return false,
+                };
+                wanted.iter().all(|w| labels.split(',').any(|label| label == w))
+            })
+            .map(|(_, value)| value)
+            .sum()
+    }
+
     /// Like [`Samples::get`], panicking with the whole scrape when it is missing.
     pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.get(name, labels).unwrap_or_else(|| panic!("no sample {} in\n{self}", key(name, labels)))
@@ -122,5 +143,17 @@ mod tests {
         assert_eq!(samples.value("z_seconds_bucket", &[("le", "0.5")]), 1.0);
         assert_eq!(samples.value("z_seconds_count", &[]), 4.0);
         assert!(samples.get("y_total", &[]).is_none());
+    }
+
+    #[test]
+    fn sums_every_series_matching_the_labels() {
+        let text = "m_total{method=\"Range\",type=\"unary\"} 5\nm_total{method=\"Watch\",type=\"bidi\"} 2\n\
+                    m_total_other{method=\"Range\"} 100\nm_total_x 7\n";
+        let samples = Samples::parse(text);
+        assert_eq!(samples.sum("m_total", &[]), 7.0);
+        assert_eq!(samples.sum("m_total", &[("type", "unary")]), 5.0);
+        assert_eq!(samples.sum("m_total", &[("method", "Watch"), ("type", "bidi")]), 2.0);
+        assert_eq!(samples.sum("m_total", &[("method", "Put")]), 0.0);
+        assert_eq!(samples.sum("m_total_x", &[]), 7.0);
     }
 }
