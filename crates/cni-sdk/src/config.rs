@@ -1,33 +1,21 @@
 //! Parsing a plugin's own configuration struct with errors that name the field.
 //!
 //! Every configuration a plugin reads comes through these functions, and each deserialises
-//! through [`FoldKeys`]: object keys match struct fields without regard to case (exact name
+//! through [`cni_types::fold::deserialize`]: object keys match struct fields without regard to case (exact name
 //! first), as the reference's Go decoder matches them. That is what lets a plugin take the
 //! CRI path's Go-cased capability arguments (`{"portMappings":[{"HostPort":8080,...}]}`) and
 //! an operator's `"IsGateway": true`. Error paths name keys as the input spelt them.
 
-use cni_types::fold::FoldKeys;
+use cni_types::fold::deserialize as folded;
 use cni_types::CniError;
-use serde::de::{DeserializeOwned, Deserializer};
-
-/// Deserialises `T` from `de` with keys folded, tracking the path to a failure.
-fn folded<'de, T: DeserializeOwned, D: Deserializer<'de>>(
-    de: D,
-) -> Result<T, serde_path_to_error::Error<D::Error>> {
-    let mut track = serde_path_to_error::Track::new();
-    // The tracker sits inside the folding so that it records each key as written.
-    T::deserialize(FoldKeys(serde_path_to_error::Deserializer::new(de, &mut track)))
-        .map_err(|e| serde_path_to_error::Error::new(track.path(), e))
-}
+use serde::de::DeserializeOwned;
 
 /// Deserialises `bytes` into the plugin's configuration type. A failure is an
 /// invalid-configuration error (code 7) whose message names the offending field path,
 /// e.g. `invalid network config: ipam.ranges[0][0].subnet: invalid IP address syntax`.
 pub fn parse_config<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CniError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    folded(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
+    folded(&mut de).map_err(|(path, inner): (_, serde_json::Error)| {
         if inner.is_syntax() || inner.is_eof() {
             CniError::decode(format!("error decoding network config: {inner}"))
         } else if path == "." {
@@ -43,9 +31,7 @@ pub fn parse_config<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CniError> {
 /// field when it is one (`name: invalid type: integer `5`, expected a string`).
 pub fn decode_network_config<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CniError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = folded(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
+    let value: T = folded(&mut de).map_err(|(path, inner)| {
         if path == "." {
             CniError::decode(format!("error decoding network config: {inner}"))
         } else {
@@ -59,10 +45,9 @@ pub fn decode_network_config<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Cni
 
 /// Parses one JSON value (e.g. a `runtimeConfig` entry) with the same error style.
 pub fn parse_value<T: DeserializeOwned>(what: &str, value: &serde_json::Value) -> Result<T, CniError> {
-    folded(value).map_err(|e| {
-        let path = e.path().to_string();
+    folded(value).map_err(|(path, inner)| {
         let field = if path == "." { what.to_string() } else { format!("{what}.{path}") };
-        CniError::invalid_config(format!("invalid {field}: {}", e.into_inner()))
+        CniError::invalid_config(format!("invalid {field}: {inner}"))
     })
 }
 

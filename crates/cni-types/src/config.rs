@@ -2,7 +2,7 @@
 //!
 //! Unknown keys are kept (in `extra`, in their original order) so that a configuration
 //! passes through the runtime unaltered in meaning, as the spec requires. Deserialised
-//! through [`crate::fold::FoldKeys`], the known keys match without regard to case, as the
+//! through [`crate::fold::deserialize`], the known keys match without regard to case, as the
 //! reference's do; [`with_extra`](crate::fold::with_extra) is what lets them keep the unknown
 //! keys and still show their field names to it.
 

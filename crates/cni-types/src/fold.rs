@@ -14,6 +14,8 @@
 //!   deserializer for a map, which hides the field names, so structs that keep unknown keys
 //!   deserialise their known fields through it instead.
 //! - [`get`] looks a name up in a map the same way (`runtimeConfig.bandwidth`).
+//! - [`deserialize`] is the entry point: it also tells where a failure arose (the [`path`]
+//!   module), which configuration errors must name.
 //!
 //! Where Go lets the last of two keys that fold to one field win, serde refuses the object
 //! as having a duplicate field: an ambiguous configuration fails closed.
@@ -25,6 +27,9 @@ use serde::de::{
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::fmt;
+
+pub mod path;
+use path::{CaptureKey, Chain, Trail};
 
 /// Whether `key` names `field` under Go's case folding. Field names are ASCII; besides the
 /// ASCII letters, exactly two characters fold to an ASCII letter under Unicode simple case
@@ -55,18 +60,34 @@ pub fn get<'m>(map: &'m Map<String, Value>, name: &str) -> Option<&'m Value> {
     map.get(name).or_else(|| map.iter().find(|(k, _)| folds_to(k, name)).map(|(_, v)| v))
 }
 
-/// A deserializer that hands every struct its keys renamed to the fields they fold to.
-pub struct FoldKeys<D>(pub D);
+/// Deserialises `T` from `de` with keys folded. A failure comes with the path to where it
+/// arose (`ipam.ranges[0][0].subnet`, `.` for the root), keys as the input spelt them.
+pub fn deserialize<'de, T: Deserialize<'de>, D: Deserializer<'de>>(de: D) -> Result<T, (String, D::Error)> {
+    let trail = Trail::default();
+    match T::deserialize(FoldKeys { de, chain: &Chain::Root, trail: &trail }) {
+        Ok(value) => Ok(value),
+        Err(error) => Err((trail.into_path(), error)),
+    }
+}
+
+/// A deserializer that hands every struct its keys renamed to the fields they fold to, and
+/// records in `trail` where a failure arose (`chain` leads to the value it reads).
+struct FoldKeys<'p, D> {
+    de: D,
+    chain: &'p Chain<'p>,
+    trail: &'p Trail,
+}
 
 macro_rules! forward_to_inner {
     ($($method:ident($($arg:ident: $ty:ty),*);)*) => {$(
         fn $method<V: Visitor<'de>>(self, $($arg: $ty,)* visitor: V) -> Result<V::Value, D::Error> {
-            self.0.$method($($arg,)* Folding::plain(visitor))
+            let FoldKeys { de, chain, trail } = self;
+            de.$method($($arg,)* Folding::plain(visitor, chain, trail)).map_err(|e| trail.mark(chain, e))
         }
     )*};
 }
 
-impl<'de, D: Deserializer<'de>> Deserializer<'de> for FoldKeys<D> {
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for FoldKeys<'_, D> {
     type Error = D::Error;
 
     forward_to_inner! {
@@ -108,24 +129,28 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for FoldKeys<D> {
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, D::Error> {
-        self.0.deserialize_struct(name, fields, Folding { visitor, fields: Some(fields) })
+        let FoldKeys { de, chain, trail } = self;
+        let folding = Folding { visitor, fields: Some(fields), chain, trail };
+        de.deserialize_struct(name, fields, folding).map_err(|e| trail.mark(chain, e))
     }
 
     fn is_human_readable(&self) -> bool {
-        self.0.is_human_readable()
+        self.de.is_human_readable()
     }
 }
 
 /// Wraps the visitor so that what it is handed (maps, sequences, options) folds in turn;
 /// `fields` is set when the visitor is a struct's.
-struct Folding<V> {
+struct Folding<'p, V> {
     visitor: V,
     fields: Option<&'static [&'static str]>,
+    chain: &'p Chain<'p>,
+    trail: &'p Trail,
 }
 
-impl<V> Folding<V> {
-    fn plain(visitor: V) -> Self {
-        Folding { visitor, fields: None }
+impl<'p, V> Folding<'p, V> {
+    fn plain(visitor: V, chain: &'p Chain<'p>, trail: &'p Trail) -> Self {
+        Folding { visitor, fields: None, chain, trail }
     }
 }
 
@@ -137,7 +162,7 @@ macro_rules! forward_visits {
     )*};
 }
 
-impl<'de, V: Visitor<'de>> Visitor<'de> for Folding<V> {
+impl<'de, V: Visitor<'de>> Visitor<'de> for Folding<'_, V> {
     type Value = V::Value;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -176,73 +201,108 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Folding<V> {
     }
 
     fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        self.visitor.visit_some(FoldKeys(d))
+        self.visitor.visit_some(FoldKeys { de: d, chain: self.chain, trail: self.trail })
     }
 
     fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        self.visitor.visit_newtype_struct(FoldKeys(d))
+        self.visitor.visit_newtype_struct(FoldKeys { de: d, chain: self.chain, trail: self.trail })
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        self.visitor.visit_seq(FoldingSeq(seq))
+        self.visitor.visit_seq(FoldingSeq { seq, index: 0, chain: self.chain, trail: self.trail })
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        self.visitor.visit_map(FoldingMap { map, fields: self.fields })
+        let (chain, trail) = (self.chain, self.trail);
+        self.visitor.visit_map(FoldingMap { map, fields: self.fields, key: None, chain, trail })
     }
 
     fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<Self::Value, A::Error> {
-        self.visitor.visit_enum(FoldingEnum(data))
+        self.visitor.visit_enum(FoldingEnum { data, chain: self.chain, trail: self.trail })
     }
 }
 
 /// A seed whose value is deserialised through [`FoldKeys`].
-struct FoldingSeed<S>(S);
+struct FoldingSeed<'p, S> {
+    seed: S,
+    chain: &'p Chain<'p>,
+    trail: &'p Trail,
+}
 
-impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for FoldingSeed<S> {
+impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for FoldingSeed<'_, S> {
     type Value = S::Value;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<S::Value, D::Error> {
-        self.0.deserialize(FoldKeys(d))
+        self.seed.deserialize(FoldKeys { de: d, chain: self.chain, trail: self.trail })
     }
 }
 
-struct FoldingSeq<A>(A);
+struct FoldingSeq<'p, A> {
+    seq: A,
+    index: usize,
+    chain: &'p Chain<'p>,
+    trail: &'p Trail,
+}
 
-impl<'de, A: SeqAccess<'de>> SeqAccess<'de> for FoldingSeq<A> {
+impl<'de, A: SeqAccess<'de>> SeqAccess<'de> for FoldingSeq<'_, A> {
     type Error = A::Error;
 
     fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>, A::Error> {
-        self.0.next_element_seed(FoldingSeed(seed))
+        let element = Chain::Index { parent: self.chain, index: self.index };
+        self.index += 1;
+        let trail = self.trail;
+        self.seq
+            .next_element_seed(FoldingSeed { seed, chain: &element, trail })
+            .map_err(|e| trail.mark(self.chain, e))
     }
 
     fn size_hint(&self) -> Option<usize> {
-        self.0.size_hint()
+        self.seq.size_hint()
     }
 }
 
 /// The entries of an object: keys renamed when the object is a struct's, values folding.
-struct FoldingMap<A> {
+/// `key` is the current entry's key as written, for the path of a failure in its value.
+struct FoldingMap<'p, A> {
     map: A,
     fields: Option<&'static [&'static str]>,
+    key: Option<String>,
+    chain: &'p Chain<'p>,
+    trail: &'p Trail,
 }
 
-impl<'de, A: MapAccess<'de>> MapAccess<'de> for FoldingMap<A> {
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for FoldingMap<'_, A> {
     type Error = A::Error;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
-        let Some(fields) = self.fields else { return self.map.next_key_seed(seed) };
-        let Some(key) = self.map.next_key::<String>()? else { return Ok(None) };
-        match resolve(fields, &key) {
+        let (chain, trail) = (self.chain, self.trail);
+        let Some(fields) = self.fields else {
+            return self.map.next_key_seed(CaptureKey { seed, slot: &mut self.key }).map_err(|e| {
+                let key = self.key.take();
+                trail.mark(&Chain::Key { parent: chain, key }, e)
+            });
+        };
+        let key = self
+            .map
+            .next_key::<String>()
+            .map_err(|e| trail.mark(&Chain::Key { parent: chain, key: None }, e));
+        let Some(key) = key? else { return Ok(None) };
+        // A struct's own complaint about the key (unknown, duplicate) is placed at the struct.
+        let value = match resolve(fields, &key) {
             Some(field) => seed.deserialize(StrDeserializer::<A::Error>::new(field)),
             // Not a field: the struct ignores it or reports it, under the name it was given.
-            None => seed.deserialize(StringDeserializer::<A::Error>::new(key)),
-        }
-        .map(Some)
+            None => seed.deserialize(StrDeserializer::<A::Error>::new(&key)),
+        };
+        self.key = Some(key);
+        value.map(Some)
     }
 
     fn next_value_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<T::Value, A::Error> {
-        self.map.next_value_seed(FoldingSeed(seed))
+        let member = Chain::Key { parent: self.chain, key: self.key.take() };
+        let trail = self.trail;
+        self.map
+            .next_value_seed(FoldingSeed { seed, chain: &member, trail })
+            .map_err(|e| trail.mark(self.chain, e))
     }
 
     fn size_hint(&self) -> Option<usize> {
@@ -250,33 +310,51 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for FoldingMap<A> {
     }
 }
 
-struct FoldingEnum<A>(A);
+struct FoldingEnum<'p, A> {
+    data: A,
+    chain: &'p Chain<'p>,
+    trail: &'p Trail,
+}
 
-impl<'de, A: EnumAccess<'de>> EnumAccess<'de> for FoldingEnum<A> {
+impl<'de, 'p, A: EnumAccess<'de>> EnumAccess<'de> for FoldingEnum<'p, A> {
     type Error = A::Error;
-    type Variant = FoldingVariant<A::Variant>;
+    type Variant = FoldingVariant<'p, A::Variant>;
 
     fn variant_seed<S: DeserializeSeed<'de>>(self, seed: S) -> Result<(S::Value, Self::Variant), A::Error> {
-        let (value, variant) = self.0.variant_seed(seed)?;
-        Ok((value, FoldingVariant(variant)))
+        let FoldingEnum { data, chain, trail } = self;
+        let mut name = None;
+        let (value, variant) =
+            data.variant_seed(CaptureKey { seed, slot: &mut name }).map_err(|e| trail.mark(chain, e))?;
+        Ok((value, FoldingVariant { variant, name, chain, trail }))
     }
 }
 
-struct FoldingVariant<A>(A);
+/// An enum's content; a failure in it is placed at the variant's name.
+struct FoldingVariant<'p, A> {
+    variant: A,
+    name: Option<String>,
+    chain: &'p Chain<'p>,
+    trail: &'p Trail,
+}
 
-impl<'de, A: VariantAccess<'de>> VariantAccess<'de> for FoldingVariant<A> {
+impl<'de, A: VariantAccess<'de>> VariantAccess<'de> for FoldingVariant<'_, A> {
     type Error = A::Error;
 
     fn unit_variant(self) -> Result<(), A::Error> {
-        self.0.unit_variant()
+        let at = Chain::Key { parent: self.chain, key: self.name };
+        self.variant.unit_variant().map_err(|e| self.trail.mark(&at, e))
     }
 
     fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value, A::Error> {
-        self.0.newtype_variant_seed(FoldingSeed(seed))
+        let (at, trail) = (Chain::Key { parent: self.chain, key: self.name }, self.trail);
+        self.variant
+            .newtype_variant_seed(FoldingSeed { seed, chain: &at, trail })
+            .map_err(|e| trail.mark(&at, e))
     }
 
     fn tuple_variant<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value, A::Error> {
-        self.0.tuple_variant(len, Folding::plain(visitor))
+        let (at, trail) = (Chain::Key { parent: self.chain, key: self.name }, self.trail);
+        self.variant.tuple_variant(len, Folding::plain(visitor, &at, trail)).map_err(|e| trail.mark(&at, e))
     }
 
     fn struct_variant<V: Visitor<'de>>(
@@ -284,7 +362,9 @@ impl<'de, A: VariantAccess<'de>> VariantAccess<'de> for FoldingVariant<A> {
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, A::Error> {
-        self.0.struct_variant(fields, Folding { visitor, fields: Some(fields) })
+        let (at, trail) = (Chain::Key { parent: self.chain, key: self.name }, self.trail);
+        let folding = Folding { visitor, fields: Some(fields), chain: &at, trail };
+        self.variant.struct_variant(fields, folding).map_err(|e| trail.mark(&at, e))
     }
 }
 

@@ -2,15 +2,19 @@ use super::*;
 use crate::NetConf;
 use serde_json::json;
 
-/// Deserialises through [`FoldKeys`] from text, as the plugins' entry points do.
+/// Deserialises through [`deserialize`] from text, as the plugins' entry points do.
 fn from_text<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_str(text);
-    T::deserialize(FoldKeys(&mut de))
+    located(text).map_err(|(_, e)| e)
+}
+
+/// The same, keeping the path to a failure.
+fn located<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T, (String, serde_json::Error)> {
+    deserialize(&mut serde_json::Deserializer::from_str(text))
 }
 
 /// And from a parsed value (a `runtimeConfig` entry).
 fn from_value<T: for<'de> Deserialize<'de>>(value: &Value) -> Result<T, serde_json::Error> {
-    T::deserialize(FoldKeys(value))
+    deserialize(value).map_err(|(_, e)| e)
 }
 
 #[derive(Debug, Deserialize, PartialEq)]
@@ -181,4 +185,55 @@ fn enums_options_and_newtypes_fold_inside() {
         v,
         [Some(Choice::Limit { burst: 3 }), Some(Choice::Wrapped(Wrapper(Inner { ingress_rate: 4 }))), None]
     );
+}
+
+/// The path a failure is reported at, as [`deserialize`] renders it.
+fn failure_path<T: for<'de> Deserialize<'de> + fmt::Debug>(text: &str) -> String {
+    located::<T>(text).unwrap_err().0
+}
+
+#[test]
+fn a_failure_is_placed_at_the_value_that_caused_it_keys_as_written() {
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Range {
+        subnet: ipnet::IpNet,
+    }
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Ipam {
+        ranges: Vec<Vec<Range>>,
+    }
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Conf {
+        mtu: Option<u32>,
+        ipam: Option<Ipam>,
+        capabilities: Option<std::collections::BTreeMap<String, bool>>,
+    }
+    let ranges = r#"{"ipam":{"ranges":[[{"subnet":"10.0.0.0/24"},{"subnet":"10.0.1.0/33"}]]}}"#;
+    assert_eq!(failure_path::<Conf>(ranges), "ipam.ranges[0][1].subnet");
+    assert_eq!(failure_path::<Conf>(r#"{"IPAM":{"Ranges":[[{"SubNet":"x"}]]}}"#), "IPAM.Ranges[0][0].SubNet");
+    assert_eq!(failure_path::<Conf>(r#"{"mtu":"big"}"#), "mtu");
+    // A plain map's key is captured too.
+    assert_eq!(failure_path::<Conf>(r#"{"capabilities":{"portMappings":5}}"#), "capabilities.portMappings");
+    // The document itself: the root.
+    assert_eq!(failure_path::<Conf>("[]"), ".");
+    // A struct's own complaint (a missing field) is placed at the struct.
+    assert_eq!(failure_path::<Conf>(r#"{"ipam":{}}"#), "ipam");
+    // A key that could not be read at all.
+    assert_eq!(failure_path::<Conf>(r#"{"ipam":{5:1}}"#), "ipam.?");
+    // Only the first failure counts: nothing is added while the error travels outwards.
+    assert_eq!(failure_path::<Vec<Conf>>(r#"[{}, {"mtu":-1}]"#), "[1].mtu");
+}
+
+#[test]
+fn an_enum_failure_is_placed_at_its_variant() {
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    enum Choice {
+        #[serde(rename = "limit")]
+        Limit { burst: u64 },
+    }
+    assert_eq!(failure_path::<Vec<Choice>>(r#"[{"limit":{"burst":"x"}}]"#), "[0].limit.burst");
 }

@@ -118,11 +118,12 @@ impl CniResult {
     /// the reference's decoder matches them (a `prevResult` is the runtime's text).
     pub fn from_value(value: Value, version: Version) -> Result<CniResult, ResultError> {
         let parse_err = |source| ResultError::Parse { version, source };
-        let folded = crate::fold::FoldKeys(value);
+        let parse_err = |(_path, source)| parse_err(source);
+        use crate::fold::deserialize;
         match version.family() {
-            ResultFamily::V02 => v02::ResultV02::deserialize(folded).map(Into::into).map_err(parse_err),
-            ResultFamily::V04 => v04::ResultV04::deserialize(folded).map(Into::into).map_err(parse_err),
-            ResultFamily::V1 => v1::ResultV1::deserialize(folded).map(Into::into).map_err(parse_err),
+            ResultFamily::V02 => deserialize::<v02::ResultV02, _>(value).map(Into::into).map_err(parse_err),
+            ResultFamily::V04 => deserialize::<v04::ResultV04, _>(value).map(Into::into).map_err(parse_err),
+            ResultFamily::V1 => deserialize::<v1::ResultV1, _>(value).map(Into::into).map_err(parse_err),
         }
     }
 
