@@ -19,7 +19,7 @@ use std::net::IpAddr;
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct MacvlanConf {
+pub(crate) struct RawConf {
     #[serde(default)]
     master: String,
     #[serde(default)]
@@ -37,8 +37,8 @@ pub(crate) struct MacvlanConf {
 }
 
 /// What the configuration asks for, validated.
-pub(crate) struct Settings {
-    conf: MacvlanConf,
+pub(crate) struct MacvlanConf {
+    raw: RawConf,
     mode: MacvlanMode,
     mac: Option<MacAddr>,
 }
@@ -61,9 +61,9 @@ fn parse_mac(field: &str, text: &str) -> Result<MacAddr, CniError> {
     text.parse().map_err(|_| CniError::invalid_config(format!("invalid MAC address {text:?} in {field}")))
 }
 
-impl Settings {
-    pub(crate) fn load(req: &Request) -> Result<Settings, CniError> {
-        let conf: MacvlanConf = req.config()?;
+impl MacvlanConf {
+    pub(crate) fn load(req: &Request) -> Result<MacvlanConf, CniError> {
+        let conf: RawConf = req.config()?;
         let mode = parse_mode(&conf.mode)?;
         if conf.mtu < 0 {
             return Err(CniError::invalid_config(format!("invalid mtu {}: must not be negative", conf.mtu)));
@@ -74,7 +74,7 @@ impl Settings {
             None if !conf.mac.is_empty() => Some(parse_mac("mac", &conf.mac)?),
             None => None,
         };
-        Ok(Settings { conf, mode, mac })
+        Ok(MacvlanConf { raw: conf, mode, mac })
     }
 }
 
@@ -93,7 +93,7 @@ fn default_route_interface(nl: &mut Netlink) -> Result<Option<String>, CniError>
 }
 
 /// The master link, configured or defaulted; missing is a configuration error (code 7).
-fn find_master(nl: &mut Netlink, conf: &MacvlanConf) -> Result<Link, CniError> {
+fn find_master(nl: &mut Netlink, conf: &RawConf) -> Result<Link, CniError> {
     let name = if conf.master.is_empty() {
         default_route_interface(nl)?.ok_or_else(|| {
             CniError::invalid_config(
@@ -160,12 +160,12 @@ impl Macvlan {
     fn create<'a>(
         &self,
         ifname: &str,
-        settings: &Settings,
+        settings: &MacvlanConf,
         master_nl: &mut Netlink,
         cont_nl: &mut Netlink,
         ns: &'a NetNs,
     ) -> Result<ContainerLink<'a>, CniError> {
-        let conf = &settings.conf;
+        let conf = &settings.raw;
         let master = find_master(master_nl, conf)?;
         if conf.mtu > i64::from(master.mtu) {
             return Err(CniError::invalid_config(format!(
@@ -197,9 +197,14 @@ impl Macvlan {
         Ok(ContainerLink::guard(ns, link))
     }
 
-    fn add_attachment(&self, req: &Request, settings: &Settings, ns: &NetNs) -> Result<CniResult, CniError> {
+    fn add_attachment(
+        &self,
+        req: &Request,
+        settings: &MacvlanConf,
+        ns: &NetNs,
+    ) -> Result<CniResult, CniError> {
         let mut cont_nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
-        let guard = if settings.conf.link_in_container {
+        let guard = if settings.raw.link_in_container {
             let mut master_nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
             self.create(&req.ifname, settings, &mut master_nl, &mut cont_nl, ns)?
         } else {
@@ -230,13 +235,13 @@ impl Macvlan {
             announce(ns, &link, &addresses.result);
         }
         guard.keep();
-        Ok(addresses.complete(result_interface(&link, &req.netns), settings.conf.dns.as_ref()))
+        Ok(addresses.complete(result_interface(&link, &req.netns), settings.raw.dns.as_ref()))
     }
 }
 
 impl Plugin for Macvlan {
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
-        let settings = Settings::load(req)?;
+        let settings = MacvlanConf::load(req)?;
         let ns = open_container_netns(req)?;
         self.add_attachment(req, &settings, &ns)
     }
@@ -248,15 +253,15 @@ impl Plugin for Macvlan {
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
-        let settings = Settings::load(req)?;
+        let settings = MacvlanConf::load(req)?;
         let prev = req.require_prev_result()?;
         delegate::ipam_forward_if_configured(req)?;
         let ns = open_container_netns(req)?;
         let mut cont_nl = Netlink::in_ns(&ns).or_cni("open netlink in the container")?;
-        let master = if settings.conf.link_in_container {
-            find_master(&mut cont_nl, &settings.conf)?
+        let master = if settings.raw.link_in_container {
+            find_master(&mut cont_nl, &settings.raw)?
         } else {
-            find_master(&mut Netlink::new().or_cni("open netlink")?, &settings.conf)?
+            find_master(&mut Netlink::new().or_cni("open netlink")?, &settings.raw)?
         };
         let position = iface::prev_interface(&prev, req)?;
         let link = iface::check_link(&mut cont_nl, &prev, position)?;
@@ -276,7 +281,7 @@ impl Plugin for Macvlan {
         }
         // The parent is the master, in the host's namespace unless linkInContainer.
         let parent_elsewhere = link.link_netnsid.is_some();
-        if link.link != Some(master.index) || parent_elsewhere == settings.conf.link_in_container {
+        if link.link != Some(master.index) || parent_elsewhere == settings.raw.link_in_container {
             return Err(CniError::internal(format!(
                 "container macvlan {} is not on master {}",
                 link.name, master.name

@@ -19,7 +19,7 @@ use std::path::Path;
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct TapConf {
+pub(crate) struct RawConf {
     #[serde(default)]
     multi_queue: bool,
     #[serde(default)]
@@ -38,14 +38,14 @@ pub(crate) struct TapConf {
     dns: Option<Dns>,
 }
 
-pub(crate) struct Settings {
-    conf: TapConf,
+pub(crate) struct TapConf {
+    raw: RawConf,
     mac: Option<MacAddr>,
 }
 
-impl Settings {
-    pub(crate) fn load(req: &Request) -> Result<Settings, CniError> {
-        let conf: TapConf = req.config()?;
+impl TapConf {
+    pub(crate) fn load(req: &Request) -> Result<TapConf, CniError> {
+        let conf: RawConf = req.config()?;
         if conf.mtu != 0 && !(68..=65535).contains(&conf.mtu) {
             return Err(CniError::invalid_config(format!(
                 "invalid mtu {}: must be between 68 and 65535",
@@ -62,7 +62,7 @@ impl Settings {
             None if !conf.mac.is_empty() => Some(parse(&conf.mac)?),
             None => None,
         };
-        Ok(Settings { conf, mac })
+        Ok(TapConf { raw: conf, mac })
     }
 }
 
@@ -72,7 +72,7 @@ fn selinux_enabled() -> bool {
 
 /// Creates the persistent tap `name` in `ns` from a thread of its own: the SELinux label,
 /// if any, is the thread's alone and goes with it.
-fn create_tap(ns: &NetNs, name: &str, conf: &TapConf) -> Result<(), CniError> {
+fn create_tap(ns: &NetNs, name: &str, conf: &RawConf) -> Result<(), CniError> {
     let spec = TunSpec {
         name: name.to_string(),
         kind: cni_net::netlink::TunType::Tap,
@@ -113,8 +113,8 @@ fn find_bridge(nl: &mut Netlink, name: &str) -> Result<Link, CniError> {
 pub struct Tap;
 
 impl Tap {
-    fn add_attachment(&self, req: &Request, settings: &Settings, ns: &NetNs) -> Result<CniResult, CniError> {
-        let conf = &settings.conf;
+    fn add_attachment(&self, req: &Request, settings: &TapConf, ns: &NetNs) -> Result<CniResult, CniError> {
+        let conf = &settings.raw;
         let mut nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
         let bridge = if conf.bridge.is_empty() { None } else { Some(find_bridge(&mut nl, &conf.bridge)?) };
         // IPAM first: a request it refuses is refused before any link changes (dropped, the
@@ -166,7 +166,7 @@ impl Tap {
 
 impl Plugin for Tap {
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
-        let settings = Settings::load(req)?;
+        let settings = TapConf::load(req)?;
         let ns = open_container_netns(req)?;
         self.add_attachment(req, &settings, &ns)
     }
@@ -178,7 +178,7 @@ impl Plugin for Tap {
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
-        let settings = Settings::load(req)?;
+        let settings = TapConf::load(req)?;
         delegate::ipam_forward_if_configured(req)?;
         let prev = req.require_prev_result()?;
         let position = iface::prev_interface(&prev, req)?;
@@ -188,8 +188,8 @@ impl Plugin for Tap {
         if link.kind != LinkKind::Tun {
             return Err(CniError::internal(format!("container interface {} is not a tap", link.name)));
         }
-        if !settings.conf.bridge.is_empty() {
-            let bridge = find_bridge(&mut nl, &settings.conf.bridge)?;
+        if !settings.raw.bridge.is_empty() {
+            let bridge = find_bridge(&mut nl, &settings.raw.bridge)?;
             if link.master != Some(bridge.index) {
                 return Err(CniError::internal(format!(
                     "tap {} is not a port of bridge {}",

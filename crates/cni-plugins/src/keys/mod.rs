@@ -27,7 +27,7 @@ pub fn plugin_keys(name: &str) -> Option<Keys> {
             keys_at::<m::bandwidth::config::Entry>("runtimeConfig.bandwidth"),
         ],
         "bridge" => [vec![config_keys::<i::bridge::config::BridgeConf>()], requested_mac()].concat(),
-        "dhcp" => vec![config_keys::<ipam::dhcp::plugin::RawConf>()],
+        "dhcp" => vec![config_keys::<ipam::dhcp::config::RawConf>()],
         "dnsname" => vec![
             config_keys::<m::dnsname::config::RawConf>(),
             keys_at::<serde_json::Value>("runtimeConfig.aliases"),
@@ -40,13 +40,13 @@ pub fn plugin_keys(name: &str) -> Option<Keys> {
         ],
         "host-local" => vec![config_keys::<ipam::host_local::config::RawConf>()],
         "ipvlan" => vec![config_keys::<i::ipvlan::IpvlanConf>()],
-        "macvlan" => [vec![config_keys::<i::macvlan::MacvlanConf>()], requested_mac()].concat(),
+        "macvlan" => [vec![config_keys::<i::macvlan::RawConf>()], requested_mac()].concat(),
         "portmap" => vec![config_keys::<m::portmap::config::RawConf>()],
         "ptp" => vec![config_keys::<i::ptp::PtpConf>()],
         "sbr" => vec![config_keys::<m::sbr::SbrConf>()],
         "slaac" => vec![config_keys::<ipam::slaac::config::RawConf>()],
         "static" => [vec![config_keys::<ipam::static_ipam::RawConf>()], requested_ips()].concat(),
-        "tap" => [vec![config_keys::<i::tap::TapConf>()], requested_mac()].concat(),
+        "tap" => [vec![config_keys::<i::tap::RawConf>()], requested_mac()].concat(),
         "tuning" => [
             vec![
                 config_keys::<m::tuning::config::RawConf>(),

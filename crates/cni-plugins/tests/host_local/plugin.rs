@@ -5,7 +5,7 @@ use crate::support;
 use std::collections::HashMap;
 use std::path::Path;
 
-use cni_plugins::ipam::host_local::plugin::HostLocal;
+use cni_plugins::ipam::host_local::HostLocal;
 use serde_json::{json, Value};
 use support::{ip, ip_files};
 

@@ -1,6 +1,5 @@
-//! The `dhcp` IPAM plugin: every verb is a request to the daemon (see [`super::protocol`]).
-//!
-//! Configuration (`ipam` object), as the reference's:
+//! The `dhcp` plugin's configuration (`ipam` object) and the client parameters made from it,
+//! as the reference's:
 //! - `daemonSocketPath` [/run/cni/dhcp.sock];
 //! - `request`: `[{"skipDefault": true}, {"option": "121"}, ...]`: the options asked for
 //!   (option 55); the defaults (what the result needs) unless `skipDefault`;
@@ -15,24 +14,16 @@
 //! - `ipv6PrefixLength` [128]: the prefix length a DHCPv6 address gets (DHCPv6 carries
 //!   none; see [`super::lease6`]).
 
-use std::io;
 use std::path::PathBuf;
-use std::time::Duration;
 
-use cni_sdk::{CniError, CniResult, Plugin, Request};
-use cni_types::ErrorCode;
+use cni_sdk::{CniError, Request};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::client::ClientParams;
-use super::lease::Leased;
 use super::options::DEFAULT_REQUESTED;
-use super::protocol::{self, Op, Response, ValidAttachment, DEFAULT_SOCKET_PATH};
+use super::protocol::DEFAULT_SOCKET_PATH;
 use super::store::{AttachmentKey, Family};
-
-/// How long the plugin waits for the daemon: more than an acquisition may take with the
-/// daemon's default timeout and retransmissions.
-const CALL_TIMEOUT: Duration = Duration::from_secs(90);
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct RawConf {
@@ -59,7 +50,7 @@ pub(crate) struct DhcpConf {
 
 impl DhcpConf {
     /// The families to lease from, checked: 4 and/or 6, each once, IPv4 first.
-    fn families(&self) -> Result<Vec<Family>, CniError> {
+    pub(super) fn families(&self) -> Result<Vec<Family>, CniError> {
         let Some(list) = &self.families else { return Ok(vec![Family::V4]) };
         let mut families = Vec::new();
         for (i, n) in list.iter().enumerate() {
@@ -163,7 +154,7 @@ fn duid(network: &str, container_id: &str, ifname: &str) -> Vec<u8> {
 }
 
 /// What the DHCPv6 client sends: the attachment's DUID; the options it asks for are fixed.
-fn params6(req: &Request, conf: &DhcpConf) -> Result<ClientParams, CniError> {
+pub(super) fn params6(req: &Request, conf: &DhcpConf) -> Result<ClientParams, CniError> {
     Ok(ClientParams {
         client_id: duid(&req.conf.name, &req.container_id, &req.ifname),
         provide: Vec::new(),
@@ -221,158 +212,11 @@ pub(crate) fn load(req: &Request) -> Result<(DhcpConf, PathBuf), CniError> {
     Ok((conf.ipam, socket))
 }
 
-fn key(req: &Request) -> AttachmentKey {
+pub(super) fn key(req: &Request) -> AttachmentKey {
     AttachmentKey {
         network: req.conf.name.clone(),
         container_id: req.container_id.clone(),
         ifname: req.ifname.clone(),
-    }
-}
-
-/// Sends `op`; a daemon that is not there is `unreachable`'s code (11 for the verbs that
-/// change leases, 50 for STATUS), a refusal is the daemon's own CNI error.
-fn call(
-    req: &Request,
-    socket: &std::path::Path,
-    op: Op,
-    unreachable: ErrorCode,
-) -> Result<Response, CniError> {
-    let trace = req.trace.as_ref().map(|t| t.trace_id());
-    let response = protocol::call(socket, op, trace, CALL_TIMEOUT).map_err(|e| {
-        let absent = matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused);
-        if absent {
-            CniError::new(
-                unreachable,
-                format!(
-                    "dhcp: daemon not running (no one at {}), start it with `cni-plugins dhcp daemon`",
-                    socket.display()
-                ),
-            )
-        } else {
-            CniError::new(unreachable, format!("dhcp: talking to the daemon at {}: {e}", socket.display()))
-        }
-    })?;
-    if response.ok {
-        Ok(response)
-    } else {
-        let code = if response.code == 0 { ErrorCode::Internal as u32 } else { response.code };
-        Err(CniError::new(code, response.msg))
-    }
-}
-
-/// The lease in the daemon's answer to an ADD of `family` (a daemon too old to know the
-/// family would answer with a v4 lease: refused, not passed on as v6).
-fn lease_of(response: Response, family: Family) -> Result<Leased, CniError> {
-    let lease =
-        response.lease.ok_or_else(|| CniError::internal("dhcp: the daemon answered ADD without a lease"))?;
-    match (&lease, family) {
-        (Leased::V4(_), Family::V4) | (Leased::V6(_), Family::V6) => Ok(lease),
-        _ => Err(CniError::new(
-            ErrorCode::IncompatibleVersion,
-            "dhcp: the daemon answered with a lease of the other address family (a daemon without DHCPv6?)",
-        )),
-    }
-}
-
-/// One result from an attachment's leases: their addresses (IPv4 first), routes, and DNS
-/// servers and search domains of both (the domain is DHCPv4's: DHCPv6 has none).
-fn result_of(leases: &[Leased]) -> CniResult {
-    let mut result =
-        CniResult { interfaces: Vec::new(), ips: Vec::new(), routes: Vec::new(), dns: Default::default() };
-    for lease in leases {
-        result.ips.push(lease.ip_config());
-        result.routes.extend(lease.routes());
-        let dns = lease.dns();
-        if result.dns.domain.is_empty() {
-            result.dns.domain = dns.domain;
-        }
-        result.dns.nameservers.extend(dns.nameservers);
-        for name in dns.search {
-            if !result.dns.search.contains(&name) {
-                result.dns.search.push(name);
-            }
-        }
-    }
-    result
-}
-
-pub struct Dhcp;
-
-impl Plugin for Dhcp {
-    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
-        let (conf, socket) = load(req)?;
-        // Every key is checked before the daemon is asked for anything.
-        let mut wanted = Vec::new();
-        for family in conf.families()? {
-            let params = match family {
-                Family::V4 => params(req, &conf)?,
-                Family::V6 => params6(req, &conf)?,
-            };
-            wanted.push((family, params));
-        }
-        let netns = req
-            .netns_path()
-            .ok_or_else(|| CniError::new(ErrorCode::InvalidEnvironment, "dhcp: CNI_NETNS is required"))?;
-        let mut leases = Vec::new();
-        for (family, params) in wanted {
-            let op = Op::Add { key: key(req), netns: netns.to_string(), params, family };
-            let lease = call(req, &socket, op, ErrorCode::TryAgainLater).and_then(|r| lease_of(r, family));
-            match lease {
-                Ok(lease) => leases.push(lease),
-                Err(e) => {
-                    // All or nothing: the first family's lease goes back, and so does the
-                    // lease of the wrong family an older daemon may have taken.
-                    let wrong_family = e.code == ErrorCode::IncompatibleVersion as u32;
-                    if !leases.is_empty() || wrong_family {
-                        let _ = call(req, &socket, Op::Del { key: key(req) }, ErrorCode::TryAgainLater);
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        Ok(result_of(&leases))
-    }
-
-    fn del(&self, req: &Request) -> Result<(), CniError> {
-        let (_, socket) = load(req)?;
-        call(req, &socket, Op::Del { key: key(req) }, ErrorCode::TryAgainLater).map(drop)
-    }
-
-    fn check(&self, req: &Request) -> Result<(), CniError> {
-        let (conf, socket) = load(req)?;
-        for family in conf.families()? {
-            let response = call(req, &socket, Op::Check { key: key(req), family }, ErrorCode::TryAgainLater)?;
-            if let (Some(lease), Ok(Some(prev))) = (&response.lease, req.prev_result()) {
-                let addr = lease.address().addr();
-                if !prev.ips.iter().any(|ip| ip.address.addr() == addr) {
-                    return Err(CniError::internal(format!(
-                        "dhcp: the lease is for {addr}, which is not in the result of {}",
-                        req.ifname
-                    )));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn gc(&self, req: &Request) -> Result<(), CniError> {
-        let (_, socket) = load(req)?;
-        let valid = req
-            .valid_attachments()?
-            .into_iter()
-            .map(|a| ValidAttachment { container_id: a.container_id, ifname: a.ifname })
-            .collect();
-        call(req, &socket, Op::Gc { network: req.conf.name.clone(), valid }, ErrorCode::TryAgainLater)
-            .map(drop)
-    }
-
-    fn status(&self, req: &Request) -> Result<(), CniError> {
-        let (_, socket) = load(req)?;
-        call(req, &socket, Op::Status, ErrorCode::NotAvailable).map(drop)
-    }
-
-    fn about(&self) -> String {
-        "dhcp IPAM (cni-rs): leases from a DHCP server, kept by `cni-plugins dhcp daemon`".into()
     }
 }
 
@@ -467,39 +311,6 @@ mod tests {
             let err = conf(json!({"ipv6PrefixLength": bad})).prefix_len().unwrap_err();
             assert!(err.code == 7 && err.msg.contains("ipam.ipv6PrefixLength"), "{err:?}");
         }
-    }
-
-    #[test]
-    fn a_dual_stack_result_puts_ipv4_first_and_merges_dns() {
-        let v4: Leased = serde_json::from_value(json!({
-            "address": "10.1.0.5/24", "server_id": "10.1.0.1", "routers": ["10.1.0.1"],
-            "dns_servers": ["10.1.0.53"], "domain": "example.org", "search": ["a.example"],
-            "lease_secs": 60, "renew_secs": 30, "rebind_secs": 52, "acquired_unix": 1000
-        }))
-        .unwrap();
-        let v6: Leased = serde_json::from_value(json!({
-            "address": "fd00::5/64", "server_duid": [0, 3, 0, 1], "iaid": 7,
-            "dns_servers": ["fd00::53"], "search": ["a.example", "b.example"],
-            "preferred_secs": 50, "lease_secs": 60, "renew_secs": 25, "rebind_secs": 40, "acquired_unix": 1000
-        }))
-        .unwrap();
-        assert!(matches!((&v4, &v6), (Leased::V4(_), Leased::V6(_))), "each reads as its family");
-        let result = result_of(&[v4.clone(), v6.clone()]);
-        let ips: Vec<(String, Option<std::net::IpAddr>)> =
-            result.ips.iter().map(|ip| (ip.address.to_string(), ip.gateway)).collect();
-        assert_eq!(
-            ips,
-            [
-                ("10.1.0.5/24".to_string(), Some("10.1.0.1".parse().unwrap())),
-                ("fd00::5/64".to_string(), None)
-            ]
-        );
-        assert_eq!(result.dns.nameservers, ["10.1.0.53", "fd00::53"]);
-        assert_eq!(result.dns.domain, "example.org");
-        assert_eq!(result.dns.search, ["a.example", "b.example"]);
-        assert_eq!(result.routes.len(), 1, "the v4 default route only");
-        let response = Response { lease: Some(v4), ..Response::ok() };
-        assert_eq!(lease_of(response, Family::V6).unwrap_err().code, 1, "a v4 lease for a v6 ADD");
     }
 
     #[test]
