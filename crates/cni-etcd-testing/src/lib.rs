@@ -206,6 +206,23 @@ impl EtcdCluster {
         }
     }
 
+    /// The index of the member that is the leader now, by the members' own status (None
+    /// while there is none, or no member answers).
+    pub fn leader(&self) -> Option<usize> {
+        let tls = self.tls.as_ref().map(|(_, tls)| tls.clone());
+        self.members.iter().position(|member| {
+            let Ok(mut client) = Client::with_tls(&[&member.client_url], Duration::from_secs(1), tls.clone())
+            else {
+                return false;
+            };
+            let status = client.call("/v3/maintenance/status", &serde_json::json!({}));
+            // Ids are 64-bit numbers the gateway writes as strings.
+            status.is_ok_and(|s| {
+                s["leader"].as_str().is_some_and(|l| l != "0" && s["header"]["member_id"] == l)
+            })
+        })
+    }
+
     /// Starts killed member `index` again on its data (it rejoins the cluster); nothing
     /// when it runs.
     pub fn restart(&mut self, index: usize) {
