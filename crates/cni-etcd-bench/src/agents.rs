@@ -36,6 +36,11 @@ impl Agents {
         Ok(agents)
     }
 
+    /// The agents' process ids.
+    pub fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(Child::id).collect()
+    }
+
     /// Node `node`'s agent socket (the agent makes its directory, private).
     pub fn socket(&self, node: usize) -> PathBuf {
         self.dir.join(format!("node-{node}")).join("agent.sock")

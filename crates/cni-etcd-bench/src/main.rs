@@ -22,6 +22,7 @@
 //! cost nothing, and the header says so); a directory on a disk includes them.
 
 mod agents;
+mod cpu;
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -363,6 +364,12 @@ fn check_etcd(cluster: &EtcdCluster, run: &Phase) -> Result<(), String> {
     Ok(())
 }
 
+/// etcd's current revision, moved on by one write (`etcd-ipam-bench` marks): each write
+/// makes one revision, so the difference of two is the writes between them, plus one.
+fn etcd_revision(cluster: &EtcdCluster) -> Result<i64, String> {
+    cluster.client().put(b"/edbench-mark", b"", 0).map_err(|e| e.to_string())
+}
+
 fn run(options: &Options) -> Result<(), String> {
     if options.mode != Mode::Library && !options.plugin_bin.exists() {
         return Err(format!(
@@ -384,8 +391,16 @@ fn run(options: &Options) -> Result<(), String> {
     };
     let agents = agents.as_ref();
     println!("{}", describe(options));
+    let agent_pids = agents.map(Agents::pids).unwrap_or_default();
+    let before = (cpu::Sample::take(&agent_pids, &cluster.pids()), etcd_revision(&cluster)?);
     let healthy = run_phase(options, &endpoints, agents, "healthy", None)?;
+    let after = (cpu::Sample::take(&agent_pids, &cluster.pids()), etcd_revision(&cluster)?);
     report("all members up", &healthy);
+    let adds = healthy.addresses.len() + healthy.failures.len();
+    println!("  {}", before.0.per_add(&after.0, adds));
+    // Every write (transaction or put) makes one revision: ADDs per write is the batching.
+    let writes = after.1 - before.1 - 1;
+    println!("  etcd writes: {writes} ({:.2} ADDs per write)", adds as f64 / writes.max(1) as f64);
     let killed = std::sync::Mutex::new(None);
     let kill_leader = Box::new(|| {
         let leader = cluster.leader().unwrap_or(0);

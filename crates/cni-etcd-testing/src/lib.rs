@@ -223,6 +223,11 @@ impl EtcdCluster {
         })
     }
 
+    /// The process ids of the members running now (for their CPU time).
+    pub fn pids(&self) -> Vec<u32> {
+        self.members.iter().filter_map(|m| m.child.as_ref().map(Child::id)).collect()
+    }
+
     /// Starts killed member `index` again on its data (it rejoins the cluster); nothing
     /// when it runs.
     pub fn restart(&mut self, index: usize) {
