@@ -1,7 +1,8 @@
 //! etcd-ipam-bench: N concurrent "nodes" allocate addresses with etcd-ipam against a real
-//! etcd cluster started on 127.0.0.1, then again with one member killed. Prints the
-//! allocations per second of each phase, ADD latencies, and the duplicates found (in the
-//! results and in etcd's own state: there must be none).
+//! etcd cluster started on 127.0.0.1, then again while the leader is killed half-way
+//! through. Prints the allocations per second of each phase and of the whole run, ADD
+//! latencies, the failed ADDs, and the duplicates found (in the results and in etcd's own
+//! state, which must hold exactly the successful ADDs: a failed one allocates nothing).
 //!
 //! ```text
 //! etcd-ipam-bench [--nodes 8] [--per-node 200] [--members 3] [--mode plugin|agent|library]
@@ -16,13 +17,22 @@
 //! one `etcd-ipam agent` per node and the plugin binary per ADD talks to it over its unix
 //! socket. `library` calls the allocator in-process on one kept-alive connection per node:
 //! the agent without the process start and the socket.
+//!
+//! etcd's data goes under `--data-base` (default /dev/shm: on tmpfs the members' fsyncs
+//! cost nothing, and the header says so); a directory on a disk includes them.
+
+mod agents;
+mod cpu;
 
 use std::collections::HashSet;
 use std::io::Write;
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+use agents::Agents;
 
 use cni_etcd_ipam::allocator::Allocator;
 use cni_etcd_ipam::batch::Batcher;
@@ -123,52 +133,8 @@ fn network_conf(
     conf
 }
 
-fn agent_socket(node: usize) -> PathBuf {
-    std::env::temp_dir().join(format!("ed-bench-{}", std::process::id())).join(format!("node-{node}.sock"))
-}
-
-/// One `etcd-ipam agent` per node, killed when dropped.
-struct Agents(Vec<std::process::Child>);
-
-impl Agents {
-    fn start(options: &Options) -> Result<Agents, String> {
-        let bin = &options.plugin_bin;
-        let mut agents = Agents(Vec::new());
-        for node in 0..options.nodes {
-            let socket = agent_socket(node);
-            let child = Command::new(bin)
-                .args(["agent", "--socket"])
-                .arg(&socket)
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| format!("starting {}: {e}", bin.display()))?;
-            agents.0.push(child);
-            let start = Instant::now();
-            while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-                if start.elapsed() > Duration::from_secs(10) {
-                    return Err(format!("{} did not listen on {}", bin.display(), socket.display()));
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        Ok(agents)
-    }
-}
-
-impl Drop for Agents {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if let Some(dir) = agent_socket(0).parent() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
-
 /// One ADD through the plugin binary; the address it returned.
-fn add_by_plugin(bin: &PathBuf, conf: &[u8], container_id: &str) -> Result<IpAddr, String> {
+fn add_by_plugin(bin: &Path, conf: &[u8], container_id: &str) -> Result<IpAddr, String> {
     let mut child = Command::new(bin)
         .env_clear()
         .env("CNI_COMMAND", "ADD")
@@ -193,17 +159,26 @@ fn add_by_plugin(bin: &PathBuf, conf: &[u8], container_id: &str) -> Result<IpAdd
     }
 }
 
-/// One node's run: `per_node` ADDs, `parallel` at a time; the addresses and each ADD's
-/// latency.
-fn run_node(
-    options: &Options,
-    endpoints: &[String],
-    node: usize,
-    phase: &str,
-) -> Result<Vec<(IpAddr, Duration)>, String> {
+/// One ADD's outcome: the address (or why it failed) and how long it took.
+type Outcome = (Result<IpAddr, String>, Duration);
+
+/// What every node's ADDs need to know about the run.
+struct Run<'a> {
+    options: &'a Options,
+    endpoints: &'a [String],
+    agents: Option<&'a Agents>,
+    phase: &'a str,
+    /// ADDs finished so far in this phase, all nodes together.
+    done: &'a AtomicUsize,
+}
+
+/// One node's run: `per_node` ADDs, `parallel` at a time. A failed ADD is recorded and the
+/// node goes on (a runtime would retry it; what matters here is that it allocated nothing).
+fn run_node(run: &Run, node: usize) -> Result<Vec<Outcome>, String> {
+    let options = run.options;
     let name = format!("node-{node}");
-    let socket = (options.mode == Mode::Agent).then(|| agent_socket(node));
-    let conf = network_conf(endpoints, &name, socket.as_ref(), options.pki.as_ref());
+    let socket = run.agents.map(|agents| agents.socket(node));
+    let conf = network_conf(run.endpoints, &name, socket.as_ref(), options.pki.as_ref());
     let bytes = conf.to_string().into_bytes();
     let batcher = if options.mode == Mode::Library {
         let parsed = EtcdIpamConfig::parse(&bytes).map_err(|e| e.to_string())?;
@@ -213,114 +188,149 @@ fn run_node(
     } else {
         None
     };
-    let one_add = |i: usize| -> Result<(IpAddr, Duration), String> {
+    let phase = run.phase;
+    let one_add = |i: usize| -> Outcome {
         let start = Instant::now();
         let ip = match &batcher {
             Some(batcher) => batcher
                 .allocate(&format!("{phase}-{node}-{i}/eth0"))
-                .map_err(|e| e.to_string())?
-                .address
-                .addr(),
-            None => add_by_plugin(&options.plugin_bin, &bytes, &format!("{phase}-{node}-{i}"))?,
+                .map(|allocation| allocation.address.addr())
+                .map_err(|e| e.to_string()),
+            None => add_by_plugin(&options.plugin_bin, &bytes, &format!("{phase}-{node}-{i}")),
         };
-        Ok((ip, start.elapsed()))
+        run.done.fetch_add(1, Ordering::Relaxed);
+        (ip, start.elapsed())
     };
     let parallel = options.parallel;
-    let workers: Vec<Result<Vec<(IpAddr, Duration)>, String>> = std::thread::scope(|scope| {
+    Ok(std::thread::scope(|scope| {
         let threads: Vec<_> = (0..parallel)
             .map(|w| {
                 let one_add = &one_add;
-                scope.spawn(move || (w..options.per_node).step_by(parallel).map(one_add).collect())
+                scope.spawn(move || (w..options.per_node).step_by(parallel).map(one_add).collect::<Vec<_>>())
             })
             .collect();
-        threads.into_iter().map(|t| t.join().expect("worker thread")).collect()
-    });
-    let mut out = Vec::with_capacity(options.per_node);
-    for worker in workers {
-        out.extend(worker?);
-    }
-    Ok(out)
+        threads.into_iter().flat_map(|t| t.join().expect("worker thread")).collect()
+    }))
 }
 
 struct Phase {
     addresses: Vec<IpAddr>,
-    rate: f64,
-    median: Duration,
-    p99: Duration,
+    failures: Vec<String>,
+    elapsed: Duration,
+    /// The successful ADDs' latencies, sorted.
+    latencies: Vec<Duration>,
 }
 
-fn run_phase(options: &Options, endpoints: &[String], phase: &str) -> Result<Phase, String> {
+impl Phase {
+    fn rate(&self) -> f64 {
+        self.addresses.len() as f64 / self.elapsed.as_secs_f64()
+    }
+
+    fn latency(&self, quantile: f64) -> Duration {
+        let last = self.latencies.len().saturating_sub(1);
+        self.latencies.get((last as f64 * quantile) as usize).copied().unwrap_or_default()
+    }
+
+    /// Both phases as one run (the figure sustained over the member's loss).
+    fn then(&self, next: &Phase) -> Phase {
+        let mut latencies: Vec<Duration> = self.latencies.iter().chain(&next.latencies).copied().collect();
+        latencies.sort();
+        Phase {
+            addresses: self.addresses.iter().chain(&next.addresses).copied().collect(),
+            failures: self.failures.iter().chain(&next.failures).cloned().collect(),
+            elapsed: self.elapsed + next.elapsed,
+            latencies,
+        }
+    }
+}
+
+/// Runs every node's ADDs; `mid_run` is called (on a thread of its own) once half of them
+/// have finished, while the others are in flight.
+fn run_phase(
+    options: &Options,
+    endpoints: &[String],
+    agents: Option<&Agents>,
+    phase: &str,
+    mid_run: Option<Box<dyn FnOnce() + Send + '_>>,
+) -> Result<Phase, String> {
+    let done = AtomicUsize::new(0);
+    let run = Run { options, endpoints, agents, phase, done: &done };
+    let half = options.nodes * options.per_node / 2;
     let start = Instant::now();
-    let per_node: Vec<Result<Vec<(IpAddr, Duration)>, String>> = std::thread::scope(|scope| {
-        let threads: Vec<_> =
-            (0..options.nodes).map(|n| scope.spawn(move || run_node(options, endpoints, n, phase))).collect();
+    let per_node: Vec<Result<Vec<Outcome>, String>> = std::thread::scope(|scope| {
+        if let Some(mid_run) = mid_run {
+            let done = &done;
+            scope.spawn(move || {
+                while done.load(Ordering::Relaxed) < half {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                mid_run()
+            });
+        }
+        let run = &run;
+        let threads: Vec<_> = (0..options.nodes).map(|n| scope.spawn(move || run_node(run, n))).collect();
         threads.into_iter().map(|t| t.join().expect("node thread")).collect()
     });
     let elapsed = start.elapsed();
-    let mut addresses = Vec::new();
-    let mut latencies = Vec::new();
-    for node in per_node {
-        for (ip, latency) in node? {
-            addresses.push(ip);
-            latencies.push(latency);
+    let (mut addresses, mut failures, mut latencies) = (Vec::new(), Vec::new(), Vec::new());
+    for (result, latency) in per_node.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().flatten() {
+        match result {
+            Ok(ip) => {
+                addresses.push(ip);
+                latencies.push(latency);
+            }
+            Err(e) => failures.push(e),
         }
     }
     latencies.sort();
-    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
-    Ok(Phase {
-        rate: addresses.len() as f64 / elapsed.as_secs_f64(),
-        median: at(0.5),
-        p99: at(0.99),
-        addresses,
-    })
+    Ok(Phase { addresses, failures, elapsed, latencies })
 }
 
 fn report(name: &str, phase: &Phase) {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
-        "{name:<28} {:>6} ADDs  {:>8.0} allocations/s  median {:>6.2} ms  p99 {:>6.2} ms",
+        "{name:<28} {:>6} ADDs  {:>8.0} allocations/s  latency ms: median {:.2} p90 {:.2} p99 {:.2} max {:.2}  failed {}",
         phase.addresses.len(),
-        phase.rate,
-        phase.median.as_secs_f64() * 1e3,
-        phase.p99.as_secs_f64() * 1e3
+        phase.rate(),
+        ms(phase.latency(0.5)),
+        ms(phase.latency(0.9)),
+        ms(phase.latency(0.99)),
+        ms(phase.latency(1.0)),
+        phase.failures.len(),
     );
+    if let Some(first) = phase.failures.first() {
+        println!("  first failure: {first}");
+    }
 }
 
-fn run(options: &Options) -> Result<(), String> {
-    if options.mode != Mode::Library && !options.plugin_bin.exists() {
-        return Err(format!(
-            "{} not found (build cni-etcd-ipam, or --plugin-bin)",
-            options.plugin_bin.display()
-        ));
-    }
-    let mut cluster = if options.tls {
-        EtcdCluster::start_tls_in(&options.data_base, "edbench", options.members)
+fn describe(options: &Options) -> String {
+    let data = &options.data_base;
+    let fsync = if data.starts_with("/dev/shm") {
+        "tmpfs: the members' fsyncs cost nothing"
     } else {
-        EtcdCluster::start_in(&options.data_base, "edbench", options.members)
+        "the members fsync to it"
     };
-    let options = &Options { pki: cluster.pki().cloned(), ..options.clone() };
-    let endpoints = cluster.endpoints();
-    let _agents = if options.mode == Mode::Agent { Some(Agents::start(options)?) } else { None };
-    println!(
-        "etcd-ipam-bench: {} nodes x {} ADDs ({} at a time), {} etcd members{} (data under {}), mode {}",
+    let mode = match options.mode {
+        Mode::Plugin => "plugin (one process per ADD, straight to etcd)",
+        Mode::Agent => "agent (one process per ADD, through its node's agent)",
+        Mode::Library => "library (in-process, one connection per node)",
+    };
+    format!(
+        "etcd-ipam-bench: {} nodes x {} ADDs ({} at a time), {} etcd members{}, data under {} ({fsync}), mode {mode}",
         options.nodes,
         options.per_node,
         options.parallel,
         options.members,
         if options.tls { " over TLS" } else { "" },
-        options.data_base.display(),
-        match options.mode {
-            Mode::Plugin => "plugin (one process per ADD, straight to etcd)",
-            Mode::Agent => "agent (one process per ADD, through a node agent)",
-            Mode::Library => "library (in-process, one connection per node)",
-        }
-    );
-    let healthy = run_phase(options, &endpoints, "healthy")?;
-    report("all members up", &healthy);
-    cluster.kill(0);
-    let degraded = run_phase(options, &endpoints, "degraded")?;
-    report("one member killed", &degraded);
+        data.display(),
+    )
+}
 
-    let all: Vec<IpAddr> = healthy.addresses.iter().chain(&degraded.addresses).copied().collect();
+/// Checks the results against each other and against etcd's own state: every address
+/// once, and etcd holding a handle and a block entry for each successful ADD, nothing for
+/// a failed one.
+fn check_etcd(cluster: &EtcdCluster, run: &Phase) -> Result<(), String> {
+    let all = &run.addresses;
     let unique: HashSet<&IpAddr> = all.iter().collect();
     let mut client = cluster.client();
     let (handles, _) = client.get_prefix(b"/cni-rs/ipam/edbench/handle/", true).map_err(|e| e.to_string())?;
@@ -342,14 +352,67 @@ fn run(options: &Options) -> Result<(), String> {
         in_blocks.len(),
         blocks.len()
     );
+    let agrees = in_blocks.iter().all(|ip| unique.contains(ip));
     if duplicates != 0
         || handles.len() != all.len()
         || in_blocks.len() != all.len()
         || block_entries != all.len()
+        || !agrees
     {
         return Err("the allocations are not unique, or etcd disagrees with the results".into());
     }
     Ok(())
+}
+
+/// etcd's current revision, moved on by one write (`etcd-ipam-bench` marks): each write
+/// makes one revision, so the difference of two is the writes between them, plus one.
+fn etcd_revision(cluster: &EtcdCluster) -> Result<i64, String> {
+    cluster.client().put(b"/edbench-mark", b"", 0).map_err(|e| e.to_string())
+}
+
+fn run(options: &Options) -> Result<(), String> {
+    if options.mode != Mode::Library && !options.plugin_bin.exists() {
+        return Err(format!(
+            "{} not found (build cni-etcd-ipam, or --plugin-bin)",
+            options.plugin_bin.display()
+        ));
+    }
+    let mut cluster = if options.tls {
+        EtcdCluster::start_tls_in(&options.data_base, "edbench", options.members)
+    } else {
+        EtcdCluster::start_in(&options.data_base, "edbench", options.members)
+    };
+    let options = &Options { pki: cluster.pki().cloned(), ..options.clone() };
+    let endpoints = cluster.endpoints();
+    let agents = if options.mode == Mode::Agent {
+        Some(Agents::start(&options.plugin_bin, options.nodes)?)
+    } else {
+        None
+    };
+    let agents = agents.as_ref();
+    println!("{}", describe(options));
+    let agent_pids = agents.map(Agents::pids).unwrap_or_default();
+    let before = (cpu::Sample::take(&agent_pids, &cluster.pids()), etcd_revision(&cluster)?);
+    let healthy = run_phase(options, &endpoints, agents, "healthy", None)?;
+    let after = (cpu::Sample::take(&agent_pids, &cluster.pids()), etcd_revision(&cluster)?);
+    report("all members up", &healthy);
+    let adds = healthy.addresses.len() + healthy.failures.len();
+    println!("  {}", before.0.per_add(&after.0, adds));
+    // Every write (transaction or put) makes one revision: ADDs per write is the batching.
+    let writes = after.1 - before.1 - 1;
+    println!("  etcd writes: {writes} ({:.2} ADDs per write)", adds as f64 / writes.max(1) as f64);
+    let killed = std::sync::Mutex::new(None);
+    let kill_leader = Box::new(|| {
+        let leader = cluster.leader().unwrap_or(0);
+        cluster.kill(leader);
+        *killed.lock().expect("not poisoned") = Some(leader);
+    });
+    let degraded = run_phase(options, &endpoints, agents, "degraded", Some(kill_leader))?;
+    let killed = killed.into_inner().expect("not poisoned").ok_or("the member was never killed")?;
+    report(&format!("leader (member {killed}) killed"), &degraded);
+    let whole = healthy.then(&degraded);
+    report("whole run", &whole);
+    check_etcd(&cluster, &whole)
 }
 
 fn main() -> ExitCode {

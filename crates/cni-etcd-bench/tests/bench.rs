@@ -1,4 +1,5 @@
-//! The benchmark binary runs end to end (a short library-mode run) and reports no duplicates.
+//! The benchmark binary runs end to end and reports no duplicates: a short library-mode run,
+//! and a short run of plugin processes through one agent per node.
 
 #[test]
 fn a_short_run_reports_both_phases_and_no_duplicates() {
@@ -9,9 +10,26 @@ fn a_short_run_reports_both_phases_and_no_duplicates() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("all members up") && stdout.contains("60 ADDs"), "{stdout}");
-    assert!(stdout.contains("one member killed"), "{stdout}");
+    assert!(stdout.contains(") killed") && stdout.contains("whole run"), "{stdout}");
     assert!(
         stdout.contains("duplicates: 0 in results; etcd holds 120 handles, 120 block entries"),
         "{stdout}"
     );
+}
+
+#[test]
+fn plugin_processes_through_agents_lose_the_leader_mid_run_without_duplicates() {
+    let plugin = cni_testkit::binaries::fresh_workspace_binary("cni-etcd-ipam", "etcd-ipam");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_etcd-ipam-bench"))
+        .args(["--mode", "agent", "--nodes", "3", "--per-node", "16", "--parallel", "2", "--plugin-bin"])
+        .arg(plugin)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("through its node's agent") && stdout.contains("fsyncs"), "{stdout}");
+    assert!(stdout.contains(") killed") && stdout.contains("whole run"), "{stdout}");
+    // Every successful ADD is in etcd, once, and a failed one (while the leader is
+    // re-elected) left nothing there: the bench exits with a failure otherwise.
+    assert!(stdout.contains("duplicates: 0 in results"), "{stdout}");
 }

@@ -6,6 +6,7 @@
 pub mod hostile;
 pub mod pki;
 
+use std::ffi::OsString;
 use std::fs;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -38,7 +39,29 @@ fn default_base() -> PathBuf {
 struct Member {
     name: String,
     client_url: String,
+    /// The arguments it was started with: a killed member restarts with the same ones
+    /// (its data directory makes it rejoin, the `--initial-*` flags are then ignored).
+    args: Vec<OsString>,
     child: Option<Child>,
+}
+
+impl Member {
+    /// Starts the member's etcd, its log appended to `<dir>/<name>.log`.
+    fn spawn(&mut self, dir: &Path) {
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(format!("{}.log", self.name)))
+            .expect("etcd log file");
+        let child = Command::new(ETCD)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting etcd");
+        self.child = Some(child);
+    }
 }
 
 /// A running cluster; dropping it kills every member and removes the data.
@@ -80,33 +103,34 @@ impl EtcdCluster {
         let token = format!("{prefix}-{}-{serial}", std::process::id());
         let mut members = Vec::new();
         for (name, peer, client) in &peers {
-            let log = fs::File::create(dir.join(format!("{name}.log"))).expect("etcd log file");
-            let mut command = Command::new(ETCD);
+            let mut args: Vec<OsString> = Vec::new();
             if let Some(pki) = &pki {
-                command
-                    .arg("--client-cert-auth")
-                    .arg("--trusted-ca-file")
-                    .arg(&pki.ca)
-                    .arg("--cert-file")
-                    .arg(&pki.server_cert)
-                    .arg("--key-file")
-                    .arg(&pki.server_key);
+                args.extend(["--client-cert-auth", "--trusted-ca-file"].map(OsString::from));
+                args.push(pki.ca.clone().into());
+                args.push("--cert-file".into());
+                args.push(pki.server_cert.clone().into());
+                args.push("--key-file".into());
+                args.push(pki.server_key.clone().into());
             }
-            let child = command
-                .args(["--name", name, "--data-dir"])
-                .arg(dir.join(name))
-                .args(["--listen-client-urls", client, "--advertise-client-urls", client])
-                .args(["--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer])
-                .args(["--initial-cluster", &initial.join(","), "--initial-cluster-state", "new"])
-                .args(["--initial-cluster-token", &token])
-                // Quick elections: a killed member's successor is chosen in well under a second.
-                .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .expect("starting etcd");
-            members.push(Member { name: name.clone(), client_url: client.clone(), child: Some(child) });
+            args.extend(["--name", name, "--data-dir"].map(OsString::from));
+            args.push(dir.join(name).into());
+            let cluster = initial.join(",");
+            args.extend(
+                [
+                    ["--listen-client-urls", client, "--advertise-client-urls", client],
+                    ["--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer],
+                    ["--initial-cluster", &cluster, "--initial-cluster-state", "new"],
+                    ["--initial-cluster-token", &token, "--heartbeat-interval", "50"],
+                ]
+                .concat()
+                .into_iter()
+                .map(OsString::from),
+            );
+            // Quick elections: a killed member's successor is chosen in well under a second.
+            args.extend(["--election-timeout", "500"].map(OsString::from));
+            let mut member = Member { name: name.clone(), client_url: client.clone(), args, child: None };
+            member.spawn(&dir);
+            members.push(member);
         }
         let tls = pki.map(|pki| {
             let tls = Tls::load(&pki.client_files()).expect("loading the test certificates");
@@ -143,7 +167,9 @@ impl EtcdCluster {
         &self.dir
     }
 
-    fn wait_ready(&self, limit: Duration) {
+    /// Waits until the cluster accepts a write (a quorum is up: after starting, or after
+    /// killed members were restarted); panics with the members' logs after `limit`.
+    pub fn wait_ready(&self, limit: Duration) {
         let start = Instant::now();
         let mut client = self.client_with_timeout(Duration::from_secs(1));
         loop {
@@ -177,6 +203,36 @@ impl EtcdCluster {
         if let Some(mut child) = self.members[index].child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+    }
+
+    /// The index of the member that is the leader now, by the members' own status (None
+    /// while there is none, or no member answers).
+    pub fn leader(&self) -> Option<usize> {
+        let tls = self.tls.as_ref().map(|(_, tls)| tls.clone());
+        self.members.iter().position(|member| {
+            let Ok(mut client) = Client::with_tls(&[&member.client_url], Duration::from_secs(1), tls.clone())
+            else {
+                return false;
+            };
+            let status = client.call("/v3/maintenance/status", &serde_json::json!({}));
+            // Ids are 64-bit numbers the gateway writes as strings.
+            status.is_ok_and(|s| {
+                s["leader"].as_str().is_some_and(|l| l != "0" && s["header"]["member_id"] == l)
+            })
+        })
+    }
+
+    /// The process ids of the members running now (for their CPU time).
+    pub fn pids(&self) -> Vec<u32> {
+        self.members.iter().filter_map(|m| m.child.as_ref().map(Child::id)).collect()
+    }
+
+    /// Starts killed member `index` again on its data (it rejoins the cluster); nothing
+    /// when it runs.
+    pub fn restart(&mut self, index: usize) {
+        if self.members[index].child.is_none() {
+            self.members[index].spawn(&self.dir);
         }
     }
 
