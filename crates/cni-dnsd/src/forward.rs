@@ -63,13 +63,10 @@ pub fn parse_resolv_conf(path: &Path) -> Vec<SocketAddr> {
 }
 
 fn random_id() -> u16 {
-    let mut bytes = [0u8; 2];
-    // SAFETY: the buffer is valid for 2 bytes; getrandom writes at most that.
-    let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), 2, 0) };
-    if filled != 2 {
-        return (Instant::now().elapsed().subsec_nanos() as u16) ^ (std::process::id() as u16);
-    }
-    u16::from_ne_bytes(bytes)
+    // Unpredictable ids guard against spoofed replies; without the kernel's randomness a
+    // clock-derived id still tells our queries apart.
+    cni_os::random::u16()
+        .unwrap_or_else(|_| (Instant::now().elapsed().subsec_nanos() as u16) ^ (std::process::id() as u16))
 }
 
 /// Whether `reply` answers `sent` (id, QR, and the same question, names compared without

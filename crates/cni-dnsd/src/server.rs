@@ -16,7 +16,6 @@ use hickory_proto::op::{Message, ResponseCode};
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -314,7 +313,7 @@ impl Resolver {
 
     fn serve_tcp(self: Arc<Resolver>, listener: TcpListener, local: IpAddr, stop: &AtomicBool) {
         while !stop.load(Ordering::SeqCst) {
-            if !readable(listener.as_raw_fd(), POLL) {
+            if !readable(&listener, POLL) {
                 continue;
             }
             let Ok((stream, _)) = listener.accept() else { continue };
@@ -431,9 +430,6 @@ impl socket::Service for Control {
 }
 
 /// Waits up to `timeout` for `fd` to become readable.
-fn readable(fd: std::os::fd::RawFd, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd for the duration of the call.
-    let rc = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as libc::c_int) };
-    rc > 0 && pfd.revents & libc::POLLIN != 0
+fn readable(fd: impl std::os::fd::AsFd, timeout: Duration) -> bool {
+    cni_os::poll::readable(fd, timeout).unwrap_or(false)
 }

@@ -1,9 +1,8 @@
 //! systemd socket activation: a control socket handed over as fd 3 (LISTEN_PID/LISTEN_FDS)
 //! is the one the resolver serves, instead of binding its own.
+#![forbid(unsafe_code)]
 
-use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,7 +16,6 @@ fn the_socket_systemd_passes_is_served() {
     let socket = state.join("dnsd.sock");
     let listener = UnixListener::bind(&socket).unwrap();
     let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&socket).unwrap());
-    let fd = listener.as_raw_fd();
     let mut command = Command::new("sh");
     command
         .args(["-c", "export LISTEN_PID=$$ LISTEN_FDS=1; exec \"$0\" \"$@\""])
@@ -27,18 +25,10 @@ fn the_socket_systemd_passes_is_served() {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    // SAFETY: between fork and exec only dup2 and fcntl run, both async-signal-safe.
-    unsafe {
-        command.pre_exec(move || {
-            let rc = if fd == 3 { libc::fcntl(3, libc::F_SETFD, 0) } else { libc::dup2(fd, 3) };
-            if rc < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    cni_os::process::pass_as_fd3_on_spawn(&mut command, listener.into());
     let mut child = command.spawn().unwrap();
-    drop(listener);
+    // The resolver owns its copy now; ours (held by the command) must not keep it open.
+    drop(command);
     let started = Instant::now();
     let status = loop {
         match control::request(&socket, "status", Duration::from_secs(2)) {

@@ -13,11 +13,22 @@
 //! - a daemon's request socket is root's alone and bounded in size, time and concurrency
 //!   ([`socket`]).
 //!
-//! The only unsafe code is the adoption of the socket systemd passes as fd 3.
+//!
+//! With cni-net (netlink and namespaces), this crate is the only home of `unsafe` code in
+//! the workspace: every other crate forbids it and calls the safe functions here, which
+//! prefer `rustix`'s typed system calls and fall back to `libc` only where rustix has no
+//! call (SO_BINDTODEVICE, wait4, signal handlers, hooks between fork and exec). Each
+//! `unsafe` block is allowed where it stands and states why it is sound.
 #![deny(unsafe_code)]
 
 pub mod fs;
+pub mod inet;
+pub mod lock;
+pub mod poll;
+pub mod privileges;
+pub mod process;
 pub mod random;
+pub mod signal;
 pub mod socket;
 
 /// Whether this process runs with root's effective user id.

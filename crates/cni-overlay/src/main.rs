@@ -4,17 +4,11 @@
 //! cni-overlay-agent --etcd-endpoints http://192.0.2.11:2379 --iface eth0 --node node-a
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use cni_overlay::config::{Config, USAGE};
-
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_signal: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
-    STOP.store(true, Ordering::SeqCst);
-}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -29,13 +23,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    // SAFETY: the handler only performs an atomic store, which is async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGINT, handler);
-        libc::signal(libc::SIGTERM, handler);
-    }
-    match cni_overlay::agent::run(&config, &STOP) {
+    let stop = cni_os::signal::stop_on_termination();
+    match cni_overlay::agent::run(&config, stop) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cni-overlay-agent: {e}");

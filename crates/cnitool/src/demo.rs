@@ -164,10 +164,8 @@ fn prove_connectivity(
 }
 
 /// Whether this process runs as root (effective uid 0).
-#[allow(unsafe_code)] // the crate's only unsafe call: std has no geteuid
 fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    cni_os::is_root()
 }
 
 pub fn demo(ctx: &Context, network: Option<&str>) -> Result<(), Failure> {

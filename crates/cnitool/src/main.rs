@@ -1,8 +1,7 @@
 //! `cnitool`: attach a network namespace to a CNI network by hand, and inspect what is
 //! attached. Compatible with the reference cnitool's commands and environment variables.
 
-// One unsafe call (geteuid in `demo`, which std does not offer), allowed there alone.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod attachments;
 mod cli;

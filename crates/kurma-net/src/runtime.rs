@@ -277,9 +277,8 @@ fn kill_tree(pid: i32) {
         i += 1;
     }
     for victim in victims {
-        // SAFETY: kill has no memory-safety preconditions; a stale pid is harmless here
-        // because every victim was found as a live descendant a moment ago.
-        unsafe { libc::kill(victim, libc::SIGKILL) };
+        // A stale pid is harmless: every victim was a live descendant a moment ago.
+        let _ = cni_os::process::kill(victim as u32, cni_os::process::Signal::KILL);
     }
 }
 
@@ -292,8 +291,7 @@ fn kill_mount_namespace(init: i32) {
     }
     for pid in all_pids().into_iter().filter(|&pid| pid != init) {
         if std::fs::read_link(format!("/proc/{pid}/ns/mnt")).is_ok_and(|ns| ns == namespace) {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let _ = cni_os::process::kill(pid as u32, cni_os::process::Signal::KILL);
         }
     }
 }

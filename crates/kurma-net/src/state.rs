@@ -16,7 +16,6 @@
 //! through a link) and read without following a link.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -83,10 +82,7 @@ impl StateDir {
 
     /// A fresh private directory for one executable's input and output files.
     pub fn scratch(&self, label: &str) -> PathBuf {
-        let mut bytes = [0u8; 8];
-        // SAFETY: the buffer is valid for 8 bytes; getrandom writes at most that.
-        let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-        let unique = if filled == 8 { u64::from_ne_bytes(bytes) } else { u64::from(std::process::id()) };
+        let unique = cni_os::random::u64().unwrap_or(u64::from(std::process::id()));
         self.root.join("scratch").join(format!("{label}-{unique:016x}"))
     }
 
@@ -135,9 +131,8 @@ impl StateDir {
     pub fn lock_container(&self, uuid: &str) -> Result<ContainerLock> {
         let path = self.root.join("locks").join(format!("{uuid}.lock"));
         let file = cni_os::fs::open_rw_nofollow(&path, 0o600).map_err(Error::io(&path))?;
-        // SAFETY: flock on a file descriptor this function owns; no memory is involved.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(Error::Io { path, source: std::io::Error::last_os_error() });
+        if let Err(source) = cni_os::lock::exclusive(&file) {
+            return Err(Error::Io { path, source });
         }
         Ok(ContainerLock { _file: file })
     }

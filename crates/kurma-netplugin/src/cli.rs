@@ -123,16 +123,5 @@ fn finish(verb: &str, outcome: Result<Option<String>, CniError>) -> ExitCode {
 
 /// The plugin container's main process: nothing to do but stay alive until told to stop.
 fn pause() -> ExitCode {
-    extern "C" fn leave(_: libc::c_int) {
-        // SAFETY: _exit is async-signal-safe.
-        unsafe { libc::_exit(0) }
-    }
-    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-        // SAFETY: installs a handler that only calls _exit; no other state is shared.
-        unsafe { libc::signal(signal, leave as extern "C" fn(libc::c_int) as libc::sighandler_t) };
-    }
-    loop {
-        // SAFETY: pause has no preconditions; it returns when a signal was handled.
-        unsafe { libc::pause() };
-    }
+    cni_os::signal::idle_until_terminated()
 }

@@ -13,7 +13,6 @@ use crate::ops::{in_network, Network};
 use crate::settings::{Settings, DAEMON_START_LIMIT};
 use cni_types::{CniError, ErrorCode};
 use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -65,21 +64,7 @@ pub fn ensure_dhcp_daemon(network: &Network, settings: &Settings, socket: &Path)
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err);
-    // SAFETY: between fork and exec the closure calls only setsid, fork and _exit, all
-    // async-signal-safe; it allocates nothing. The intermediate child leaves with _exit
-    // (no destructors, no atexit handlers of the parent run twice).
-    unsafe {
-        command.pre_exec(|| {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            match libc::fork() {
-                -1 => Err(std::io::Error::last_os_error()),
-                0 => Ok(()),
-                _ => libc::_exit(0),
-            }
-        });
-    }
+    cni_os::process::detach_on_spawn(&mut command);
     let mut intermediate =
         command.spawn().map_err(|e| io_error(format!("starting {}", binary.display()), e))?;
     intermediate.wait().map_err(|e| io_error("waiting for the daemon's launcher".into(), e))?;
@@ -119,9 +104,6 @@ fn log_tail(path: &Path) -> String {
 /// An exclusive `flock` held until the file is dropped.
 fn lock(path: &Path) -> std::io::Result<File> {
     let file = OpenOptions::new().create(true).truncate(false).write(true).open(path)?;
-    // SAFETY: flock on a descriptor we own; no memory is involved.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    cni_os::lock::exclusive(&file)?;
     Ok(file)
 }

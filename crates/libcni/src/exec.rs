@@ -11,7 +11,7 @@ use cni_types::trace::TRACE_VARS;
 use cni_types::validate::validate_plugin_type;
 use cni_types::CniError;
 use std::io::{ErrorKind, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
@@ -55,7 +55,7 @@ impl PluginRun<'_> {
         let mut command = self.command();
         let mut child = self.spawn_retrying_busy(&mut command)?;
         let mut io = PluginIo::new(&mut child, self.stdin);
-        let pidfd = pidfd_open(child.id());
+        let pidfd = cni_os::process::pidfd(child.id()).ok();
 
         let status = loop {
             match child.try_wait() {
@@ -123,7 +123,8 @@ impl PluginRun<'_> {
                 // ETXTBSY: the binary is being written (an install in progress, or another
                 // thread forked while holding it open for writing). It clears quickly.
                 Err(e)
-                    if e.raw_os_error() == Some(libc::ETXTBSY) && Instant::now() + pause < self.deadline =>
+                    if e.kind() == ErrorKind::ExecutableFileBusy
+                        && Instant::now() + pause < self.deadline =>
                 {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(200));
@@ -175,23 +176,8 @@ impl PluginRun<'_> {
 /// Kills the plugin's whole process group, then reaps the plugin. The plugin is not yet
 /// reaped when this is called, so its pid (= the group id) cannot have been reused.
 fn kill_group_and_reap(child: &mut Child) {
-    let pgid = child.id() as libc::pid_t;
-    // SAFETY: kill(2) with a negative pid signals the process group we created for this
-    // child; it has no memory-safety preconditions.
-    unsafe {
-        libc::kill(-pgid, libc::SIGKILL);
-    }
+    let _ = cni_os::process::kill_group(child.id(), cni_os::process::Signal::KILL);
     let _ = child.wait();
-}
-
-fn pidfd_open(pid: u32) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: the syscall returned a fresh descriptor that nothing else owns.
-    Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// A plugin's stdin being written and its stdout and stderr being read, without blocking.
@@ -208,10 +194,10 @@ struct Output<P> {
     buffer: Vec<u8>,
 }
 
-impl<P: Read + AsRawFd> Output<P> {
+impl<P: Read + AsFd> Output<P> {
     fn new(pipe: Option<P>) -> Output<P> {
         if let Some(p) = &pipe {
-            set_nonblocking(p.as_raw_fd());
+            set_nonblocking(p);
         }
         Output { pipe, buffer: Vec::new() }
     }
@@ -237,7 +223,7 @@ impl<'a> PluginIo<'a> {
     fn new(child: &mut Child, input: &'a [u8]) -> PluginIo<'a> {
         let stdin = child.stdin.take();
         if let Some(pipe) = &stdin {
-            set_nonblocking(pipe.as_raw_fd());
+            set_nonblocking(pipe);
         }
         let mut io = PluginIo {
             stdin,
@@ -271,35 +257,34 @@ impl<'a> PluginIo<'a> {
     /// Waits up to `timeout` for a pipe to be ready or `exit` (a pidfd) to signal, then
     /// moves whatever data can move.
     fn poll(&mut self, exit: Option<&OwnedFd>, timeout: Duration) {
-        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(4);
-        let mut watch = |fd: Option<RawFd>, events: libc::c_short| {
-            if let Some(fd) = fd {
-                fds.push(libc::pollfd { fd, events, revents: 0 });
-            }
-        };
-        watch(self.stdin.as_ref().map(AsRawFd::as_raw_fd), libc::POLLOUT);
-        watch(self.stdout.pipe.as_ref().map(AsRawFd::as_raw_fd), libc::POLLIN);
-        watch(self.stderr.pipe.as_ref().map(AsRawFd::as_raw_fd), libc::POLLIN);
-        watch(exit.map(AsRawFd::as_raw_fd), libc::POLLIN);
+        use cni_os::poll::{PollFd, PollFlags};
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(4);
+        if let Some(pipe) = &self.stdin {
+            fds.push(PollFd::new(pipe, PollFlags::OUT));
+        }
+        let outputs =
+            [self.stdout.pipe.as_ref().map(AsFd::as_fd), self.stderr.pipe.as_ref().map(AsFd::as_fd)];
+        for pipe in outputs.into_iter().flatten() {
+            fds.push(PollFd::from_borrowed_fd(pipe, PollFlags::IN));
+        }
+        if let Some(exit) = exit {
+            fds.push(PollFd::new(exit, PollFlags::IN));
+        }
         // Without a pidfd (old kernels) the exit is noticed by polling every 5 ms.
         let timeout = if exit.is_some() { timeout } else { timeout.min(Duration::from_millis(5)) };
-        let millis = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
-        // SAFETY: `fds` is a valid array of initialised pollfd structures of that length.
-        unsafe {
-            libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, millis);
-        }
+        // Whatever poll says, everything is tried below: a failed wait costs a spin only.
+        let _ = cni_os::poll::wait(&mut fds, timeout.max(Duration::from_millis(1)));
+        drop(fds);
         self.write_available();
         self.stdout.read_available();
         self.stderr.read_available();
     }
 }
 
-fn set_nonblocking(fd: RawFd) {
-    // SAFETY: fcntl on a descriptor this process owns; no memory is passed.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
-    }
+fn set_nonblocking(fd: impl AsFd) {
+    // A pipe left blocking would only make this loop wait in read or write for the plugin
+    // instead of in poll: still bounded by the plugin's exit, so the error is not fatal.
+    let _ = cni_os::poll::set_nonblocking(fd);
 }
 
 #[cfg(test)]

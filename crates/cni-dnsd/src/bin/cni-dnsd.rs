@@ -1,6 +1,8 @@
 //! `cni-dnsd`: the resolver of the `dnsname` plugin. Started on demand by the plugin (or by
 //! systemd through `cni-dnsd.socket`); see the crate documentation.
 
+#![forbid(unsafe_code)]
+
 use cni_dns::StateDir;
 use cni_dnsd::server::{log, Limits, Resolver, Settings};
 use cni_metrics::prometheus_client::registry::Registry;

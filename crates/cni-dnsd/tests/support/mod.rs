@@ -49,20 +49,15 @@ impl Host {
     }
 
     /// The resolver's pid, from its pid file, if it wrote one.
-    pub fn resolver_pid(&self) -> Option<i32> {
+    pub fn resolver_pid(&self) -> Option<u32> {
         std::fs::read_to_string(self.state_dir().join("dnsd.pid")).ok()?.trim().parse().ok()
     }
 
     pub fn kill_resolver(&self) {
         if let Some(pid) = self.resolver_pid() {
-            // SAFETY: kill(2) with a pid we read from the resolver's own pid file.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let _ = cni_os::process::kill(pid, cni_os::process::Signal::KILL);
             for _ in 0..200 {
-                if !Path::new(&format!("/proc/{pid}")).exists() {
-                    break;
-                }
-                // SAFETY: as above; signal 0 only probes.
-                if unsafe { libc::kill(pid, 0) } != 0 {
+                if !Path::new(&format!("/proc/{pid}")).exists() || !cni_os::process::exists(pid) {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(10));
