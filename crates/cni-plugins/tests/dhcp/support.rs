@@ -7,7 +7,6 @@
 #![allow(dead_code)]
 
 use std::net::UdpSocket;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -261,18 +260,7 @@ impl Network {
         self.server
             .run(|| {
                 let socket = UdpSocket::bind(addr).unwrap();
-                let name = b"srv0";
-                // SAFETY: valid fd; the name buffer lives for the call and its length is given.
-                let rc = unsafe {
-                    libc::setsockopt(
-                        socket.as_raw_fd(),
-                        libc::SOL_SOCKET,
-                        libc::SO_BINDTODEVICE,
-                        name.as_ptr().cast(),
-                        name.len() as libc::socklen_t,
-                    )
-                };
-                assert_eq!(rc, 0, "SO_BINDTODEVICE: {}", std::io::Error::last_os_error());
+                cni_os::inet::bind_to_device(&socket, "srv0").expect("SO_BINDTODEVICE");
                 socket.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
                 socket
             })

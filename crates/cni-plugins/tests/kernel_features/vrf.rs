@@ -15,7 +15,6 @@ use cni_testkit::ns::{HostAndContainers, TestNetns};
 use cni_testkit::traffic::udp_echo_server;
 use serde_json::{json, Value};
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 const PREFIX: &str = "vrf";
@@ -120,17 +119,8 @@ fn udp_through(c: &TestNetns, device: Option<&str>, to: SocketAddr) -> bool {
     let any: SocketAddr = if to.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse().unwrap();
     let socket = c.run(|| UdpSocket::bind(any)).unwrap().unwrap();
     if let Some(device) = device {
-        // SAFETY: a valid socket and a buffer of the given length; the kernel copies it.
-        let rc = unsafe {
-            libc::setsockopt(
-                socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_BINDTODEVICE,
-                device.as_ptr().cast(),
-                device.len() as libc::socklen_t,
-            )
-        };
-        assert_eq!(rc, 0, "SO_BINDTODEVICE {device}: {}", std::io::Error::last_os_error());
+        cni_os::inet::bind_to_device(&socket, device)
+            .unwrap_or_else(|e| panic!("SO_BINDTODEVICE {device}: {e}"));
     }
     socket.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
     if socket.send_to(b"vrf", to).is_err() {

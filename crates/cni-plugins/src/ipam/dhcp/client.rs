@@ -10,8 +10,7 @@
 //! from the leased address, which the interface has by then, and are answered by unicast.
 
 use std::io;
-use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::FromRawFd;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
 
 use cni_net::netlink::LinkCondition;
@@ -19,7 +18,6 @@ use cni_net::{NetNs, Netlink};
 
 use super::lease::{unix_now, Lease};
 use super::options::{self as opt, MessageType};
-use super::sockopt;
 use super::wire::{Message, BOOTREPLY, FLAG_BROADCAST};
 
 const CLIENT_PORT: u16 = 68;
@@ -76,35 +74,15 @@ pub struct Client {
 
 /// Creates the socket inside `ns`, bound to `ifname` on port 68.
 fn bound_socket(ns: &NetNs, ifname: &str) -> Result<UdpSocket, ClientError> {
+    use cni_os::inet;
     let socket = ns.run(|| -> io::Result<UdpSocket> {
-        // SAFETY: socket(2) with constant arguments; the fd is owned by the UdpSocket below
-        // before anything can fail.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd is a fresh, valid socket nobody else owns.
-        let socket = unsafe { UdpSocket::from_raw_fd(fd) };
+        let addr = SocketAddr::from((Ipv4Addr::UNSPECIFIED, CLIENT_PORT));
+        let fd = inet::socket_for(&addr, inet::Kind::Datagram)?;
         // Several interfaces of one namespace may each run a client on port 68.
-        sockopt::set_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
-        sockopt::bind_to_device(fd, ifname)?;
-        let addr = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: CLIENT_PORT.to_be(),
-            sin_addr: libc::in_addr { s_addr: 0 },
-            sin_zero: [0; 8],
-        };
-        // SAFETY: valid fd; addr is a sockaddr_in that lives for the call, length given.
-        let rc = unsafe {
-            libc::bind(
-                fd,
-                (&addr as *const libc::sockaddr_in).cast(),
-                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        inet::set_socket_reuseaddr(&fd, true)?;
+        inet::bind_to_device(&fd, ifname)?;
+        inet::bind(&fd, &addr)?;
+        let socket = UdpSocket::from(fd);
         socket.set_broadcast(true)?;
         Ok(socket)
     })??;
@@ -113,15 +91,9 @@ fn bound_socket(ns: &NetNs, ifname: &str) -> Result<UdpSocket, ClientError> {
 
 /// A random transaction id (RFC 2131: chosen by the client, random).
 pub(super) fn random_xid() -> u32 {
-    let mut bytes = [0u8; 4];
-    // SAFETY: the buffer is valid for 4 bytes; getrandom writes at most that.
-    let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-    if filled != 4 {
-        // Unpredictability only guards against spoofing on the container's link; a clock-
-        // derived id still tells our transactions apart.
-        return unix_now() as u32 ^ std::process::id();
-    }
-    u32::from_ne_bytes(bytes)
+    // Unpredictability only guards against spoofing on the container's link; should the
+    // kernel refuse randomness, a clock-derived id still tells our transactions apart.
+    cni_os::random::u32().unwrap_or_else(|_| unix_now() as u32 ^ std::process::id())
 }
 
 impl Client {

@@ -14,8 +14,7 @@
 //! at worst make an exchange time out.
 
 use std::io;
-use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6, UdpSocket};
 use std::time::{Duration, Instant};
 
 use cni_net::netlink::{AddressFlags, IpFamily, LinkCondition};
@@ -24,7 +23,6 @@ use cni_net::{NetNs, Netlink};
 use super::client::{log, random_xid, retransmit, ClientError, ClientParams, Timing, Verdict, FIRST_RESEND};
 use super::lease::unix_now;
 use super::lease6::Lease6;
-use super::sockopt;
 use super::wire6::{
     IaNa, Message, MessageType, Status, ALL_SERVERS, CLIENT_PORT, OPT_CLIENT_ID, OPT_ELAPSED_TIME, OPT_IA_NA,
     OPT_ORO, OPT_SERVER_ID, SERVER_PORT, STATUS_NO_ADDRS_AVAIL,
@@ -50,39 +48,17 @@ pub struct Client6 {
 /// Creates the socket inside `ns`: IPv6 only, bound to `ifname` on port 546, multicast
 /// out of that interface.
 fn bound_socket(ns: &NetNs, ifname: &str, ifindex: u32) -> Result<UdpSocket, ClientError> {
+    use cni_os::inet;
     let socket = ns.run(|| -> io::Result<UdpSocket> {
-        // SAFETY: socket(2) with constant arguments; the fd is owned by the UdpSocket below
-        // before anything can fail.
-        let fd = unsafe { libc::socket(libc::AF_INET6, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd is a fresh, valid socket nobody else owns.
-        let socket = unsafe { UdpSocket::from_raw_fd(fd) };
-        sockopt::set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1)?;
+        let addr = SocketAddr::from((Ipv6Addr::UNSPECIFIED, CLIENT_PORT));
+        let fd = inet::socket_for(&addr, inet::Kind::Datagram)?;
+        inet::set_ipv6_v6only(&fd, true)?;
         // Several interfaces of one namespace may each run a client on port 546.
-        sockopt::set_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
-        sockopt::bind_to_device(fd, ifname)?;
-        sockopt::set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MULTICAST_IF, ifindex as libc::c_int)?;
-        let addr = libc::sockaddr_in6 {
-            sin6_family: libc::AF_INET6 as libc::sa_family_t,
-            sin6_port: CLIENT_PORT.to_be(),
-            sin6_flowinfo: 0,
-            sin6_addr: libc::in6_addr { s6_addr: [0; 16] },
-            sin6_scope_id: 0,
-        };
-        // SAFETY: valid fd; addr is a sockaddr_in6 that lives for the call, length given.
-        let rc = unsafe {
-            libc::bind(
-                socket.as_raw_fd(),
-                (&addr as *const libc::sockaddr_in6).cast(),
-                std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(socket)
+        inet::set_socket_reuseaddr(&fd, true)?;
+        inet::bind_to_device(&fd, ifname)?;
+        inet::set_ipv6_multicast_if(&fd, ifindex)?;
+        inet::bind(&fd, &addr)?;
+        Ok(UdpSocket::from(fd))
     })??;
     Ok(socket)
 }

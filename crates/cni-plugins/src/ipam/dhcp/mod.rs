@@ -24,7 +24,6 @@ pub mod lease6;
 pub mod metrics;
 pub mod options;
 pub mod protocol;
-mod sockopt;
 pub mod store;
 pub mod wire;
 pub mod wire6;
