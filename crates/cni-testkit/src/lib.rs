@@ -24,6 +24,7 @@
 pub mod binaries;
 pub mod capture;
 pub mod children;
+pub mod cli;
 pub mod damage;
 pub mod dnsmasq;
 pub mod docs;
