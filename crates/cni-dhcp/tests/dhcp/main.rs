@@ -2,7 +2,6 @@
 //! its own namespaces: a server namespace on a bridge in the test's host namespace, the
 //! containers attached by the bridge plugin with dhcp IPAM.
 
-#[path = "../common/mod.rs"]
 mod common;
 mod fake_server;
 mod fake_server6;
@@ -283,7 +282,7 @@ fn daemon_not_running_is_try_again_later_and_status_50() {
     let out = call("dhcp", "ADD", &net.host, Some(&container), &conf).run();
     let err = out.error();
     assert_eq!(err.code, 11);
-    assert!(err.msg.contains("start it with `cni-plugins dhcp daemon`"), "{}", err.msg);
+    assert!(err.msg.contains("start it with `dhcp daemon`"), "{}", err.msg);
     let status = call("dhcp", "STATUS", &net.host, None, &conf).run();
     assert_eq!(status.error().code, 50);
     let bad = json!({"cniVersion": "1.1.0", "name": "dhnet", "type": "dhcp",
@@ -334,13 +333,8 @@ fn socket_activation_and_pid_file() {
     // The daemon owns its copy now; ours must not keep the socket open.
     drop(listener);
     wait_for("the activated daemon to answer", Duration::from_secs(10), || {
-        cni_plugins::ipam::dhcp::protocol::call(
-            &socket,
-            cni_plugins::ipam::dhcp::protocol::Op::Status,
-            None,
-            Duration::from_secs(5),
-        )
-        .is_ok_and(|r| r.ok)
+        cni_dhcp::protocol::call(&socket, cni_dhcp::protocol::Op::Status, None, Duration::from_secs(5))
+            .is_ok_and(|r| r.ok)
     });
     assert_eq!(std::fs::read_to_string(&pid_file).unwrap().trim(), pid.to_string());
     assert!(!std::path::Path::new("/nonexistent/x.sock").exists());

@@ -9,8 +9,8 @@ use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use cni_plugins::ipam::dhcp::options as opt;
-use cni_plugins::ipam::dhcp::wire::{Message, BOOTREPLY};
+use cni_dhcp::options as opt;
+use cni_dhcp::wire::{Message, BOOTREPLY};
 use cni_testkit::ns::TestNetns;
 use common::call;
 use support::{wait_for, with_scripted_server, Network};

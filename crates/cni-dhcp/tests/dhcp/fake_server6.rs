@@ -11,8 +11,8 @@ use std::net::{Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use cni_plugins::ipam::dhcp::options::encode_domain_search;
-use cni_plugins::ipam::dhcp::wire6::{
+use cni_dhcp::options::encode_domain_search;
+use cni_dhcp::wire6::{
     IaAddr, IaNa, Message, MessageType, Status, ALL_SERVERS, OPT_CLIENT_ID, OPT_DNS_SERVERS, OPT_DOMAIN_LIST,
     OPT_IA_NA, OPT_SERVER_ID, STATUS_NO_BINDING,
 };
