@@ -194,7 +194,8 @@ fn start(args: &DaemonArgs) -> std::io::Result<()> {
         daemon.metrics().register(&mut registry);
         let me = daemon.clone();
         let bound = cni_metrics::serve(address, registry, Box::new(move || me.health()))?;
-        tracing::info!(address = %bound, "serving metrics on /metrics");
+        // The line every daemon logs and tests find the bound address in.
+        tracing::info!("metrics on http://{bound}/metrics");
     }
     tracing::info!(socket = %socket_path.display(), "listening");
     daemon.serve(listener)

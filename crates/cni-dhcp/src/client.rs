@@ -179,7 +179,7 @@ impl Client {
         loop {
             match self.discover_and_request(wanted, deadline) {
                 Err(ClientError::Nak(msg)) if Instant::now() + FIRST_RESEND < deadline => {
-                    debug!(message = ?msg, "DHCPNAK while acquiring; starting over");
+                    debug!(server_message = ?msg, "DHCPNAK while acquiring; starting over");
                     wanted = None;
                 }
                 Err(ClientError::Timeout(_)) => return Err(ClientError::Timeout(self.timing.timeout)),
