@@ -48,7 +48,9 @@ pub enum Sub {
 /// --help` and `dhcp daemon --completions SHELL` answer as every program's flags do.
 /// Flags may be written `-flag value`, `-flag=value` or `--flag`.
 #[derive(Parser, Debug, Clone, PartialEq)]
-#[command(name = "dhcp", bin_name = "dhcp daemon", version)]
+#[command(name = "dhcp", bin_name = "dhcp daemon", version, long_about = None)]
+#[command(about = "Keeps the DHCP leases of the `dhcp` IPAM plugin: acquires them in containers' \
+                   namespaces, renews them, releases them on DEL, and keeps them on disk across restarts")]
 pub struct DaemonArgs {
     /// Unix socket to listen on [default: /run/cni/dhcp.sock, under -hostprefix], made
     /// 0600 in a directory made (or tightened to) 0700 whatever the umask; only root's

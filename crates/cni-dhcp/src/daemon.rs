@@ -21,6 +21,7 @@ use cni_types::trace::is_trace_id;
 use cni_types::validate::{validate_container_id, validate_interface_name, validate_network_name};
 use cni_types::ErrorCode;
 
+use cni_cli::tracing::field::display;
 use cni_cli::tracing::{debug, info, warn};
 
 use super::client::{Client, ClientError, ClientParams, Timing};
@@ -346,7 +347,7 @@ impl Daemon {
             let _ = client.release(&lease);
             return Response::error(ErrorCode::Io as u32, format!("dhcp: saving the lease: {e}"));
         }
-        info!(%lease, attachment = %key, seconds = lease.lease_secs(), trace = trace.0, "leased");
+        info!(%lease, attachment = %key, seconds = lease.lease_secs(), trace = trace.0.map(display), "leased");
         self.metrics.succeeded(MetricOp::Acquire);
         self.track(record);
         Response::with_lease(lease)
@@ -399,12 +400,12 @@ impl Daemon {
             match self.client(&record).and_then(|c| c.release(&record.lease)) {
                 Ok(()) => {
                     self.metrics.succeeded(MetricOp::Release);
-                    info!(lease = %record.lease, attachment = %key, trace = trace.0, "released")
+                    info!(lease = %record.lease, attachment = %key, trace = trace.0.map(display), "released")
                 }
                 // The namespace may be gone already (DEL after the container died).
                 Err(e) => {
                     self.metrics.failed(MetricOp::Release, metrics::reason(&e));
-                    info!(attachment = %key, error = %e, trace = trace.0, "cannot send DHCPRELEASE")
+                    info!(attachment = %key, error = %e, trace = trace.0.map(display), "cannot send DHCPRELEASE")
                 }
             }
         }
