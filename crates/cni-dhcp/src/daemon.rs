@@ -21,7 +21,6 @@ use cni_types::trace::is_trace_id;
 use cni_types::validate::{validate_container_id, validate_interface_name, validate_network_name};
 use cni_types::ErrorCode;
 
-use cni_cli::tracing::field::display;
 use cni_cli::tracing::{debug, info, warn};
 
 use super::client::{Client, ClientError, ClientParams, Timing};
@@ -513,7 +512,8 @@ impl Daemon {
     }
 }
 
-/// The runtime's trace id of the request being served: the `trace` field of its events.
+/// The runtime's trace id of the request being served: the `trace` field of its events
+/// (`trace.0.map(display)`: tracing's macros bring `display` into scope themselves).
 #[derive(Clone, Copy)]
 struct Trace<'a>(Option<&'a str>);
 
