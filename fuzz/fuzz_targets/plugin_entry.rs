@@ -18,7 +18,7 @@ struct DryPlugin;
 
 impl DryPlugin {
     fn stage(&self, req: &Request) -> Result<(), CniError> {
-        cni_plugins::fuzzing::config_stage_with_ipam(&req.conf.plugin_type, req, cni_etcd_ipam::config_stage)
+        cni_plugins::fuzzing::config_stage_with_ipam(&req.conf.plugin_type, req, &[cni_etcd_ipam::config_stage, cni_dhcp::config_stage])
             .unwrap_or_else(|| Err(CniError::invalid_config("no such plugin")))
     }
 }

@@ -16,6 +16,10 @@ pub struct PluginSet {
     _installed: Option<tempfile::TempDir>,
 }
 
+/// Our plugins built as binaries of their own (`cargo build-etcd-ipam`, `cargo
+/// build-dhcp`), looked for beside the multi-call binary.
+pub const OWN_BINARIES: [&str; 2] = ["etcd-ipam", "dhcp"];
+
 impl PluginSet {
     pub fn from_dir(label: &'static str, dir: PathBuf) -> Result<PluginSet> {
         if !dir.is_dir() {
@@ -25,8 +29,8 @@ impl PluginSet {
     }
 
     /// Installs the multi-call binary `binary` (`cni-plugins install <temp dir>`), and the
-    /// `etcd-ipam` binary beside it when there is one (a plugin of ours built on its own,
-    /// as the package installs it).
+    /// [`OWN_BINARIES`] beside it when they are there (plugins of ours built on their own,
+    /// as the package installs them).
     pub fn install(label: &'static str, binary: &Path) -> Result<PluginSet> {
         let temp = tempfile::Builder::new()
             .prefix("cnk-bench-plugins-")
@@ -44,16 +48,18 @@ impl PluginSet {
                 String::from_utf8_lossy(&output.stderr).trim()
             )));
         }
-        let etcd_ipam = binary.with_file_name("etcd-ipam");
-        if etcd_ipam.is_file() {
-            std::fs::copy(&etcd_ipam, temp.path().join("etcd-ipam"))
-                .map_err(|e| BenchError::io(format!("copy {}", etcd_ipam.display()), e))?;
+        for name in OWN_BINARIES {
+            let own = binary.with_file_name(name);
+            if own.is_file() {
+                std::fs::copy(&own, temp.path().join(name))
+                    .map_err(|e| BenchError::io(format!("copy {}", own.display()), e))?;
+            }
         }
         Ok(PluginSet { label, dir: temp.path().to_path_buf(), _installed: Some(temp) })
     }
 
     /// Bytes of the binary a `bridge` exec maps: for our set the multi-call binary every
-    /// plugin but etcd-ipam runs as, for the reference one plugin's own binary.
+    /// plugin but etcd-ipam and dhcp runs as, for the reference one plugin's own binary.
     pub fn per_exec_bytes(&self) -> Result<u64> {
         std::fs::metadata(self.binary("bridge"))
             .map(|m| m.len())

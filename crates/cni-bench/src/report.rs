@@ -249,9 +249,9 @@ pub fn goals(reports: &[WorkloadReport]) -> Vec<Goal> {
             1.0,
         ),
         at_most("W5 VERSION within 1.3x of /bin/true", floor_ratio, 1.3, "x", 1.0),
-        // The size that weighs on every exec: the multi-call binary (etcd-ipam, a binary of
-        // its own with the etcd client and TLS, is in the set's total but maps only when an
-        // etcd-ipam network is used).
+        // The size that weighs on every exec: the multi-call binary (etcd-ipam and dhcp,
+        // binaries of their own, are in the set's total but map only when a network uses
+        // them).
         at_most(
             "per-exec plugin binary <= 5 MiB",
             fact(reports, WorkloadId::W5, "per_exec_binary_bytes"),

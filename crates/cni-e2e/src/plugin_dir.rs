@@ -44,15 +44,16 @@ impl PluginDir {
     }
 
     /// This workspace's plugins, installed into a temporary directory (labelled "ours") as
-    /// the package installs them: a link per plugin, and `etcd-ipam` (a binary of its own)
-    /// and `cni-dnsd` beside them. podman's
+    /// the package installs them: a link per plugin, and `etcd-ipam` and `dhcp` (binaries
+    /// of their own) and `cni-dnsd` beside them. podman's
     /// `network create` adds `dnsname` to every network when the directory has it, and
     /// dnsname starts the resolver from next to itself.
     pub fn install_ours() -> PluginDir {
         let binary = workspace_binary("cni-plugins", "cni-plugins");
         let dir = tempfile::Builder::new().prefix("cne-plugins-").tempdir().expect("temp plugin dir");
         stdout_of_success(Command::new(&binary).arg("install").arg(dir.path()), "cni-plugins install");
-        for (package, bin) in [("cni-etcd-ipam", "etcd-ipam"), ("cni-dnsd", "cni-dnsd")] {
+        for (package, bin) in [("cni-etcd-ipam", "etcd-ipam"), ("cni-dhcp", "dhcp"), ("cni-dnsd", "cni-dnsd")]
+        {
             let binary = workspace_binary(package, bin);
             std::fs::copy(&binary, dir.path().join(bin))
                 .unwrap_or_else(|e| panic!("copy {bin} beside the plugins: {e}"));

@@ -13,7 +13,7 @@ pub fn check_add(
     plugin_type: &str,
     conf: &Map<String, Value>,
     version: Version,
-    others: Stage,
+    others: &[Stage],
 ) -> Option<Result<(), CniError>> {
     let stdin = serde_json::to_vec(conf).expect("a JSON map serialises");
     let parsed = match serde_json::from_slice(&stdin) {
@@ -48,13 +48,12 @@ mod tests {
     #[test]
     fn a_bad_value_is_refused_with_the_plugins_message_and_a_good_one_passes() {
         let bad = conf(json!({"cniVersion": "1.1.0", "name": "n", "type": "bridge", "mtu": 5}));
-        let e =
-            check_add("bridge", &bad, Version::V1_1_0, crate::fuzzing::no_other_stage).unwrap().unwrap_err();
+        let e = check_add("bridge", &bad, Version::V1_1_0, &[]).unwrap().unwrap_err();
         assert_eq!(e.code, 7);
         assert!(e.msg.contains("mtu"), "{}", e.msg);
         let good = conf(json!({"cniVersion": "1.1.0", "name": "n", "type": "bridge", "mtu": 1400}));
-        assert!(check_add("bridge", &good, Version::V1_1_0, crate::fuzzing::no_other_stage).unwrap().is_ok());
-        assert!(check_add("whereabouts", &good, Version::V1_1_0, crate::fuzzing::no_other_stage).is_none());
+        assert!(check_add("bridge", &good, Version::V1_1_0, &[]).unwrap().is_ok());
+        assert!(check_add("whereabouts", &good, Version::V1_1_0, &[]).is_none());
     }
 
     #[test]
@@ -62,17 +61,14 @@ mod tests {
         let with =
             |ipam: Value| conf(json!({"cniVersion": "1.1.0", "name": "n", "type": "macvlan", "ipam": ipam}));
         let bad = with(json!({"type": "slaac", "timeout": 600}));
-        let e =
-            check_add("macvlan", &bad, Version::V1_1_0, crate::fuzzing::no_other_stage).unwrap().unwrap_err();
+        let e = check_add("macvlan", &bad, Version::V1_1_0, &[]).unwrap().unwrap_err();
         assert_eq!(e.code, 7);
         assert!(e.msg.contains("ipam.timeout"), "{}", e.msg);
         let good = with(json!({"type": "slaac", "timeout": 5}));
-        assert!(check_add("macvlan", &good, Version::V1_1_0, crate::fuzzing::no_other_stage)
-            .unwrap()
-            .is_ok());
+        assert!(check_add("macvlan", &good, Version::V1_1_0, &[]).unwrap().is_ok());
         let gateway = conf(json!({"cniVersion": "1.1.0", "name": "n", "type": "bridge", "isGateway": true,
             "ipam": {"type": "slaac"}}));
-        assert!(check_add("bridge", &gateway, Version::V1_1_0, crate::fuzzing::no_other_stage)
+        assert!(check_add("bridge", &gateway, Version::V1_1_0, &[])
             .unwrap()
             .unwrap_err()
             .msg

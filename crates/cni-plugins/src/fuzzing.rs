@@ -6,25 +6,19 @@
 use cni_sdk::{CniError, Request};
 
 /// A configuration stage by plugin name, `None` for a name it does not know: how the
-/// stages of our plugins built outside this crate (etcd-ipam's) are passed in.
+/// stages of our plugins built outside this crate (etcd-ipam's, dhcp's) are passed in.
 pub type Stage = fn(&str, &Request) -> Option<Result<(), CniError>>;
-
-/// The stage of no plugin: for callers that know none beyond this crate's.
-pub fn no_other_stage(_: &str, _: &Request) -> Option<Result<(), CniError>> {
-    None
-}
 
 /// Parses and validates `req` as the plugin `name`'s ADD does before it touches anything
 /// (and, for an interface plugin, as its built-in IPAM plugin does with the same stdin).
 /// `None` for a name the registry does not know.
 pub fn config_stage(name: &str, req: &Request) -> Option<Result<(), CniError>> {
     use crate::interface::{bridge, dummy, host_device, ipvlan, macvlan, ptp, tap, vlan};
-    use crate::ipam::{dhcp, host_local, slaac, static_ipam};
+    use crate::ipam::{host_local, slaac, static_ipam};
     use crate::meta::{bandwidth, dnsname, firewall, portmap, sbr, tuning, vrf};
     Some(match name {
         "bandwidth" => bandwidth::config::load(req).map(drop),
         "bridge" => bridge::BridgeConf::load(req).map(drop),
-        "dhcp" => dhcp::config::load(req).and_then(|(conf, _)| dhcp::config::params(req, &conf)).map(drop),
         "dnsname" => dnsname::config_stage(req),
         "dummy" => dummy::require_ipam(req),
         "firewall" => firewall::config::load(req).map(drop),
@@ -46,11 +40,12 @@ pub fn config_stage(name: &str, req: &Request) -> Option<Result<(), CniError>> {
     })
 }
 
-/// [`config_stage`] (or `others`' for a plugin not of this crate) followed by the IPAM
+/// [`config_stage`] (or the first of `others` that knows a plugin not of this crate) followed by the IPAM
 /// plugin's own stage when `ipam.type` names one of ours: an interface plugin hands it the
 /// same stdin.
-pub fn config_stage_with_ipam(name: &str, req: &Request, others: Stage) -> Option<Result<(), CniError>> {
-    let stage = |name: &str| config_stage(name, req).or_else(|| others(name, req));
+pub fn config_stage_with_ipam(name: &str, req: &Request, others: &[Stage]) -> Option<Result<(), CniError>> {
+    let stage =
+        |name: &str| config_stage(name, req).or_else(|| others.iter().find_map(|other| other(name, req)));
     let own = stage(name)?;
     let ipam = req.conf.ipam.as_ref().map(|i| i.ipam_type.as_str()).filter(|t| *t != name);
     Some(match ipam.and_then(stage) {
@@ -96,7 +91,7 @@ mod tests {
             r#"{"cniVersion":"1.1.0","name":"n","type":"bridge","ipam":{"type":"host-local","subnet":"10.1.0.0/33"}}"#,
         );
         assert!(config_stage("bridge", &bad_range).unwrap().is_ok());
-        assert!(config_stage_with_ipam("bridge", &bad_range, no_other_stage).unwrap().is_err());
+        assert!(config_stage_with_ipam("bridge", &bad_range, &[]).unwrap().is_err());
         assert!(config_stage("dummy", &request(r#"{"cniVersion":"1.1.0","name":"n","type":"dummy"}"#))
             .unwrap()
             .is_err());

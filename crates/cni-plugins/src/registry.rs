@@ -13,7 +13,6 @@ pub fn plugins() -> &'static [Entry] {
     &[
         Entry { name: "bandwidth", make: || Box::new(crate::meta::bandwidth::Bandwidth) },
         Entry { name: "bridge", make: || Box::new(crate::interface::bridge::Bridge) },
-        Entry { name: "dhcp", make: || Box::new(crate::ipam::dhcp::Dhcp) },
         Entry { name: "dnsname", make: || Box::new(crate::meta::dnsname::Dnsname) },
         Entry { name: "dummy", make: || Box::new(crate::interface::dummy::Dummy) },
         Entry { name: "firewall", make: || Box::new(crate::meta::firewall::Firewall) },

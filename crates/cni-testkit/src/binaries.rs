@@ -3,7 +3,7 @@
 //! Cargo exposes `CARGO_BIN_EXE_*` only to the package that owns a binary, so tests in
 //! other crates find it in the target directory, building it once if it is not there.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
@@ -69,11 +69,31 @@ pub fn test_plugin() -> PathBuf {
 /// would otherwise keep every old binary alive on disk). Not the inode: the kernel rig's
 /// guest sees the file over 9p, with other inode numbers, and must find the directory the
 /// host made (its view is read-only).
-pub fn installed_plugins(binary: &std::path::Path, root: &std::path::Path) -> PathBuf {
+pub fn installed_plugins(binary: &Path, root: &Path) -> PathBuf {
+    installed_plugins_with(binary, &[], root)
+}
+
+/// [`installed_plugins`] with plugin binaries of their own beside the links (`dhcp`,
+/// `etcd-ipam`: each installed under its file name), as the package installs them; the
+/// directory's name covers their builds too. Its own directory under `root`, so that
+/// tests of one build with different sets do not remove each other's.
+pub fn installed_plugins_with(binary: &Path, own_binaries: &[&Path], root: &Path) -> PathBuf {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(binary).expect("the cni-plugins binary is built");
-    let build = format!("{}-{}.{}", meta.size(), meta.mtime(), meta.mtime_nsec());
-    let root = root.join("cni-plugins-bin");
+    let build_of = |file: &Path| {
+        let meta = std::fs::metadata(file).unwrap_or_else(|e| panic!("{} is built: {e}", file.display()));
+        format!("{}-{}.{}", meta.size(), meta.mtime(), meta.mtime_nsec())
+    };
+    let build = std::iter::once(binary)
+        .chain(own_binaries.iter().copied())
+        .map(build_of)
+        .collect::<Vec<_>>()
+        .join("+");
+    let set: Vec<String> = own_binaries.iter().map(|b| file_name(b)).collect();
+    let root = root.join(if set.is_empty() {
+        "cni-plugins-bin".to_string()
+    } else {
+        format!("cni-plugins-bin+{}", set.join("+"))
+    });
     let dir = root.join(&build);
     if !dir.join("bridge").exists() {
         // Installed under a private name, then renamed: concurrent test processes never
@@ -81,6 +101,12 @@ pub fn installed_plugins(binary: &std::path::Path, root: &std::path::Path) -> Pa
         let staging = root.join(format!("{build}.staging-{}", std::process::id()));
         let out = Command::new(binary).arg("install").arg(&staging).output().unwrap();
         assert!(out.status.success(), "install failed: {}", String::from_utf8_lossy(&out.stderr));
+        for own in own_binaries {
+            let target = staging.join(file_name(own));
+            if std::fs::hard_link(own, &target).is_err() {
+                std::fs::copy(own, &target).unwrap();
+            }
+        }
         if std::fs::rename(&staging, &dir).is_err() {
             std::fs::remove_dir_all(&staging).unwrap();
         }
@@ -91,4 +117,8 @@ pub fn installed_plugins(binary: &std::path::Path, root: &std::path::Path) -> Pa
         }
     }
     dir
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().expect("a binary's path names a file").to_string_lossy().into_owned()
 }

@@ -9,8 +9,7 @@ use std::process::ExitCode;
 const USAGE: &str = "usage: cni-plugins <plugin> | install <dir> | --list | --help
   <plugin>        run that plugin (as a runtime would run the link of that name)
   install <dir>   put every plugin name into a CNI bin directory (hard links, else copies)
-  --list          print the plugin names
-  dhcp daemon     run the DHCP lease daemon the `dhcp` plugin talks to (dhcp daemon --help)";
+  --list          print the plugin names";
 
 fn main() -> ExitCode {
     // A plugin's caller waits for it to exit: the kernel's slow clean-up after a DEL goes
@@ -20,16 +19,6 @@ fn main() -> ExitCode {
     let invoked_as = args.first().map(|a| basename(a)).unwrap_or_default();
     // bridge delegating to host-local (a link to this binary) then runs it in process.
     cni_sdk::delegate::run_own_plugins_in_process(|name| registry::find(name).map(|e| (e.make)()));
-    // The DHCP daemon shares the plugin's name: `dhcp daemon` or `cni-plugins dhcp daemon`.
-    let daemon_args =
-        match (invoked_as.as_str(), args.get(1).map(String::as_str), args.get(2).map(String::as_str)) {
-            ("dhcp", Some("daemon"), _) => Some(&args[2..]),
-            (_, Some("dhcp"), Some("daemon")) => Some(&args[3..]),
-            _ => None,
-        };
-    if let Some(rest) = daemon_args {
-        return cni_plugins::ipam::dhcp::cli::run(rest);
-    }
     if let Some(entry) = registry::find(&invoked_as) {
         cni_sdk::run(&*(entry.make)());
     }

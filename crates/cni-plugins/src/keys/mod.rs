@@ -27,7 +27,6 @@ pub fn plugin_keys(name: &str) -> Option<Keys> {
             keys_at::<m::bandwidth::config::Entry>("runtimeConfig.bandwidth"),
         ],
         "bridge" => [vec![config_keys::<i::bridge::config::BridgeConf>()], requested_mac()].concat(),
-        "dhcp" => vec![config_keys::<ipam::dhcp::config::RawConf>()],
         "dnsname" => vec![
             config_keys::<m::dnsname::config::RawConf>(),
             keys_at::<serde_json::Value>("runtimeConfig.aliases"),

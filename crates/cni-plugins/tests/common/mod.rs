@@ -19,8 +19,12 @@ pub fn plugin_dir() -> &'static Path {
     })
 }
 
-/// The path a runtime would run for plugin `name`.
+/// The path a runtime would run for plugin `name`. `dhcp` is a binary of its own (crate
+/// cni-dhcp), built (or found up to date) by cargo for the tests that run it.
 pub fn plugin(name: &str) -> PathBuf {
+    if name == "dhcp" {
+        return cni_testkit::binaries::fresh_workspace_binary("cni-dhcp", "dhcp");
+    }
     let p = plugin_dir().join(name);
     assert!(p.exists(), "plugin {name} is not installed");
     p

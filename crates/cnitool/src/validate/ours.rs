@@ -1,6 +1,6 @@
 //! What validate knows of cni-rs's own plugins. With the `plugin-checks` feature (on by
 //! default) that is the key lists and dry configuration stages of cni-plugins' plugins and
-//! of etcd-ipam (a binary of its own); without it,
+//! of etcd-ipam and dhcp (binaries of their own); without it,
 //! nothing: every plugin is treated as foreign (CNI_PATH and version checks only) and
 //! cnitool links no plugin code.
 
@@ -16,7 +16,9 @@ mod imp {
 
     /// The keys plugin `plugin_type` reads beyond the common ones; `None`: not ours.
     pub fn plugin_keys(plugin_type: &str) -> Option<Keys> {
-        cni_plugins::keys::plugin_keys(plugin_type).or_else(|| cni_etcd_ipam::plugin_keys(plugin_type))
+        cni_plugins::keys::plugin_keys(plugin_type)
+            .or_else(|| cni_etcd_ipam::plugin_keys(plugin_type))
+            .or_else(|| cni_dhcp::plugin_keys(plugin_type))
     }
 
     /// The keys every plugin object has (`cniVersion`, `name`, `type`, `ipam.type`, ...).
@@ -40,7 +42,8 @@ mod imp {
         conf: &Map<String, Value>,
         version: Version,
     ) -> Option<Result<(), CniError>> {
-        cni_plugins::dry_run::check_add(plugin_type, conf, version, cni_etcd_ipam::config_stage)
+        let others: &[cni_plugins::fuzzing::Stage] = &[cni_etcd_ipam::config_stage, cni_dhcp::config_stage];
+        cni_plugins::dry_run::check_add(plugin_type, conf, version, others)
     }
 }
 

@@ -2,7 +2,6 @@
 //! its own namespaces: a server namespace on a bridge in the test's host namespace, the
 //! containers attached by the bridge plugin with dhcp IPAM.
 
-#[path = "../common/mod.rs"]
 mod common;
 mod fake_server;
 mod fake_server6;
@@ -153,7 +152,11 @@ fn a_record_under_its_old_name_is_renamed_and_its_lease_resumed() {
     let _daemon = net.daemon();
     assert!(!old.exists(), "the old name stayed: {:?}", net.records());
     assert_eq!(std::fs::metadata(&current).unwrap().mode() & 0o7777, 0o600);
-    assert!(net.log("daemon.log").contains("the naming of earlier versions"), "{}", net.log("daemon.log"));
+    assert!(
+        net.log("daemon.log").contains("renamed a record named as earlier versions did"),
+        "{}",
+        net.log("daemon.log")
+    );
     let status = net.status();
     assert_eq!(status.leases.len(), 1, "{status:?}");
     assert_eq!(status.leases[0].address, address(&result));
@@ -283,7 +286,7 @@ fn daemon_not_running_is_try_again_later_and_status_50() {
     let out = call("dhcp", "ADD", &net.host, Some(&container), &conf).run();
     let err = out.error();
     assert_eq!(err.code, 11);
-    assert!(err.msg.contains("start it with `cni-plugins dhcp daemon`"), "{}", err.msg);
+    assert!(err.msg.contains("start it with `dhcp daemon`"), "{}", err.msg);
     let status = call("dhcp", "STATUS", &net.host, None, &conf).run();
     assert_eq!(status.error().code, 50);
     let bad = json!({"cniVersion": "1.1.0", "name": "dhnet", "type": "dhcp",
@@ -334,13 +337,8 @@ fn socket_activation_and_pid_file() {
     // The daemon owns its copy now; ours must not keep the socket open.
     drop(listener);
     wait_for("the activated daemon to answer", Duration::from_secs(10), || {
-        cni_plugins::ipam::dhcp::protocol::call(
-            &socket,
-            cni_plugins::ipam::dhcp::protocol::Op::Status,
-            None,
-            Duration::from_secs(5),
-        )
-        .is_ok_and(|r| r.ok)
+        cni_dhcp::protocol::call(&socket, cni_dhcp::protocol::Op::Status, None, Duration::from_secs(5))
+            .is_ok_and(|r| r.ok)
     });
     assert_eq!(std::fs::read_to_string(&pid_file).unwrap().trim(), pid.to_string());
     assert!(!std::path::Path::new("/nonexistent/x.sock").exists());
@@ -418,9 +416,8 @@ fn restart_forgets_leases_of_vanished_containers() {
     assert_eq!(status.leases.len(), 1, "{status:?}");
     assert_eq!(status.leases[0].key.container_id, kept.name());
     assert_eq!(net.records().len(), 1, "{:?}", net.records());
-    assert!(net
-        .log("daemon.log")
-        .contains(&format!("dhnet/{gone_id}/eth0: its namespace or interface is gone")));
+    assert!(net.log("daemon.log").lines().any(|l| l.contains("its namespace or interface is gone")
+        && l.contains(&format!("attachment=dhnet/{gone_id}/eth0"))));
     let del = call("bridge", "DEL", &net.host, None, &net.conf()).container_id(&gone_id).run();
     assert!(del.success(), "DEL without netns: {}", del.stdout);
 }
@@ -454,7 +451,8 @@ fn damaged_lease_records_are_skipped_and_del_and_gc_succeed() {
     assert!(net.status().leases.is_empty(), "{:?}", net.status());
     let log = net.log("daemon.log");
     for container in &containers {
-        assert!(log.contains(&format!("ignoring {}", record(container).display())), "{log}");
+        let ignored = format!("ignoring an unreadable lease record path={}", record(container).display());
+        assert!(log.contains(&ignored), "{log}");
     }
     for (container, kind) in containers.iter().zip(Damage::ALL) {
         let del = verb(&net, "DEL", container);
@@ -485,9 +483,9 @@ fn the_daemon_logs_a_lease_and_its_release_with_the_runtimes_trace_id() {
     let result = traced("ADD").json();
     traced("DEL");
     let log = net.log("daemon.log");
-    let leased = format!("leased {}", address(&result));
+    let leased = format!("leased lease={}", address(&result));
     let line = |start: &str| log.lines().find(|l| l.contains(start)).map(str::to_string);
-    let trace = "(trace 4bf92f3577b34da6a3ce929d0e0e4736)";
-    assert!(line(&leased).is_some_and(|l| l.ends_with(trace)), "{log}");
-    assert!(line("released").is_some_and(|l| l.ends_with(trace)), "{log}");
+    let trace = "trace=4bf92f3577b34da6a3ce929d0e0e4736";
+    assert!(line(&leased).is_some_and(|l| l.contains(trace)), "{log}");
+    assert!(line("released lease=").is_some_and(|l| l.contains(trace)), "{log}");
 }

@@ -156,7 +156,7 @@ pub fn call(socket: &Path, op: Op, trace: Option<&str>, timeout: Duration) -> io
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             "an HTTP server answers there (the Go reference dhcp daemon?), not cni-rs's daemon; \
-             run `cni-plugins dhcp daemon` instead",
+             run cni-rs's `dhcp daemon` instead",
         ));
     }
     serde_json::from_slice(&bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))

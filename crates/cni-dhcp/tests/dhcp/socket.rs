@@ -9,14 +9,14 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
-use cni_plugins::ipam::dhcp::protocol::{self, Op};
+use cni_dhcp::protocol::{self, Op};
 use cni_testkit::socket_attack::{self, UmaskDaemon};
 
 /// The daemon with a socket and a state directory (`state` in the temp dir) that do not
 /// exist yet.
 fn start_daemon() -> UmaskDaemon {
-    UmaskDaemon::start(Path::new(env!("CARGO_BIN_EXE_cni-plugins")), "ds-dhcp", "run/cni/dhcp.sock", |dir| {
-        let mut args: Vec<OsString> = ["dhcp", "daemon", "-socketpath"].map(OsString::from).into();
+    UmaskDaemon::start(Path::new(env!("CARGO_BIN_EXE_dhcp")), "db-dhcp", "run/cni/dhcp.sock", |dir| {
+        let mut args: Vec<OsString> = ["daemon", "-socketpath"].map(OsString::from).into();
         args.extend([dir.join("run/cni/dhcp.sock").into(), "-statedir".into(), dir.join("state").into()]);
         args
     })
@@ -64,11 +64,11 @@ fn clients_trickling_a_byte_every_8_s_are_cut_and_threads_stay_capped() {
 /// exits instead of serving on it or binding a socket of its own.
 #[test]
 fn a_passed_fd_3_that_is_not_a_listening_socket_is_refused() {
-    let dir = tempfile::Builder::new().prefix("ds-dhcp").tempdir().unwrap();
+    let dir = tempfile::Builder::new().prefix("db-dhcp").tempdir().unwrap();
     let socket = dir.path().join("run/dhcp.sock");
     let out = std::process::Command::new("/bin/sh")
-        .args(["-c", "exec 3</dev/null; LISTEN_PID=$$ LISTEN_FDS=1 exec \"$0\" dhcp daemon -socketpath \"$1\" -statedir \"$2\""])
-        .arg(env!("CARGO_BIN_EXE_cni-plugins"))
+        .args(["-c", "exec 3</dev/null; LISTEN_PID=$$ LISTEN_FDS=1 exec \"$0\" daemon -socketpath \"$1\" -statedir \"$2\""])
+        .arg(env!("CARGO_BIN_EXE_dhcp"))
         .arg(&socket)
         .arg(dir.path().join("state"))
         .output()

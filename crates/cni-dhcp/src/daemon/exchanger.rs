@@ -4,9 +4,9 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use crate::ipam::dhcp::client::{Client, ClientError};
-use crate::ipam::dhcp::client6::Client6;
-use crate::ipam::dhcp::lease::Leased;
+use crate::client::{Client, ClientError};
+use crate::client6::Client6;
+use crate::lease::Leased;
 
 /// A client of either family, for the lease a record holds.
 pub(super) enum Exchanger {

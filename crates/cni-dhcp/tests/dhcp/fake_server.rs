@@ -9,8 +9,8 @@ use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use cni_plugins::ipam::dhcp::options as opt;
-use cni_plugins::ipam::dhcp::wire::{Message, BOOTREPLY};
+use cni_dhcp::options as opt;
+use cni_dhcp::wire::{Message, BOOTREPLY};
 use cni_testkit::ns::TestNetns;
 use common::call;
 use support::{wait_for, with_scripted_server, Network};
@@ -119,8 +119,13 @@ fn junk_is_ignored_and_naks_lead_to_a_new_exchange() {
                     .is_some_and(|l| l.address == "10.77.0.21/24" && l.state == "bound")
             });
             let log = net.log("daemon.log");
-            assert!(log.contains("refused by the server") && log.contains("address moved"), "{log}");
-            assert!(log.contains("the interface still has 10.77.0.20/24"), "{log}");
+            let refused = log.lines().find(|l| l.contains("the server refused to extend a lease"));
+            assert!(refused.is_some_and(|l| l.contains("reason=") && l.contains("address moved")), "{log}");
+            let moved = log.lines().find(|l| l.contains("new lease at another address"));
+            assert!(
+                moved.is_some_and(|l| l.contains("lease=10.77.0.21/24") && l.contains("old=10.77.0.20/24")),
+                "{log}"
+            );
             // The container still has the old address: CHECK says so.
             let mut conf = net.conf();
             conf["prevResult"] = result.clone();

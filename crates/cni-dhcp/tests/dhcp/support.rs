@@ -12,7 +12,7 @@ use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use cni_plugins::ipam::dhcp::protocol::{self, Op, Response};
+use cni_dhcp::protocol::{self, Op, Response};
 use cni_testkit::dnsmasq;
 use cni_testkit::ns::TestNetns;
 use serde_json::{json, Value};

@@ -1,7 +1,7 @@
 //! `dhcp` IPAM: addresses leased from DHCPv4 and DHCPv6 servers by a long-running daemon.
 //!
 //! A plugin process lives for milliseconds, a lease for hours: so, as in the reference,
-//! `cni-plugins dhcp daemon` holds the leases (acquires them inside the container's
+//! `dhcp daemon` holds the leases (acquires them inside the container's
 //! namespace, renews at T1, rebinds at T2, releases on DEL, persists them so a restart
 //! resumes renewing), and the `dhcp` plugin only asks it over a unix socket.
 //!
@@ -9,10 +9,18 @@
 //! - [`lease`]: what an ACK grants and the CNI result made from it; [`lease6`]: a REPLY;
 //! - [`client`], [`client6`]: the exchanges with a server, from a socket inside the
 //!   container;
-//! - [`store`]: leases on disk; [`daemon`]: keeping them; [`cli`]: the daemon's flags;
+//! - [`store`]: leases on disk; [`daemon`]: keeping them; [`cli`]: the binary's command
+//!   line (the daemon's flags);
 //!   [`metrics`]: what the daemon counts;
 //! - [`protocol`]: plugin <-> daemon messages; [`config`]: the plugin's configuration;
 //!   [`Dhcp`] below: the IPAM plugin itself, every verb a request to the daemon.
+
+//!
+//! A crate and a binary (`dhcp`) of their own, not a plugin of the multi-call
+//! `cni-plugins`: the DHCP codecs, the daemon and its command line would otherwise be
+//! mapped by every plugin exec of every node. The daemon is the binary's `daemon`
+//! sub-command, as the reference's is and as etcd-ipam's agent is `etcd-ipam agent`: one
+//! binary per model, whose plugin and daemon always agree on the protocol between them.
 
 pub mod cli;
 pub mod client;
@@ -31,6 +39,7 @@ pub mod wire6;
 use std::io;
 use std::time::Duration;
 
+use cni_sdk::keys::{config_keys, Keys};
 use cni_sdk::{CniError, CniResult, Plugin, Request};
 use cni_types::ErrorCode;
 
@@ -38,6 +47,21 @@ use config::{key, load, params, params6};
 use lease::Leased;
 use protocol::{Op, Response, ValidAttachment};
 use store::Family;
+
+/// The plugin's name: its `type` in a configuration and its binary's.
+pub const NAME: &str = "dhcp";
+
+/// The keys dhcp's configuration accepts beyond the common ones (what `cnitool validate`
+/// and the docs drift test check against); `None` when `name` is not dhcp.
+pub fn plugin_keys(name: &str) -> Option<Keys> {
+    (name == NAME).then(config_keys::<config::RawConf>)
+}
+
+/// dhcp's parsing and validation of a request, before it asks the daemon anything (for
+/// `cnitool validate` and the fuzzer); `None` when `name` is not dhcp.
+pub fn config_stage(name: &str, req: &Request) -> Option<Result<(), CniError>> {
+    (name == NAME).then(|| load(req).and_then(|(conf, _)| params(req, &conf)).map(drop))
+}
 
 /// How long the plugin waits for the daemon: more than an acquisition may take with the
 /// daemon's default timeout and retransmissions.
@@ -58,7 +82,7 @@ fn call(
             CniError::new(
                 unreachable,
                 format!(
-                    "dhcp: daemon not running (no one at {}), start it with `cni-plugins dhcp daemon`",
+                    "dhcp: daemon not running (no one at {}), start it with `dhcp daemon`",
                     socket.display()
                 ),
             )
@@ -187,7 +211,7 @@ impl Plugin for Dhcp {
     }
 
     fn about(&self) -> String {
-        "dhcp IPAM (cni-rs): leases from a DHCP server, kept by `cni-plugins dhcp daemon`".into()
+        "dhcp IPAM (cni-rs): leases from a DHCP server, kept by `dhcp daemon`".into()
     }
 }
 

@@ -5,8 +5,8 @@
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::ipam::dhcp::lease::{unix_now, Leased};
-use crate::ipam::dhcp::store::Record;
+use crate::lease::{unix_now, Leased};
+use crate::store::Record;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Phase {

@@ -145,8 +145,8 @@ impl Lease6 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ipam::dhcp::options::encode_domain_search;
-    use crate::ipam::dhcp::wire6::{IaAddr, MessageType, Status, OPT_IA_NA, STATUS_NO_ADDRS_AVAIL};
+    use crate::options::encode_domain_search;
+    use crate::wire6::{IaAddr, MessageType, Status, OPT_IA_NA, STATUS_NO_ADDRS_AVAIL};
 
     fn reply(address: &str, preferred: u32, valid: u32, t1: u32, t2: u32) -> Message {
         let mut m = Message::new(MessageType::Reply, 1);

@@ -11,8 +11,8 @@ use std::net::{Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use cni_plugins::ipam::dhcp::options::encode_domain_search;
-use cni_plugins::ipam::dhcp::wire6::{
+use cni_dhcp::options::encode_domain_search;
+use cni_dhcp::wire6::{
     IaAddr, IaNa, Message, MessageType, Status, ALL_SERVERS, OPT_CLIENT_ID, OPT_DNS_SERVERS, OPT_DOMAIN_LIST,
     OPT_IA_NA, OPT_SERVER_ID, STATUS_NO_BINDING,
 };
@@ -175,13 +175,16 @@ fn hostile_replies_are_dropped_and_no_binding_on_renewal_ends_the_lease() {
             // T1 is 1 s: the first RENEW gets a valid lifetime of 0, the second NoBinding; each
             // ends the lease and the daemon asks again.
             wait_for("a valid lifetime of 0 to end the lease", Duration::from_secs(20), || {
-                net.log("daemon.log").contains("refused by the server: the server ended the binding")
+                net.log("daemon.log").contains("the server refused to extend a lease")
+                    && net.log("daemon.log").contains("reason=the server ended the binding")
             });
             wait_for("the NoBinding to end the lease", Duration::from_secs(20), || {
                 net.log("daemon.log").contains("NoBinding (3): forgotten")
             });
             wait_for("a new lease after it", Duration::from_secs(20), || {
-                net.log("daemon.log").contains("new lease fd77::42/64")
+                net.log("daemon.log")
+                    .lines()
+                    .any(|l| l.contains("new lease") && l.contains("lease=fd77::42/64"))
             });
             assert!(renewals.load(Ordering::Relaxed) >= 2);
             let status = net.status();

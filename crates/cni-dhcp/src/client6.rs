@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 use cni_net::netlink::{AddressFlags, IpFamily, LinkCondition};
 use cni_net::{NetNs, Netlink};
 
-use super::client::{log, random_xid, retransmit, ClientError, ClientParams, Timing, Verdict, FIRST_RESEND};
+use cni_cli::tracing::debug;
+
+use super::client::{random_xid, retransmit, ClientError, ClientParams, Timing, Verdict, FIRST_RESEND};
 use super::lease::unix_now;
 use super::lease6::Lease6;
 use super::wire6::{
@@ -176,7 +178,7 @@ impl Client6 {
         match Lease6::from_reply(reply, self.iaid, self.prefix_len, sent_unix) {
             Ok(lease) => Some(Ok(lease)),
             Err(why) => {
-                log::info(format_args!("dropped a DHCPv6 reply: {why}"));
+                debug!(reason = %why, "dropped a DHCPv6 reply");
                 None
             }
         }
@@ -203,7 +205,7 @@ impl Client6 {
             match Lease6::from_reply(m, self.iaid, self.prefix_len, 0) {
                 Ok(lease) => Some(Ok(lease)),
                 Err(why) => {
-                    log::info(format_args!("dropped a DHCPv6 advertise: {why}"));
+                    debug!(reason = %why, "dropped a DHCPv6 advertise");
                     None
                 }
             }

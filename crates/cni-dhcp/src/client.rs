@@ -13,6 +13,7 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
 
+use cni_cli::tracing::debug;
 use cni_net::netlink::LinkCondition;
 use cni_net::{NetNs, Netlink};
 
@@ -178,7 +179,7 @@ impl Client {
         loop {
             match self.discover_and_request(wanted, deadline) {
                 Err(ClientError::Nak(msg)) if Instant::now() + FIRST_RESEND < deadline => {
-                    log::debug(format_args!("DHCPNAK while acquiring ({msg:?}); starting over"));
+                    debug!(server_message = ?msg, "DHCPNAK while acquiring; starting over");
                     wanted = None;
                 }
                 Err(ClientError::Timeout(_)) => return Err(ClientError::Timeout(self.timing.timeout)),
@@ -270,7 +271,7 @@ pub(super) fn retransmit<T>(
     let mut buf = vec![0u8; 65536];
     loop {
         if let Err(e) = send(start.elapsed()) {
-            log::debug(format_args!("send: {e}"));
+            debug!(error = %e, "sending a DHCP message failed; will retransmit");
         }
         let next_send = (Instant::now() + resend).min(deadline);
         resend = (resend * 2).min(resend_max.max(FIRST_RESEND));
@@ -304,25 +305,4 @@ pub(super) fn retransmit<T>(
 
 fn reply_type(m: &Message) -> Option<MessageType> {
     m.option(opt::MESSAGE_TYPE).and_then(|v| v.first().copied()).and_then(MessageType::from_byte)
-}
-
-/// The daemon's log: stderr, one line per event (journald adds the time under systemd).
-pub mod log {
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    static DEBUG: AtomicBool = AtomicBool::new(false);
-
-    pub fn enable_debug() {
-        DEBUG.store(true, Ordering::Relaxed);
-    }
-
-    pub fn info(args: std::fmt::Arguments<'_>) {
-        eprintln!("dhcp daemon: {args}");
-    }
-
-    pub fn debug(args: std::fmt::Arguments<'_>) {
-        if DEBUG.load(Ordering::Relaxed) {
-            eprintln!("dhcp daemon: debug: {args}");
-        }
-    }
 }

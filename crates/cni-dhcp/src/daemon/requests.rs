@@ -8,8 +8,8 @@ use cni_os::socket::{Refusal, Service};
 use cni_types::ErrorCode;
 
 use super::Daemon;
-use crate::ipam::dhcp::client::log;
-use crate::ipam::dhcp::protocol::{Request, Response};
+use crate::protocol::{Request, Response};
+use cni_cli::tracing::warn;
 
 /// The daemon as the request server sees it: JSON in, JSON out.
 pub(super) struct Requests(pub(super) Arc<Daemon>);
@@ -29,7 +29,7 @@ impl Service for Requests {
             Refusal::TooLarge { .. } | Refusal::Deadline { .. } => ErrorCode::Decode,
             Refusal::Io(_) => return None,
         };
-        log::info(format_args!("refused a request: {why}"));
+        warn!(reason = %why, "refused a request");
         Some(encode(&Response::error(code as u32, format!("dhcp daemon: {why}"))))
     }
 }

@@ -21,7 +21,9 @@ use cni_types::trace::is_trace_id;
 use cni_types::validate::{validate_container_id, validate_interface_name, validate_network_name};
 use cni_types::ErrorCode;
 
-use super::client::{log, Client, ClientError, ClientParams, Timing};
+use cni_cli::tracing::{debug, info, warn};
+
+use super::client::{Client, ClientError, ClientParams, Timing};
 use super::client6::Client6;
 use super::lease::{unix_now, Lease, LeaseTimes, Leased};
 use super::metrics::{self, DhcpMetrics, Op as MetricOp};
@@ -111,18 +113,14 @@ impl Daemon {
     /// still exist are kept (and renewed when due); the others are forgotten.
     pub fn resume(self: &Arc<Daemon>) -> std::io::Result<()> {
         for path in self.store.remove_abandoned_temp_files()? {
-            log::info(format_args!("removed {}: a save interrupted by a crash", path.display()));
+            info!(path = %path.display(), "removed a record whose save a crash interrupted");
         }
         for (old, new) in self.store.migrate_legacy_names()? {
-            log::info(format_args!(
-                "renamed {} to {} (the naming of earlier versions)",
-                old.display(),
-                new.display()
-            ));
+            info!(from = %old.display(), to = %new.display(), "renamed a record named as earlier versions did");
         }
         let (records, unreadable) = self.store.load_all()?;
         for (path, err) in unreadable {
-            log::info(format_args!("ignoring {}: {err}", path.display()));
+            warn!(path = %path.display(), error = %err, "ignoring an unreadable lease record");
         }
         for record in records {
             let alive = NetNs::open(self.netns_path(&record.netns))
@@ -130,16 +128,13 @@ impl Daemon {
                 .map(|link| link.is_some())
                 .unwrap_or(false);
             if !alive {
-                log::info(format_args!(
-                    "released lease {} of {}: its namespace or interface is gone",
-                    record.lease, record.key
-                ));
+                info!(lease = %record.lease, attachment = %record.key, "forgot a lease: its namespace or interface is gone");
                 if let Err(e) = self.store.remove(&record.key, record.family) {
-                    log::info(format_args!("cannot remove the record of {}: {e}", record.key));
+                    warn!(attachment = %record.key, error = %e, "cannot remove a lease record");
                 }
                 continue;
             }
-            log::info(format_args!("resuming lease {} of {}", record.lease, record.key));
+            info!(lease = %record.lease, attachment = %record.key, "resuming a lease");
             self.track(record);
         }
         Ok(())
@@ -173,7 +168,7 @@ impl Daemon {
         if let Some(lease) = lease {
             state.record.lease = lease;
             if let Err(e) = self.store.save(&state.record) {
-                log::info(format_args!("cannot save the lease of {}: {e}", state.record.key));
+                warn!(attachment = %state.record.key, error = %e, "cannot save a lease");
             }
         }
     }
@@ -220,13 +215,13 @@ impl Daemon {
         let outcome = self.client(record).and_then(|c| c.extend(lease, rebind, limit));
         match outcome {
             Ok(new) => {
-                log::info(format_args!(
-                    "{} lease {} of {} for {} s",
-                    if rebind { "rebound" } else { "renewed" },
-                    new,
-                    record.key,
-                    new.lease_secs()
-                ));
+                info!(
+                    lease = %new,
+                    attachment = %record.key,
+                    seconds = new.lease_secs(),
+                    "{}",
+                    if rebind { "rebound a lease" } else { "renewed a lease" }
+                );
                 self.metrics.succeeded(if rebind { MetricOp::Rebind } else { MetricOp::Renew });
                 self.update(tracked, Some(new), Phase::Bound, String::new());
             }
@@ -238,13 +233,13 @@ impl Daemon {
                     ClientError::Refused(status) => status,
                     other => other.to_string(),
                 };
-                log::info(format_args!("lease {lease} of {} refused by the server: {why}", record.key));
+                warn!(%lease, attachment = %record.key, reason = %why, "the server refused to extend a lease");
                 self.update(tracked, Some(lease.lost()), Phase::Expired, why);
             }
             Err(e) => {
                 let op = if rebind { MetricOp::Rebind } else { MetricOp::Renew };
                 self.metrics.failed(op, metrics::reason(&e));
-                log::debug(format_args!("{} {}: {e}", phase.name(), record.key));
+                debug!(phase = phase.name(), attachment = %record.key, error = %e, "extending a lease failed; will retry");
                 self.update(tracked, None, phase, e.to_string());
                 // Half the time left to the boundary, as RFC 2131 says, but never
                 // past it: a renewal that overran T2 goes on to rebinding at once
@@ -265,7 +260,7 @@ impl Daemon {
         let lease = &record.lease;
         let first = tracked.lock().phase != Phase::Expired;
         if first {
-            log::info(format_args!("lease {lease} of {} expired; asking for a new one", record.key));
+            info!(%lease, attachment = %record.key, "a lease expired; asking for a new one");
             self.update(tracked, None, Phase::Expired, "lease expired".into());
         }
         match self.client(record).and_then(|c| c.acquire(Some(lease.address().addr()))) {
@@ -274,12 +269,11 @@ impl Daemon {
                 // plugin configured it); a different address makes CHECK fail,
                 // so the runtime can re-create the attachment.
                 let moved = new.address().addr() != lease.address().addr();
-                log::info(format_args!(
-                    "new lease {} for {}{}",
-                    new,
-                    record.key,
-                    if moved { format!(" (the interface still has {lease})") } else { String::new() }
-                ));
+                if moved {
+                    warn!(lease = %new, attachment = %record.key, old = %lease, "new lease at another address; the interface still has the old one");
+                } else {
+                    info!(lease = %new, attachment = %record.key, "new lease");
+                }
                 self.metrics.succeeded(MetricOp::Acquire);
                 self.update(tracked, Some(new), Phase::Bound, String::new());
                 ControlFlow::Continue(())
@@ -352,7 +346,7 @@ impl Daemon {
             let _ = client.release(&lease);
             return Response::error(ErrorCode::Io as u32, format!("dhcp: saving the lease: {e}"));
         }
-        log::info(format_args!("leased {lease} to {key} for {} s{trace}", lease.lease_secs()));
+        info!(%lease, attachment = %key, seconds = lease.lease_secs(), trace = trace.0.map(display), "leased");
         self.metrics.succeeded(MetricOp::Acquire);
         self.track(record);
         Response::with_lease(lease)
@@ -405,12 +399,12 @@ impl Daemon {
             match self.client(&record).and_then(|c| c.release(&record.lease)) {
                 Ok(()) => {
                     self.metrics.succeeded(MetricOp::Release);
-                    log::info(format_args!("released {} of {key}{trace}", record.lease))
+                    info!(lease = %record.lease, attachment = %key, trace = trace.0.map(display), "released")
                 }
                 // The namespace may be gone already (DEL after the container died).
                 Err(e) => {
                     self.metrics.failed(MetricOp::Release, metrics::reason(&e));
-                    log::info(format_args!("cannot send DHCPRELEASE for {key}: {e}{trace}"))
+                    info!(attachment = %key, error = %e, trace = trace.0.map(display), "cannot send DHCPRELEASE")
                 }
             }
         }
@@ -518,18 +512,10 @@ impl Daemon {
     }
 }
 
-/// The runtime's trace id of the request being served, as a log line's suffix.
+/// The runtime's trace id of the request being served: the `trace` field of its events
+/// (`trace.0.map(display)`: tracing's macros bring `display` into scope themselves).
 #[derive(Clone, Copy)]
 struct Trace<'a>(Option<&'a str>);
-
-impl std::fmt::Display for Trace<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            Some(id) => write!(f, " (trace {id})"),
-            None => Ok(()),
-        }
-    }
-}
 
 /// The lease of a record not yet acquired (only used to find the client's namespace).
 fn placeholder_lease() -> Leased {

@@ -244,7 +244,7 @@ impl std::fmt::Display for Leased {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ipam::dhcp::options::{encode_classless_routes, encode_domain_search};
+    use crate::options::{encode_classless_routes, encode_domain_search};
 
     fn ack() -> Message {
         let mut m = Message::request(1, [0; 6]);

@@ -1,0 +1,64 @@
+//! The plugin directory the dhcp tests run from: the multi-call `cni-plugins` (bridge,
+//! macvlan, ...) installed as an operator installs it, with this crate's `dhcp` binary
+//! beside its links, and calls of those plugins as a runtime makes them.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use cni_testkit::ns::TestNetns;
+use cni_testkit::runner::PluginCall;
+use serde_json::Value;
+
+/// The directory, in cargo's temp dir, shared by every test process of one build
+/// ([`cni_testkit::binaries::installed_plugins_with`]). `cni-plugins` is another
+/// package's binary: built (or found up to date) by cargo first.
+pub fn plugin_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let multi_call = cni_testkit::binaries::fresh_workspace_binary("cni-plugins", "cni-plugins");
+        cni_testkit::binaries::installed_plugins_with(
+            &multi_call,
+            &[Path::new(env!("CARGO_BIN_EXE_dhcp"))],
+            Path::new(env!("CARGO_TARGET_TMPDIR")),
+        )
+    })
+}
+
+/// The path a runtime would run for plugin `name`.
+pub fn plugin(name: &str) -> PathBuf {
+    let p = plugin_dir().join(name);
+    assert!(p.exists(), "plugin {name} is not installed");
+    p
+}
+
+/// Runs plugin `name` for `command` the way a runtime on the test's host would: the process
+/// inside `host`, CNI_NETNS pointing at `container`.
+pub fn call(
+    name: &str,
+    command: &str,
+    host: &TestNetns,
+    container: Option<&TestNetns>,
+    conf: &Value,
+) -> PluginCall {
+    let mut call = PluginCall::new(plugin(name), command)
+        .in_namespace(host.path())
+        .cni_path(&plugin_dir().display().to_string())
+        .config(conf);
+    if let Some(c) = container {
+        call = call.netns(c.path()).container_id(c.name());
+    }
+    call
+}
+
+/// Waits until no link named `name` exists in `ns` (DEL hands the deletion of a veth pair
+/// to a background process, so the pair disappears shortly after DEL returns).
+pub fn wait_link_gone(ns: &TestNetns, name: &str) {
+    let mut netlink = ns.netlink().unwrap();
+    cni_testkit::poll::until(
+        &format!("{name} still exists in {}", ns.name()),
+        cni_testkit::poll::EVENTUALLY,
+        || netlink.link_by_name(name).unwrap().is_none(),
+    );
+}
