@@ -16,10 +16,14 @@ use cni_etcd_testing::EtcdCluster;
 use serde_json::json;
 
 fn allocator(cluster: &EtcdCluster, network: &str, node: &str) -> Allocator {
+    allocator_with_blocks(cluster, network, node, 26)
+}
+
+fn allocator_with_blocks(cluster: &EtcdCluster, network: &str, node: &str, block_len: u8) -> Allocator {
     let conf = json!({
         "name": network,
         "ipam": {"type": "etcd-ipam", "endpoints": cluster.endpoints(), "pools": ["10.95.0.0/16"],
-                 "blockSize": 26, "nodeName": node}
+                 "blockSize": block_len, "nodeName": node}
     });
     let conf = EtcdIpamConfig::parse(conf.to_string().as_bytes()).unwrap();
     Allocator::new(conf, cni_etcd::Client::new(&cluster.endpoints(), Duration::from_secs(2)).unwrap())
@@ -63,6 +67,37 @@ fn a_batch_on_the_cached_block_is_one_transaction() {
         allocator.allocate_batch(&twice).into_iter().map(|r| r.unwrap().address.addr()).collect();
     assert_eq!(results[0], results[1]);
     assert_eq!(cluster.client().get_prefix(b"/cni-rs/ipam/etb1/handle/", true).unwrap().0.len(), 8);
+}
+
+/// A batch larger than etcd's --max-txn-ops (128 at the test cluster's default) is split
+/// into transactions etcd accepts, not refused whole and served one ADD per write; a batch
+/// spilling over a full block goes on in the next one.
+#[test]
+fn a_batch_beyond_etcds_operation_limit_is_split_into_few_transactions() {
+    let cluster = EtcdCluster::start("etb3", 3);
+    let mut allocator = allocator_with_blocks(&cluster, "etb3", "node-a", 24);
+    let first = allocator.allocate("c0/eth0").unwrap();
+    let before = revision(&cluster);
+    let ids: Vec<String> = (1..=200).map(|i| format!("c{i}/eth0")).collect();
+    let batch: Vec<IpAddr> =
+        allocator.allocate_batch(&ids).into_iter().map(|r| r.unwrap().address.addr()).collect();
+    assert_eq!(revision(&cluster), before + 2, "200 ADDs on a cached /24 are two writes (127 + 73)");
+    let all: HashSet<IpAddr> = batch.iter().copied().chain([first.address.addr()]).collect();
+    assert_eq!(all.len(), 201);
+    assert_eq!(cluster.client().get_prefix(b"/cni-rs/ipam/etb3/handle/", true).unwrap().0.len(), 201);
+
+    // 300 more: the /24 has room for the first 52 or so, the rest spill into a new block
+    // claimed by one ADD alone, then batched again.
+    let before = revision(&cluster);
+    let more: Vec<String> = (201..=500).map(|i| format!("c{i}/eth0")).collect();
+    let results: Vec<IpAddr> =
+        allocator.allocate_batch(&more).into_iter().map(|r| r.unwrap().address.addr()).collect();
+    let writes = revision(&cluster) - before;
+    assert!(writes <= 6, "300 ADDs across a block boundary took {writes} writes");
+    let all: HashSet<IpAddr> = all.into_iter().chain(results).collect();
+    assert_eq!(all.len(), 501, "no address handed out twice");
+    let (handles, _) = cluster.client().get_prefix(b"/cni-rs/ipam/etb3/handle/", true).unwrap();
+    assert_eq!(handles.len(), 501);
 }
 
 #[test]
