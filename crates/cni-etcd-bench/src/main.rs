@@ -412,20 +412,30 @@ fn run(options: &Options) -> Result<(), String> {
             Kill::Follower => (leader + 1) % members,
             Kill::None => return,
         };
+        // No member is down yet: the pids are in member order.
+        let pid = cluster.pids()[victim];
+        let spent = cpu::process_time(pid);
         cluster.kill(victim);
-        *killed.lock().expect("not poisoned") = Some(victim);
+        *killed.lock().expect("not poisoned") = Some((victim, pid, spent));
     });
     let degraded = run_phase(options, &endpoints, agents, "degraded", Some(kill_member))?;
+    let mut end = cpu::Sample::take(&agent_pids, &cluster.pids());
     let killed = killed.into_inner().expect("not poisoned");
-    let second = match (kill, killed) {
+    if let Some((_, pid, spent)) = killed {
+        end = end.with_reaped_member(pid, spent);
+    }
+    let second = match (kill, killed.map(|(member, _, _)| member)) {
         (Kill::None, _) => "second phase, all up".to_string(),
         (_, None) => return Err("the member was never killed".into()),
         (Kill::Leader, Some(member)) => format!("leader (member {member}) killed"),
         (Kill::Follower, Some(member)) => format!("follower (member {member}) killed"),
     };
     report(&second, &degraded);
+    let second_adds = degraded.addresses.len() + degraded.failures.len();
+    println!("  {}", after.0.per_add(&end, second_adds));
     let whole = healthy.then(&degraded);
     report("whole run", &whole);
+    println!("  {}", before.0.per_add(&end, adds + second_adds));
     check_etcd(&cluster, &whole)
 }
 
