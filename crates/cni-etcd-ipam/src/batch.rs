@@ -9,8 +9,8 @@
 //! An ADD that failed because etcd stopped answering mid-call has an unknown outcome: a
 //! leader that then lost its quorum may still commit the transaction once its peers are
 //! back, after the runtime was told nothing was allocated. The batcher remembers such
-//! ADDs and, before its next batch (etcd answering again), releases whatever they left,
-//! unless the runtime has repeated the ADD meanwhile (which then gets that address).
+//! ADDs and, after its next batch that etcd answered, releases whatever they left, unless
+//! the runtime has repeated the ADD meanwhile (which then gets that address).
 
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -70,25 +70,36 @@ impl Batcher {
         if let Some(metrics) = &self.metrics {
             metrics.batch(ids.len());
         }
-        self.settle_uncertain(&mut allocator, &ids);
+        self.forget_repeated(&ids);
         let outcomes = allocator.allocate_batch(&ids);
+        let etcd_answered = outcomes.iter().any(Result::is_ok);
         self.remember_uncertain(&ids, &outcomes);
         for ((_, reply), outcome) in batch.into_iter().zip(outcomes) {
             let _ = reply.send(outcome);
+        }
+        // Only once etcd answers again: while it is away, trying would make the next
+        // batch wait out its timeouts twice.
+        if etcd_answered {
+            self.settle_uncertain(&mut allocator);
         }
         drop(allocator);
         result.recv().unwrap_or_else(|_| Err(EtcdIpamError::Store("the batch lost this ADD".into())))
     }
 
-    /// Releases what earlier ADDs of unknown outcome may have left, oldest knowledge first
-    /// and stopping at the first failure (etcd still away: the batch should not wait for
-    /// it twice). An ADD being repeated in this batch is no longer uncertain: its repeat
-    /// returns whatever did commit.
-    fn settle_uncertain(&self, allocator: &mut Allocator, repeated: &[String]) {
+    /// An ADD being repeated is no longer uncertain: its repeat returns whatever did
+    /// commit, and that address is the attachment's.
+    fn forget_repeated(&self, ids: &[String]) {
         let mut uncertain = lock(&self.uncertain);
-        for id in repeated {
+        for id in ids {
             uncertain.remove(id);
         }
+    }
+
+    /// Releases what earlier ADDs of unknown outcome may have left, stopping at the first
+    /// failure (etcd away again). etcd's answers are linearizable: once a quorum answers,
+    /// a lost ADD's transaction has committed or never will.
+    fn settle_uncertain(&self, allocator: &mut Allocator) {
+        let mut uncertain = lock(&self.uncertain);
         let ids: Vec<String> = uncertain.iter().cloned().collect();
         for id in ids {
             // The release compares the handle's revision: it removes exactly the handle
