@@ -1,8 +1,9 @@
 //! etcd-ipam-bench: N concurrent "nodes" allocate addresses with etcd-ipam against a real
-//! etcd cluster started on 127.0.0.1, then again while the leader is killed half-way
-//! through. Prints the allocations per second of each phase and of the whole run, ADD
-//! latencies, the failed ADDs, and the duplicates found (in the results and in etcd's own
-//! state, which must hold exactly the successful ADDs: a failed one allocates nothing).
+//! etcd cluster started on 127.0.0.1, then again while a member (`--kill`: the leader, a
+//! follower, or none) is killed half-way through. Prints the allocations per second of
+//! each phase and of the whole run, ADD latencies, CPU time per ADD by role, the failed
+//! ADDs, and the duplicates found (in the results and in etcd's own state, which must hold
+//! exactly the successful ADDs: a failed one allocates nothing).
 //!
 //! ```text
 //! etcd-ipam-bench [--nodes 8] [--per-node 200] [--members 3] [--mode plugin|agent|library]
