@@ -1,12 +1,14 @@
 //! etcd-ipam-bench: N concurrent "nodes" allocate addresses with etcd-ipam against a real
-//! etcd cluster started on 127.0.0.1, then again while the leader is killed half-way
-//! through. Prints the allocations per second of each phase and of the whole run, ADD
-//! latencies, the failed ADDs, and the duplicates found (in the results and in etcd's own
-//! state, which must hold exactly the successful ADDs: a failed one allocates nothing).
+//! etcd cluster started on 127.0.0.1, then again while a member (`--kill`: the leader, a
+//! follower, or none) is killed half-way through. Prints the allocations per second of
+//! each phase and of the whole run, ADD latencies, CPU time per ADD by role, the failed
+//! ADDs, and the duplicates found (in the results and in etcd's own state, which must hold
+//! exactly the successful ADDs: a failed one allocates nothing).
 //!
 //! ```text
 //! etcd-ipam-bench [--nodes 8] [--per-node 200] [--members 3] [--mode plugin|agent|library]
-//!                 [--parallel 1] [--tls] [--data-base /dev/shm] [--plugin-bin PATH]
+//!                 [--kill leader|follower|none] [--parallel 1] [--tls] [--data-base /dev/shm]
+//!                 [--plugin-bin PATH]
 //! ```
 //! `--tls` starts the members with client-certificate TLS and configures `https://`
 //! endpoints with `caFile`, `certFile` and `keyFile` (the cost of the handshakes).
@@ -34,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use agents::Agents;
 
+use clap::{Parser, ValueEnum};
 use cni_etcd_ipam::allocator::Allocator;
 use cni_etcd_ipam::batch::Batcher;
 use cni_etcd_ipam::block::Block;
@@ -41,22 +44,45 @@ use cni_etcd_ipam::config::EtcdIpamConfig;
 use cni_etcd_testing::{EtcdCluster, Pki};
 use serde_json::json;
 
-#[derive(Clone)]
+/// Allocations per second of etcd-ipam from concurrent nodes against a real etcd cluster
+/// on 127.0.0.1, with one member killed half-way through the second phase.
+#[derive(Parser, Clone)]
+#[command(name = "etcd-ipam-bench", version)]
 struct Options {
+    /// Nodes allocating at once (each its own agent in `--mode agent`).
+    #[arg(long, default_value_t = 8)]
     nodes: usize,
+    /// ADDs per node in each of the two phases: the run's length.
+    #[arg(long, default_value_t = 200)]
     per_node: usize,
-    parallel: usize,
+    /// ADDs of each node at once (a runtime starting several pods).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    parallel: u16,
+    /// Client-certificate TLS between the plugins (or agents) and etcd.
+    #[arg(long)]
     tls: bool,
     /// A TLS cluster's certificates, once it runs.
+    #[arg(skip)]
     pki: Option<Pki>,
-    members: usize,
+    /// etcd members (at least 2: one is killed in the second phase).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(2..))]
+    members: u16,
+    /// How the ADDs reach etcd.
+    #[arg(long, value_enum, default_value_t = Mode::Plugin)]
     mode: Mode,
+    /// Which member the second phase loses half-way through.
+    #[arg(long, value_enum, default_value_t = Kill::Leader)]
+    kill: Kill,
+    /// Where the members keep their data (tmpfs: their fsyncs cost nothing).
+    #[arg(long, default_value = "/dev/shm")]
     data_base: PathBuf,
-    /// The `etcd-ipam` binary (the plugin, and the agent as its `agent` sub-command).
-    plugin_bin: PathBuf,
+    /// The `etcd-ipam` binary (the plugin, and the agent as its `agent` sub-command);
+    /// default: next to this program.
+    #[arg(long)]
+    plugin_bin: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
 enum Mode {
     /// The plugin binary per ADD, straight to etcd.
     Plugin,
@@ -66,48 +92,28 @@ enum Mode {
     Library,
 }
 
-const USAGE: &str = "usage: etcd-ipam-bench [--nodes N] [--per-node N] [--members N] \
-[--mode plugin|agent|library] [--parallel N] [--tls] [--data-base DIR] [--plugin-bin PATH]";
+/// The member killed mid-run in the second phase.
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum Kill {
+    /// The leader: writes stall until a new one is elected.
+    Leader,
+    /// A follower: connections to it are reset, the leader goes on.
+    Follower,
+    /// None: the second phase runs with every member up.
+    None,
+}
 
-fn parse_options() -> Result<Options, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut options = Options {
-        nodes: 8,
-        per_node: 200,
-        parallel: 1,
-        tls: false,
-        pki: None,
-        members: 3,
-        mode: Mode::Plugin,
-        data_base: PathBuf::from("/dev/shm"),
-        plugin_bin: exe.with_file_name("etcd-ipam"),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let mut value = || args.next().ok_or(format!("{flag} needs a value"));
-        let number = |v: String| v.parse::<usize>().map_err(|e| format!("{flag}: {e}"));
-        match flag.as_str() {
-            "--nodes" => options.nodes = number(value()?)?,
-            "--per-node" => options.per_node = number(value()?)?,
-            "--members" => options.members = number(value()?)?,
-            "--parallel" => options.parallel = number(value()?)?.max(1),
-            "--tls" => options.tls = true,
-            "--mode" => match value()?.as_str() {
-                "plugin" => options.mode = Mode::Plugin,
-                "agent" => options.mode = Mode::Agent,
-                "library" => options.mode = Mode::Library,
-                other => return Err(format!("--mode {other}: plugin, agent or library")),
-            },
-            "--data-base" => options.data_base = PathBuf::from(value()?),
-            "--plugin-bin" => options.plugin_bin = PathBuf::from(value()?),
-            "--help" | "-h" => return Err(String::new()),
-            other => return Err(format!("unknown option {other}")),
-        }
+impl Options {
+    fn plugin_bin(&self) -> PathBuf {
+        self.plugin_bin.clone().unwrap_or_else(|| {
+            let exe = std::env::current_exe().unwrap_or_default();
+            exe.with_file_name("etcd-ipam")
+        })
     }
-    if options.members < 2 {
-        return Err("--members: at least 2 (one is killed for the second phase)".into());
+
+    fn parallel(&self) -> usize {
+        usize::from(self.parallel)
     }
-    Ok(options)
 }
 
 fn network_conf(
@@ -189,6 +195,7 @@ fn run_node(run: &Run, node: usize) -> Result<Vec<Outcome>, String> {
         None
     };
     let phase = run.phase;
+    let plugin_bin = options.plugin_bin();
     let one_add = |i: usize| -> Outcome {
         let start = Instant::now();
         let ip = match &batcher {
@@ -196,12 +203,12 @@ fn run_node(run: &Run, node: usize) -> Result<Vec<Outcome>, String> {
                 .allocate(&format!("{phase}-{node}-{i}/eth0"))
                 .map(|allocation| allocation.address.addr())
                 .map_err(|e| e.to_string()),
-            None => add_by_plugin(&options.plugin_bin, &bytes, &format!("{phase}-{node}-{i}")),
+            None => add_by_plugin(&plugin_bin, &bytes, &format!("{phase}-{node}-{i}")),
         };
         run.done.fetch_add(1, Ordering::Relaxed);
         (ip, start.elapsed())
     };
-    let parallel = options.parallel;
+    let parallel = options.parallel();
     Ok(std::thread::scope(|scope| {
         let threads: Vec<_> = (0..parallel)
             .map(|w| {
@@ -371,24 +378,20 @@ fn etcd_revision(cluster: &EtcdCluster) -> Result<i64, String> {
 }
 
 fn run(options: &Options) -> Result<(), String> {
-    if options.mode != Mode::Library && !options.plugin_bin.exists() {
-        return Err(format!(
-            "{} not found (build cni-etcd-ipam, or --plugin-bin)",
-            options.plugin_bin.display()
-        ));
+    let plugin_bin = options.plugin_bin();
+    if options.mode != Mode::Library && !plugin_bin.exists() {
+        return Err(format!("{} not found (build cni-etcd-ipam, or --plugin-bin)", plugin_bin.display()));
     }
+    let members = usize::from(options.members);
     let mut cluster = if options.tls {
-        EtcdCluster::start_tls_in(&options.data_base, "edbench", options.members)
+        EtcdCluster::start_tls_in(&options.data_base, "edbench", members)
     } else {
-        EtcdCluster::start_in(&options.data_base, "edbench", options.members)
+        EtcdCluster::start_in(&options.data_base, "edbench", members)
     };
     let options = &Options { pki: cluster.pki().cloned(), ..options.clone() };
     let endpoints = cluster.endpoints();
-    let agents = if options.mode == Mode::Agent {
-        Some(Agents::start(&options.plugin_bin, options.nodes)?)
-    } else {
-        None
-    };
+    let agents =
+        if options.mode == Mode::Agent { Some(Agents::start(&plugin_bin, options.nodes)?) } else { None };
     let agents = agents.as_ref();
     println!("{}", describe(options));
     let agent_pids = agents.map(Agents::pids).unwrap_or_default();
@@ -402,26 +405,45 @@ fn run(options: &Options) -> Result<(), String> {
     let writes = after.1 - before.1 - 1;
     println!("  etcd writes: {writes} ({:.2} ADDs per write)", adds as f64 / writes.max(1) as f64);
     let killed = std::sync::Mutex::new(None);
-    let kill_leader = Box::new(|| {
+    let kill = options.kill;
+    let kill_member = Box::new(|| {
         let leader = cluster.leader().unwrap_or(0);
-        cluster.kill(leader);
-        *killed.lock().expect("not poisoned") = Some(leader);
+        let victim = match kill {
+            Kill::Leader => leader,
+            Kill::Follower => (leader + 1) % members,
+            Kill::None => return,
+        };
+        // No member is down yet: the pids are in member order.
+        let pid = cluster.pids()[victim];
+        let spent = cpu::process_time(pid);
+        cluster.kill(victim);
+        *killed.lock().expect("not poisoned") = Some((victim, pid, spent));
     });
-    let degraded = run_phase(options, &endpoints, agents, "degraded", Some(kill_leader))?;
-    let killed = killed.into_inner().expect("not poisoned").ok_or("the member was never killed")?;
-    report(&format!("leader (member {killed}) killed"), &degraded);
+    let degraded = run_phase(options, &endpoints, agents, "degraded", Some(kill_member))?;
+    let mut end = cpu::Sample::take(&agent_pids, &cluster.pids());
+    let killed = killed.into_inner().expect("not poisoned");
+    if let Some((_, pid, spent)) = killed {
+        end = end.with_reaped_member(pid, spent);
+    }
+    let second = match (kill, killed.map(|(member, _, _)| member)) {
+        (Kill::None, _) => "second phase, all up".to_string(),
+        (_, None) => return Err("the member was never killed".into()),
+        (Kill::Leader, Some(member)) => format!("leader (member {member}) killed"),
+        (Kill::Follower, Some(member)) => format!("follower (member {member}) killed"),
+    };
+    report(&second, &degraded);
+    let second_adds = degraded.addresses.len() + degraded.failures.len();
+    println!("  {}", after.0.per_add(&end, second_adds));
     let whole = healthy.then(&degraded);
     report("whole run", &whole);
+    println!("  {}", before.0.per_add(&end, adds + second_adds));
     check_etcd(&cluster, &whole)
 }
 
 fn main() -> ExitCode {
-    match parse_options().and_then(|o| run(&o)) {
+    let options: Options = cni_cli::parse();
+    match run(&options) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) if e.is_empty() => {
-            println!("{USAGE}");
-            ExitCode::SUCCESS
-        }
         Err(e) => {
             eprintln!("etcd-ipam-bench: {e}");
             ExitCode::FAILURE

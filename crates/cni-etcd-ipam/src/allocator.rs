@@ -30,6 +30,15 @@ use super::keys::{Handle, Keys};
 /// How many lost races one operation tolerates before giving up with code 11.
 const MAX_ATTEMPTS: usize = 64;
 
+/// The most operations etcd takes in one branch (or the compares) of a transaction: its
+/// `--max-txn-ops`, 128 unless the operator raised it. A larger transaction is refused
+/// whole, which would send every ADD of the batch down the one-by-one path.
+pub const ETCD_MAX_TXN_OPS: usize = 128;
+
+/// The attachments one batch transaction takes: each adds a handle put and a compare, the
+/// block adds one of each.
+pub const MAX_BATCH: usize = ETCD_MAX_TXN_OPS - 1;
+
 /// An address handed out: the address with its block's prefix length, and the gateway.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Allocation {
@@ -258,20 +267,32 @@ impl Allocator {
     /// ADD for several attachments at once (a node agent's concurrent requests): as many as
     /// the cached block has room for are claimed in one transaction (one block write, one
     /// handle created per attachment, all guarded by the block's revision and the handles'
-    /// absence); the others, and all of them when that transaction loses (a repeated ADD,
-    /// the block changed), go through [`Allocator::allocate`] one by one.
+    /// absence), at most [`MAX_BATCH`] per transaction; when the cached block is full (or
+    /// there is none) one ADD goes alone, finding or claiming the next block, and batching
+    /// resumes on it. After a lost batch transaction (a repeated ADD, the block changed) or
+    /// a failed one, the rest go through [`Allocator::allocate`] one by one.
     pub fn allocate_batch(&mut self, handle_ids: &[String]) -> Vec<Result<Allocation, EtcdIpamError>> {
-        let mut done = Vec::new();
         let distinct = handle_ids.iter().collect::<std::collections::HashSet<_>>().len() == handle_ids.len();
-        if handle_ids.len() > 1 && distinct {
-            match self.commit_batch(handle_ids) {
-                Ok(allocations) => done = allocations.into_iter().map(Ok).collect(),
-                // Lost or failed: the one-by-one path re-reads (and reports its own errors).
-                Err(_) => self.cached = None,
+        let mut done: Vec<Result<Allocation, EtcdIpamError>> = Vec::with_capacity(handle_ids.len());
+        let mut batching = distinct;
+        while done.len() < handle_ids.len() {
+            let rest = &handle_ids[done.len()..];
+            if batching && rest.len() > 1 {
+                match self.commit_batch(&rest[..rest.len().min(MAX_BATCH)]) {
+                    Ok(allocations) if !allocations.is_empty() => {
+                        done.extend(allocations.into_iter().map(Ok));
+                        continue;
+                    }
+                    Ok(_) => {}
+                    // The one-by-one path re-reads (and reports its own errors).
+                    Err(_) => {
+                        self.cached = None;
+                        batching = false;
+                    }
+                }
             }
+            done.push(self.allocate(&rest[0]));
         }
-        let rest = handle_ids[done.len()..].iter().map(|id| self.allocate(id)).collect::<Vec<_>>();
-        done.extend(rest);
         done
     }
 

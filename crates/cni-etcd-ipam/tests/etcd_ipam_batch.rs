@@ -1,10 +1,13 @@
 //! etcd-ipam's combined ADDs (the node agent's batching) against a real 3-member etcd: a
 //! batch on a cached block is one transaction, a repeated ADD inside a batch gets the
 //! attachment's one address, and many concurrent ADDs of several nodes never share an
-//! address, in the results and in etcd's own state.
+//! address, in the results and in etcd's own state; an ADD whose outcome etcd never told
+//! is released once etcd answers again.
 
 use std::collections::HashSet;
-use std::net::IpAddr;
+use std::io::{Read, Write};
+use std::net::{IpAddr, Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,13 +16,18 @@ use cni_etcd_ipam::batch::Batcher;
 use cni_etcd_ipam::block::Block;
 use cni_etcd_ipam::config::EtcdIpamConfig;
 use cni_etcd_testing::EtcdCluster;
+use ipnet::IpNet;
 use serde_json::json;
 
 fn allocator(cluster: &EtcdCluster, network: &str, node: &str) -> Allocator {
+    allocator_with_blocks(cluster, network, node, 26)
+}
+
+fn allocator_with_blocks(cluster: &EtcdCluster, network: &str, node: &str, block_len: u8) -> Allocator {
     let conf = json!({
         "name": network,
         "ipam": {"type": "etcd-ipam", "endpoints": cluster.endpoints(), "pools": ["10.95.0.0/16"],
-                 "blockSize": 26, "nodeName": node}
+                 "blockSize": block_len, "nodeName": node}
     });
     let conf = EtcdIpamConfig::parse(conf.to_string().as_bytes()).unwrap();
     Allocator::new(conf, cni_etcd::Client::new(&cluster.endpoints(), Duration::from_secs(2)).unwrap())
@@ -65,6 +73,37 @@ fn a_batch_on_the_cached_block_is_one_transaction() {
     assert_eq!(cluster.client().get_prefix(b"/cni-rs/ipam/etb1/handle/", true).unwrap().0.len(), 8);
 }
 
+/// A batch larger than etcd's --max-txn-ops (128 at the test cluster's default) is split
+/// into transactions etcd accepts, not refused whole and served one ADD per write; a batch
+/// spilling over a full block goes on in the next one.
+#[test]
+fn a_batch_beyond_etcds_operation_limit_is_split_into_few_transactions() {
+    let cluster = EtcdCluster::start("etb3", 3);
+    let mut allocator = allocator_with_blocks(&cluster, "etb3", "node-a", 24);
+    let first = allocator.allocate("c0/eth0").unwrap();
+    let before = revision(&cluster);
+    let ids: Vec<String> = (1..=200).map(|i| format!("c{i}/eth0")).collect();
+    let batch: Vec<IpAddr> =
+        allocator.allocate_batch(&ids).into_iter().map(|r| r.unwrap().address.addr()).collect();
+    assert_eq!(revision(&cluster), before + 2, "200 ADDs on a cached /24 are two writes (127 + 73)");
+    let all: HashSet<IpAddr> = batch.iter().copied().chain([first.address.addr()]).collect();
+    assert_eq!(all.len(), 201);
+    assert_eq!(cluster.client().get_prefix(b"/cni-rs/ipam/etb3/handle/", true).unwrap().0.len(), 201);
+
+    // 300 more: the /24 has room for the first 52 or so, the rest spill into a new block
+    // claimed by one ADD alone, then batched again.
+    let before = revision(&cluster);
+    let more: Vec<String> = (201..=500).map(|i| format!("c{i}/eth0")).collect();
+    let results: Vec<IpAddr> =
+        allocator.allocate_batch(&more).into_iter().map(|r| r.unwrap().address.addr()).collect();
+    let writes = revision(&cluster) - before;
+    assert!(writes <= 6, "300 ADDs across a block boundary took {writes} writes");
+    let all: HashSet<IpAddr> = all.into_iter().chain(results).collect();
+    assert_eq!(all.len(), 501, "no address handed out twice");
+    let (handles, _) = cluster.client().get_prefix(b"/cni-rs/ipam/etb3/handle/", true).unwrap();
+    assert_eq!(handles.len(), 501);
+}
+
 #[test]
 fn concurrent_adds_of_several_nodes_never_share_an_address() {
     const NODES: usize = 3;
@@ -107,4 +146,109 @@ fn concurrent_adds_of_several_nodes_never_share_an_address() {
     let gone = batchers[0].release("n0-t0-0/eth0").unwrap();
     assert!(gone.is_some());
     assert_eq!(client.get_prefix(b"/cni-rs/ipam/etb2/handle/", true).unwrap().0.len(), total - 1);
+}
+
+/// A TCP proxy in front of one etcd member that, while `swallow` is set, forwards every
+/// request but drops the connection as soon as etcd starts answering: the request took
+/// effect, the client sees its connection reset and cannot know (a leader lost right
+/// after accepting a write).
+struct SwallowingProxy {
+    endpoint: String,
+    swallow: Arc<AtomicBool>,
+}
+
+impl SwallowingProxy {
+    fn start(upstream: &str) -> SwallowingProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let swallow = Arc::new(AtomicBool::new(false));
+        let upstream = upstream.trim_start_matches("http://").to_string();
+        let flag = swallow.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let (Ok(client), Ok(server)) = (client, TcpStream::connect(&upstream)) else { continue };
+                let (mut from_client, mut to_server) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from_client, &mut to_server);
+                    let _ = to_server.shutdown(Shutdown::Write);
+                });
+                let flag = flag.clone();
+                std::thread::spawn(move || relay_answers(server, client, &flag));
+            }
+        });
+        SwallowingProxy { endpoint, swallow }
+    }
+
+    fn swallow(&self, on: bool) {
+        self.swallow.store(on, Ordering::SeqCst);
+    }
+}
+
+fn relay_answers(mut server: TcpStream, mut client: TcpStream, swallow: &AtomicBool) {
+    let mut buf = [0u8; 16384];
+    loop {
+        let n = match server.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if swallow.load(Ordering::SeqCst) || client.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = client.shutdown(Shutdown::Both);
+    let _ = server.shutdown(Shutdown::Both);
+}
+
+fn handle_exists(cluster: &EtcdCluster, network: &str, id: &str) -> bool {
+    let key = format!("/cni-rs/ipam/{network}/handle/{id}");
+    cluster.client().get(key.as_bytes()).unwrap().is_some()
+}
+
+/// An ADD whose transaction etcd committed but whose answer never came back is reported
+/// failed (code 11, "nothing was allocated"); the batcher releases what it left before
+/// its next batch, unless the runtime repeats that ADD, which then gets the address.
+#[test]
+fn an_add_of_unknown_outcome_is_released_once_etcd_answers_again() {
+    let cluster = EtcdCluster::start("etb4", 3);
+    let proxy = SwallowingProxy::start(&cluster.endpoints()[0]);
+    let conf = json!({
+        "name": "etb4",
+        "ipam": {"type": "etcd-ipam", "endpoints": [proxy.endpoint], "pools": ["10.96.0.0/16"],
+                 "nodeName": "node-a"}
+    });
+    let conf = EtcdIpamConfig::parse(conf.to_string().as_bytes()).unwrap();
+    let client = cni_etcd::Client::new(&[&proxy.endpoint], Duration::from_secs(2)).unwrap();
+    let batcher = Batcher::new(Allocator::new(conf, client));
+    let first = batcher.allocate("c0/eth0").unwrap().address.addr();
+
+    proxy.swallow(true);
+    let lost = batcher.allocate("c1/eth0").unwrap_err();
+    assert_eq!(lost.cni_code(), 11, "{lost}");
+    // The transaction did commit: the state the runtime was told does not exist.
+    assert!(handle_exists(&cluster, "etb4", "c1/eth0"));
+    proxy.swallow(false);
+    let c2 = batcher.allocate("c2/eth0").unwrap().address.addr();
+    assert!(!handle_exists(&cluster, "etb4", "c1/eth0"), "the lost ADD's handle is still in etcd");
+
+    // (The release moved the block on: one more ADD caches it again, so that the next
+    // lost ADD's transaction is one etcd commits.)
+    let c2b = batcher.allocate("c2b/eth0").unwrap().address.addr();
+
+    // Lost again, and this time the runtime retries that very ADD: it gets the address
+    // the lost transaction took, which stays allocated.
+    proxy.swallow(true);
+    assert_eq!(batcher.allocate("c3/eth0").unwrap_err().cni_code(), 11);
+    assert!(handle_exists(&cluster, "etb4", "c3/eth0"));
+    proxy.swallow(false);
+    let c3 = batcher.allocate("c3/eth0").unwrap().address.addr();
+    let c4 = batcher.allocate("c4/eth0").unwrap().address.addr();
+    assert!(handle_exists(&cluster, "etb4", "c3/eth0"), "a repeated ADD's address was released");
+    let (handles, _) = cluster.client().get_prefix(b"/cni-rs/ipam/etb4/handle/", true).unwrap();
+    assert_eq!(handles.len(), 5, "c0, c2, c2b, c3 and c4");
+    let block_key = format!("/cni-rs/ipam/etb4/block/{}", Block::id(&IpNet::new(first, 26).unwrap().trunc()));
+    let block =
+        Block::from_json(&cluster.client().get(block_key.as_bytes()).unwrap().unwrap().value).unwrap();
+    let held: HashSet<IpAddr> = block.allocations.keys().map(|o| block.address(*o)).collect();
+    assert_eq!(held, HashSet::from([first, c2, c2b, c3, c4]), "the block holds exactly the reported ADDs");
 }
