@@ -59,7 +59,8 @@ fn a_failure_is_logged_with_the_trace_id_the_plugin_sent() {
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("failed")).collect();
     assert_eq!(lines.len(), 2, "{log}");
     assert!(
-        lines[0].contains("del of ctr/eth0 failed") && lines[0].ends_with(&format!("(trace {TRACE_ID})")),
+        lines[0].contains(r#"request failed op="del" handle="ctr/eth0""#)
+            && lines[0].ends_with(&format!("trace=\"{TRACE_ID}\"")),
         "{log}"
     );
     assert!(!lines[1].contains("trace") && !log.contains('\u{1b}'), "a malformed trace id was logged: {log}");
