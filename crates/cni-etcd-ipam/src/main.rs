@@ -44,7 +44,8 @@ enum Sub {
 /// `etcd-ipam agent`'s flags; parsed on their own so that `etcd-ipam agent --help` and
 /// `etcd-ipam agent --completions SHELL` answer as every program's flags do.
 #[derive(Parser, Debug, PartialEq)]
-#[command(name = "etcd-ipam", bin_name = "etcd-ipam agent", version)]
+// A flag given twice takes its last value, as before clap.
+#[command(name = "etcd-ipam", bin_name = "etcd-ipam agent", version, args_override_self = true)]
 struct AgentArgs {
     /// The unix socket to serve on (`agentSocket` in the plugin's configuration): 0600 in a
     /// directory made (or tightened to) 0700; a stale socket nobody answers on is replaced.

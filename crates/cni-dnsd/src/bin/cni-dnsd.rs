@@ -21,7 +21,8 @@ const RESCAN: Duration = Duration::from_secs(30);
 /// gateway address (at the port the network's record names: 1053 behind the plugin's
 /// redirect of port 53, or 53 itself), and forwards other names upstream.
 #[derive(Parser, Debug)]
-#[command(name = "cni-dnsd", version)]
+// A flag given twice takes its last value, as before clap.
+#[command(name = "cni-dnsd", version, args_override_self = true)]
 struct Args {
     /// The records the plugin writes; the control socket is DIR/dnsd.sock (with systemd
     /// socket activation, the passed socket)
