@@ -10,6 +10,7 @@ use crate::answer::{handle, Outcome, Transport};
 use crate::forward::{forward, HostServers};
 use crate::metrics::{DnsMetrics, Source};
 use crate::zone::Zones;
+use cni_cli::tracing;
 use cni_dns::StateDir;
 use cni_os::socket;
 use hickory_proto::op::{Message, ResponseCode};
@@ -43,10 +44,6 @@ pub struct Settings {
     pub state: StateDir,
     pub resolv_conf: std::path::PathBuf,
     pub limits: Limits,
-}
-
-pub fn log(args: std::fmt::Arguments) {
-    eprintln!("cni-dnsd[{}]: {args}", std::process::id());
 }
 
 #[derive(Default)]
@@ -109,7 +106,7 @@ impl Resolver {
         let _one_at_a_time = self.reloading.lock().unwrap_or_else(|p| p.into_inner());
         let zones = Arc::new(Zones::load(&self.settings.state));
         for problem in &zones.problems {
-            log(format_args!("skipped: {problem}"));
+            tracing::warn!(problem = %problem, "skipped a record");
         }
         *self.zones.write().unwrap_or_else(|p| p.into_inner()) = zones.clone();
         self.metrics.loaded(zones.networks.len(), zones.attachment_count());
@@ -122,7 +119,7 @@ impl Resolver {
         listeners.retain(|address, _| {
             let keep = wanted.contains_key(address);
             if !keep {
-                log(format_args!("stopped answering on {address}"));
+                tracing::info!(address = %address, "stopped answering");
             }
             keep
         });
@@ -133,11 +130,11 @@ impl Resolver {
             }
             match self.listen(*address) {
                 Ok(listener) => {
-                    log(format_args!("answering on {address} for network {}", zone.network));
+                    tracing::info!(address = %address, network = %zone.network, "answering");
                     listeners.insert(*address, listener);
                 }
                 Err(e) => {
-                    log(format_args!("cannot answer on {address} for network {}: {e}", zone.network));
+                    tracing::warn!(address = %address, network = %zone.network, error = %e, "cannot answer");
                     errors.push(format!("{address}: {e}"));
                 }
             }
@@ -268,7 +265,7 @@ impl Resolver {
                     continue
                 }
                 Err(e) => {
-                    log(format_args!("udp {local}: {e}"));
+                    tracing::warn!(address = %local, error = %e, "receiving a UDP query failed");
                     std::thread::sleep(POLL);
                     continue;
                 }
@@ -304,7 +301,7 @@ impl Resolver {
                     });
                     if let Err(e) = spawned {
                         self.forwards.fetch_sub(1, Ordering::SeqCst);
-                        log(format_args!("cannot start a forwarding thread: {e}"));
+                        tracing::warn!(error = %e, "cannot start a forwarding thread");
                     }
                 }
             }
@@ -424,7 +421,7 @@ impl socket::Service for Control {
         if let socket::Refusal::Io(_) = why {
             return None;
         }
-        log(format_args!("control socket: refused a request: {why}"));
+        tracing::warn!(reason = %why, "control socket: refused a request");
         Some(format!("error {why}\n").into_bytes())
     }
 }

@@ -8,6 +8,7 @@
 //! `{"address": ..., "gateway": ...}`, `{"released": <ip or null>}` or
 //! `{"code": N, "msg": "..."}`.
 
+use cni_cli::tracing;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -205,7 +206,7 @@ impl Agent {
     pub fn serve(self: Arc<Self>, listener: UnixListener) {
         let server = Server::new(listener, Framing::Line, "etcd-ipam req");
         if let Err(e) = server.serve(Arc::new(Requests(self))) {
-            eprintln!("etcd-ipam agent: accepting connections: {e}");
+            tracing::error!(error = %e, "cannot accept connections any more");
         }
     }
 }
@@ -224,12 +225,14 @@ impl Service for Requests {
             Ok(request) => self.0.handle(&request).unwrap_or_else(|e| {
                 // Successes are not logged (thousands a second); a failure is, with the
                 // runtime's trace id when the plugin sent a well-formed one.
+                // The op and handle are the client's: logged quoted and escaped.
                 let trace = request["trace"].as_str().filter(|id| is_trace_id(id));
-                eprintln!(
-                    "etcd-ipam agent: {} of {} failed: {e}{}",
-                    request["op"].as_str().unwrap_or("request"),
-                    request["handle"].as_str().map(|h| h.escape_debug().to_string()).unwrap_or_default(),
-                    trace.map(|id| format!(" (trace {id})")).unwrap_or_default()
+                tracing::warn!(
+                    op = ?request["op"].as_str().unwrap_or("request"),
+                    handle = ?request["handle"].as_str().unwrap_or_default(),
+                    error = ?e.to_string(),
+                    trace,
+                    "request failed"
                 );
                 json!({"code": e.cni_code(), "msg": e.to_string()})
             }),
@@ -244,7 +247,7 @@ impl Service for Requests {
             Refusal::TooLarge { .. } | Refusal::Deadline { .. } => 6,
             Refusal::Io(_) => return None,
         };
-        eprintln!("etcd-ipam agent: refused a request: {why}");
+        tracing::warn!(reason = %why, "refused a request");
         Some(line(&json!({"code": code, "msg": format!("etcd-ipam agent: {why}")})))
     }
 }

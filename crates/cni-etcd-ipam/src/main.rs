@@ -8,59 +8,82 @@
 //! etcd-ipam agent --socket /run/cni-rs/etcd-ipam.sock [--metrics-address 127.0.0.1:9471]
 //! ```
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use cni_cli::clap::{self, Parser, Subcommand};
+use cni_cli::tracing;
 use cni_etcd_ipam::agent::Agent;
 use cni_etcd_ipam::plugin::EtcdIpam;
 use cni_metrics::prometheus_client::registry::Registry;
 use cni_os::socket;
 
-const USAGE: &str = "usage: etcd-ipam agent --socket PATH [OPTIONS]
-  --metrics-address IP:PORT  serve /healthz and /metrics there (off by default)";
-
-/// What the agent's arguments (those after `agent`) ask for.
-#[derive(Debug, PartialEq)]
-struct Args {
-    socket: PathBuf,
-    metrics: Option<SocketAddr>,
+/// `etcd-ipam` with arguments other than `agent`: what its `--help`, `--version` and
+/// `--completions` tell. Run without arguments it is the plugin.
+#[derive(Parser, Debug)]
+#[command(
+    name = "etcd-ipam",
+    version,
+    about = "The etcd-ipam IPAM plugin (CNI_COMMAND in the environment) and its node agent"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Sub>,
 }
 
-fn parse_args(args: &[String]) -> Result<Args, String> {
-    let (mut socket, mut metrics) = (None, None);
-    let mut args = args.iter();
-    while let Some(flag) = args.next() {
-        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        match flag.as_str() {
-            "--socket" => socket = Some(PathBuf::from(value)),
-            "--metrics-address" => metrics = Some(cni_metrics::parse_address(value)?),
-            other => return Err(format!("unknown flag {other}")),
-        }
-    }
-    Ok(Args { socket: socket.ok_or("--socket is required")?, metrics })
+#[derive(Subcommand, Debug)]
+enum Sub {
+    /// Serve the etcd-ipam plugins of this node on a unix socket, with one kept-alive etcd
+    /// connection and the node's current block cached per network
+    Agent(AgentArgs),
+}
+
+/// `etcd-ipam agent`'s flags; parsed on their own so that `etcd-ipam agent --help` and
+/// `etcd-ipam agent --completions SHELL` answer as every program's flags do.
+#[derive(Parser, Debug, PartialEq)]
+// A flag given twice takes its last value, as before clap.
+#[command(name = "etcd-ipam", bin_name = "etcd-ipam agent", version, args_override_self = true)]
+struct AgentArgs {
+    /// The unix socket to serve on (`agentSocket` in the plugin's configuration): 0600 in a
+    /// directory made (or tightened to) 0700; a stale socket nobody answers on is replaced.
+    /// With systemd socket activation (LISTEN_FDS) the passed socket is used instead
+    #[arg(long, value_name = "PATH")]
+    socket: PathBuf,
+    /// Serve /healthz and /metrics (Prometheus) on this TCP address [default: off]
+    #[arg(long = "metrics-address", value_name = "IP:PORT", value_parser = cni_metrics::parse_address)]
+    metrics: Option<SocketAddr>,
+    #[command(flatten)]
+    log: cni_cli::LogArgs,
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.split_first() {
-        Some((sub_command, rest)) if sub_command == "agent" => agent(rest),
-        // Whatever else: the plugin, which answers a call without CNI_COMMAND with its
-        // name and versions, as every plugin does.
-        _ => cni_sdk::run(&EtcdIpam),
+    let args: Vec<OsString> = std::env::args_os().collect();
+    match args.get(1).and_then(|a| a.to_str()) {
+        // A runtime's call: no arguments, so nothing is parsed and no logging is set up.
+        None => cni_sdk::run(&EtcdIpam),
+        Some("agent") => {
+            agent(cni_cli::parse_from(std::iter::once(args[0].clone()).chain(args[2..].iter().cloned())))
+        }
+        // Arguments under a runtime's CNI_COMMAND are still the plugin's call.
+        Some(_) if std::env::var_os("CNI_COMMAND").is_some() => cni_sdk::run(&EtcdIpam),
+        // --help, --version, --completions; anything else is refused with status 2.
+        Some(_) => match cni_cli::parse_from::<Cli, _>(args).command {
+            Some(Sub::Agent(agent_args)) => agent(agent_args),
+            None => cni_sdk::run(&EtcdIpam),
+        },
     }
 }
 
 /// `etcd-ipam agent`: serves until killed.
-fn agent(args: &[String]) -> ExitCode {
-    let Args { socket, metrics } = match parse_args(args) {
-        Ok(args) => args,
-        Err(e) => {
-            eprintln!("etcd-ipam agent: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+fn agent(args: AgentArgs) -> ExitCode {
+    if let Err(e) = cni_cli::init_logging("etcd-ipam", &args.log) {
+        eprintln!("etcd-ipam agent: {e}");
+        return ExitCode::FAILURE;
+    }
+    let AgentArgs { socket, metrics, .. } = args;
     // The socket file is 0600 in a 0700 directory whatever the umask (whoever can talk
     // to the agent can release any container's address), or the one systemd passes.
     let listener = match socket::activated_listener().and_then(|passed| match passed {
@@ -69,7 +92,7 @@ fn agent(args: &[String]) -> ExitCode {
     }) {
         Ok(listener) => listener,
         Err(e) => {
-            eprintln!("etcd-ipam agent: listening on {}: {e}", socket.display());
+            tracing::error!(socket = %socket.display(), error = %e, "cannot listen");
             return ExitCode::FAILURE;
         }
     };
@@ -81,14 +104,15 @@ fn agent(args: &[String]) -> ExitCode {
         // Healthy unless the latest etcd round trip (of any network) went unanswered.
         let health = Box::new(move || etcd.reachability.check("etcd", None));
         match cni_metrics::serve(address, registry, health) {
-            Ok(bound) => eprintln!("etcd-ipam agent: metrics on http://{bound}/metrics"),
+            // The line every daemon logs and tests find the bound address in.
+            Ok(bound) => tracing::info!("metrics on http://{bound}/metrics"),
             Err(e) => {
-                eprintln!("etcd-ipam agent: metrics address {address}: {e}");
+                tracing::error!(address = %address, error = %e, "cannot serve metrics");
                 return ExitCode::FAILURE;
             }
         }
     }
-    eprintln!("etcd-ipam agent: serving on {}", socket.display());
+    tracing::info!(socket = %socket.display(), "serving");
     agent.serve(listener);
     ExitCode::FAILURE
 }
@@ -98,33 +122,44 @@ mod tests {
     use super::*;
     use cni_testkit::docs;
 
-    /// docs/plugins/etcd-ipam-agent.md documents exactly the flags the usage names, and
-    /// each one is accepted.
+    use clap::CommandFactory;
+
+    fn parse_args(args: &[&str]) -> Result<AgentArgs, clap::Error> {
+        AgentArgs::try_parse_from(["etcd-ipam"].iter().chain(args))
+    }
+
+    /// docs/plugins/etcd-ipam-agent.md documents exactly the agent's flags.
     #[test]
     fn the_page_documents_exactly_the_flags() {
         let page = docs::read_page(env!("CARGO_MANIFEST_DIR"), "etcd-ipam-agent.md").unwrap();
         let documented = docs::table_keys(&page, "Flags");
-        let problems = docs::compare("etcd-ipam-agent.md", "flag", &docs::usage_flags(USAGE), &documented);
+        let flags = AgentArgs::command()
+            .get_arguments()
+            .filter_map(|a| a.get_long())
+            .map(|l| format!("--{l}"))
+            .collect();
+        let problems = docs::compare("etcd-ipam-agent.md", "flag", &flags, &documented);
         assert!(problems.is_empty(), "{}", problems.join("\n"));
-        let values = [("--socket", "/run/x.sock"), ("--metrics-address", "127.0.0.1:9471")];
-        for flag in documented {
-            let value = values.iter().find(|(f, _)| *f == flag).map(|(_, v)| *v).expect("a value to try");
-            let mut args = vec!["--socket".to_string(), "/run/x.sock".into()];
-            args.extend([flag.clone(), value.to_string()]);
-            assert!(parse_args(&args).is_ok(), "{flag} is not accepted");
-        }
     }
 
     #[test]
     fn metrics_are_off_unless_asked_for_and_the_address_is_checked() {
-        let args = |a: &[&str]| parse_args(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-        assert_eq!(args(&["--socket", "/s"]).unwrap().metrics, None);
-        let on = args(&["--socket", "/s", "--metrics-address", "[::1]:9471"]).unwrap();
+        let off = parse_args(&["--socket", "/s"]).unwrap();
+        assert_eq!((off.socket, off.metrics), (PathBuf::from("/s"), None));
+        let on = parse_args(&["--socket", "/s", "--metrics-address", "[::1]:9471"]).unwrap();
         assert_eq!(on.metrics, Some("[::1]:9471".parse().unwrap()));
-        assert!(args(&["--socket", "/s", "--metrics-address", "localhost:1"])
-            .unwrap_err()
-            .contains("IP:PORT"));
-        assert!(args(&["--metrics-address", "127.0.0.1:1"]).unwrap_err().contains("--socket"));
-        assert!(args(&["--socket"]).is_err());
+        let bad = parse_args(&["--socket", "/s", "--metrics-address", "localhost:1"]).unwrap_err();
+        assert!(bad.to_string().contains("IP:PORT"), "{bad}");
+        let missing = parse_args(&["--metrics-address", "127.0.0.1:1"]).unwrap_err();
+        assert!(missing.to_string().contains("--socket"), "{missing}");
+        assert!(parse_args(&["--socket"]).is_err());
+    }
+
+    #[test]
+    fn the_agent_is_a_sub_command_of_the_programs_own_help() {
+        let cli = Cli::try_parse_from(["etcd-ipam", "agent", "--socket", "/s"]).unwrap();
+        assert!(
+            matches!(cli.command, Some(Sub::Agent(AgentArgs { ref socket, .. })) if socket == &PathBuf::from("/s"))
+        );
     }
 }

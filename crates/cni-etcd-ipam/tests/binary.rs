@@ -2,6 +2,7 @@
 //! the multi-call `cni-plugins` neither knows etcd-ipam nor carries the etcd client and its
 //! TLS stack (what every other plugin exec would otherwise map).
 
+use std::path::Path;
 use std::process::{Command, Output};
 
 use cni_testkit::binaries::fresh_workspace_binary;
@@ -28,20 +29,18 @@ fn without_a_sub_command_it_is_the_plugin() {
     assert_eq!(error["code"], 4, "{error}");
 }
 
+/// Each refusal is status 2 with a message naming what is wrong.
 #[test]
-fn the_agent_sub_command_refuses_bad_arguments_with_its_usage() {
-    for args in [
-        &["agent"][..],
-        &["agent", "--socket"],
-        &["agent", "--sock", "/run/x.sock"],
-        &["agent", "--socket", "/run/x.sock", "extra"],
+fn the_agent_sub_command_refuses_bad_arguments_naming_them() {
+    for (args, named) in [
+        (&["agent"][..], "--socket"),
+        (&["agent", "--socket"], "--socket"),
+        (&["agent", "--sock", "/run/x.sock"], "--sock"),
+        (&["agent", "--socket", "/run/x.sock", "extra"], "extra"),
     ] {
         let out = etcd_ipam(args, &[]);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains("usage: etcd-ipam agent --socket PATH"),
-            "{out:?}"
-        );
+        assert!(String::from_utf8_lossy(&out.stderr).contains(named), "{args:?}: {out:?}");
     }
 }
 
@@ -67,4 +66,18 @@ fn the_multi_call_binary_has_no_etcd_ipam_and_no_etcd_or_tls_code() {
             multi_call.display()
         );
     }
+}
+
+#[test]
+fn the_agent_keeps_the_command_line_conventions() {
+    cni_testkit::cli::assert_conventions(Path::new(env!("CARGO_BIN_EXE_etcd-ipam")), &["agent"], "etcd-ipam");
+}
+
+#[test]
+fn arguments_other_than_agent_are_parsed_without_cni_command_and_refused_when_unknown() {
+    let out = etcd_ipam(&["serve"], &[]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("serve"), "{out:?}");
+    let help = etcd_ipam(&["--help"], &[]);
+    assert!(String::from_utf8_lossy(&help.stdout).contains("agent"), "{help:?}");
 }

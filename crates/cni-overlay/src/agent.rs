@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cni_cli::tracing;
 use cni_etcd::{Client, Event, Tls, Watch};
 use cni_net::wireguard::{self, Key, WireGuard};
 use cni_net::{NetNs, Netlink};
@@ -22,10 +23,6 @@ const TICK: Duration = Duration::from_millis(250);
 
 /// How long after a kernel request failed for some peer the peers are programmed again.
 const RETRY: Duration = Duration::from_secs(2);
-
-fn log(message: impl AsRef<str>) {
-    eprintln!("cni-overlay-agent: {}", message.as_ref());
-}
 
 struct Agent<'a> {
     config: &'a Config,
@@ -58,7 +55,8 @@ pub fn run(config: &Config, stop: &AtomicBool) -> Result<()> {
         let ttl = Duration::from_secs(config.ttl.unsigned_abs());
         let bound = metrics::serve(address, &metrics, ttl)
             .map_err(|e| crate::Error::Io(format!("metrics address {address}"), e))?;
-        log(format!("metrics on http://{bound}/metrics"));
+        // The line every daemon logs and tests find the bound address in.
+        tracing::info!("metrics on http://{bound}/metrics");
     }
     // The namespace is opened once: the netlink socket and the sysctl write stay in it.
     let netns = config.netns.as_ref().map(NetNs::open).transpose()?;
@@ -118,11 +116,11 @@ pub fn run(config: &Config, stop: &AtomicBool) -> Result<()> {
     agent.watch_loop(stop);
     if config.revoke_on_exit {
         match agent.client.lease_revoke(agent.lease.lease_id) {
-            Ok(()) => log(format!("revoked the lease of {}", agent.lease.subnet)),
-            Err(e) => log(format!("revoking the lease: {e}")),
+            Ok(()) => tracing::info!(subnet = %agent.lease.subnet, "revoked the lease"),
+            Err(e) => tracing::warn!(subnet = %agent.lease.subnet, error = %e, "cannot revoke the lease"),
         }
     }
-    log("stopped");
+    tracing::info!("stopped");
     Ok(())
 }
 
@@ -139,7 +137,7 @@ fn wireguard_device(
         None => WireGuard::new()?,
     };
     let (device, public_key) = wgplane::ensure_device(nl, &mut wg, config, underlay, &private_key)?;
-    log(format!("WireGuard device {} with public key {}", config.device, wireguard::base64(&public_key)));
+    tracing::info!(device = %config.device, public_key = %wireguard::base64(&public_key), "WireGuard device up");
     Ok((device, wg, public_key))
 }
 
@@ -184,11 +182,15 @@ impl Agent<'_> {
         // Without encapsulation the pods get the underlay's whole MTU.
         let mtu = self.device.as_ref().map_or(self.underlay.mtu, |d| d.mtu);
         cniconf::write(self.config, self.lease.subnet, subnet6, mtu)?;
-        let v6 = subnet6.map(|s| format!(" and {s}")).unwrap_or_default();
-        log(format!(
-            "node {} holds {}{v6} (lease {:x}), backend {}, mtu {mtu}",
-            self.config.node, self.lease.subnet, self.lease.lease_id, self.config.backend
-        ));
+        tracing::info!(
+            node = %self.config.node,
+            subnet = %self.lease.subnet,
+            subnet6 = subnet6.map(tracing::field::display),
+            lease = %format_args!("{:x}", self.lease.lease_id),
+            backend = %self.config.backend,
+            mtu,
+            "holding the subnet"
+        );
         Ok(())
     }
 
@@ -204,16 +206,19 @@ impl Agent<'_> {
 
     fn log_change(change: Change) {
         match change {
-            Change::Joined(peer) => log(format!(
-                "peer {} joined with {}{} at {} ({})",
-                peer.node(),
-                peer.subnet(),
-                peer.subnet6().map(|s| format!(" and {s}")).unwrap_or_default(),
-                peer.underlay(),
-                peer.path()
-            )),
-            Change::Left(peer) => log(format!("peer {} left ({})", peer.node(), peer.subnet())),
-            Change::Refused { key, reason } => log(format!("record {key} refused: {reason}")),
+            Change::Joined(peer) => tracing::info!(
+                peer = ?peer.node(),
+                subnet = %peer.subnet(),
+                subnet6 = peer.subnet6().map(tracing::field::display),
+                underlay = %peer.underlay(),
+                path = %peer.path(),
+                "peer joined"
+            ),
+            Change::Left(peer) => tracing::info!(peer = ?peer.node(), subnet = %peer.subnet(), "peer left"),
+            // The key and the reason quote another node's record: the key is escaped.
+            Change::Refused { key, reason } => {
+                tracing::warn!(key = ?key, reason = %reason, "refused a node record")
+            }
             Change::Unchanged => {}
         }
     }
@@ -240,10 +245,10 @@ impl Agent<'_> {
         let failures: Vec<String> = failures.iter().map(ToString::to_string).collect();
         if failures != self.failures {
             for failure in failures.iter().filter(|f| !self.failures.contains(f)) {
-                log(format!("programming {failure}; retrying"));
+                tracing::warn!(failure = %failure, "cannot program a peer; retrying");
             }
             if failures.is_empty() {
-                log("every peer programmed");
+                tracing::info!("every peer programmed");
             }
         }
         self.retry_at = (!failures.is_empty()).then(|| Instant::now() + RETRY);
@@ -296,15 +301,15 @@ impl Agent<'_> {
             Ok(_) => {
                 // The lease ran out (etcd unreachable for longer than the TTL): ask for the
                 // same subnet again.
-                log(format!("lease of {} expired; acquiring again", self.lease.subnet));
+                tracing::warn!(subnet = %self.lease.subnet, "the lease expired; acquiring again");
                 self.metrics.lease_expired();
                 if let Err(e) = self.acquire() {
-                    log(format!("acquiring: {e}"));
+                    tracing::warn!(error = %e, "cannot acquire the subnet; retrying");
                 }
                 true
             }
             Err(e) => {
-                log(format!("keep-alive: {e}"));
+                tracing::warn!(error = %e, "lease keep-alive failed; retrying");
                 false
             }
         }
@@ -321,21 +326,23 @@ impl Agent<'_> {
         let now = match dataplane::underlay(&mut self.nl, &self.config.iface) {
             Ok(now) => now,
             Err(e) => {
-                log(format!("reading --iface {}: {e}", self.config.iface));
+                tracing::warn!(iface = %self.config.iface, error = %e, "cannot read --iface");
                 return false;
             }
         };
         if now.address != self.underlay.address && self.moved_to != Some(now.address) {
             self.moved_to = Some(now.address);
-            log(format!(
-                "--iface {} now has {} first, not {}: restart the agent to publish it",
-                self.config.iface, now.address, self.underlay.address
-            ));
+            tracing::warn!(
+                iface = %self.config.iface,
+                address = %now.address,
+                published = %self.underlay.address,
+                "--iface has a new first address: restart the agent to publish it"
+            );
         }
         if now.onlink == self.underlay.onlink {
             return false;
         }
-        log(format!("on-link prefixes of --iface {} now {:?}; resyncing", self.config.iface, now.onlink));
+        tracing::info!(iface = %self.config.iface, onlink = ?now.onlink, "on-link prefixes of --iface changed; resyncing");
         self.underlay.onlink = now.onlink;
         true
     }
@@ -354,7 +361,7 @@ impl Agent<'_> {
             }
             if self.retry_at.is_some_and(|at| Instant::now() >= at) {
                 if let Err(e) = self.converge() {
-                    log(format!("programming peers: {e}; resyncing"));
+                    tracing::warn!(error = %e, "programming peers failed; resyncing");
                     watch = None;
                 }
             }
@@ -368,7 +375,7 @@ impl Agent<'_> {
                         watch = Some(w);
                     }
                     Err(e) => {
-                        log(format!("resync: {e}"));
+                        tracing::warn!(error = %e, "resync failed; retrying");
                         std::thread::sleep(TICK);
                     }
                 }
@@ -378,12 +385,12 @@ impl Agent<'_> {
                 Ok(events) if events.is_empty() => {}
                 Ok(events) => {
                     if let Err(e) = self.apply(events) {
-                        log(format!("applying peer changes: {e}; resyncing"));
+                        tracing::warn!(error = %e, "applying peer changes failed; resyncing");
                         watch = None;
                     }
                 }
                 Err(e) => {
-                    log(format!("watch: {e}; resyncing"));
+                    tracing::warn!(error = %e, "watch failed; resyncing");
                     watch = None;
                 }
             }

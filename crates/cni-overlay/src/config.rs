@@ -4,49 +4,107 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cni_cli::clap::{self, Parser};
 use cni_etcd::TlsFiles;
 use ipnet::{Ipv4Net, Ipv6Net};
 
 use crate::{Error, Result};
 
-pub const USAGE: &str = "usage: cni-overlay-agent --etcd-endpoints URL[,URL...] --iface UNDERLAY_IF [options]
-  --node NAME            this node's name (default: the host name)
-  --network CIDR         the cluster's pod network (default 10.244.0.0/16)
-  --subnet-len N         prefix length of each node's subnet (default 24)
-  --network6 CIDR        the cluster's IPv6 pod network (default none: IPv4 only)
-  --subnet-len6 N        prefix length of each node's IPv6 subnet (default 64)
-  --backend MODE         vxlan, direct (routes via the peers' underlay addresses, no
-                         encapsulation), auto (direct to peers on-link, VXLAN to the
-                         others) or wireguard (every peer over an encrypted WireGuard
-                         device) (default vxlan)
-  --prefix KEY           etcd key prefix (default /cni-rs/overlay)
-  --ttl SECONDS          lease TTL of the node's subnet record (default 10)
-  --vni N                VXLAN network identifier (default 1)
-  --port N               VXLAN UDP port, or WireGuard's listen port (default 4789;
-                         51820 with --backend wireguard)
-  --device NAME          the overlay device (default cni-vx0; cni-wg0 with --backend
-                         wireguard)
-  --wg-key-file PATH     the node's WireGuard private key, made on first start (default
-                         /var/lib/cni-rs/overlay/wireguard.key; delete it to rotate)
-  --subnet-file PATH     where the leased subnet is written (default /run/cni-rs/overlay/subnet.env)
-  --conflist PATH        also write a bridge + host-local conflist using the subnet there
-  --bridge NAME          bridge named in that conflist (default cni0)
-  --netns PATH           program the network of this namespace instead of the agent's own
-                         (etcd is still reached from the agent's namespace)
-  --revoke-on-exit       revoke the lease on SIGTERM (peers drop this node at once)
-  --ca-file PATH         the etcd cluster's CA (PEM): endpoints are then https://
-  --cert-file PATH       client certificate (PEM) for members requiring one, with
-  --key-file PATH        its private key (PEM)
-  --metrics-address IP:PORT  serve /healthz and /metrics there (off by default)";
+/// The agent's flags as given; [`Config::from_args`] fills in the defaults that depend on
+/// other flags and checks them together.
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "cni-overlay-agent",
+    version,
+    // A flag given twice takes its last value, as before clap (wrappers append overrides).
+    args_override_self = true,
+    about = "The overlay's node agent: leases this node's pod subnet in etcd and keeps the \
+             routes, neighbours and tunnel entries to every other node's subnet in step"
+)]
+pub struct Args {
+    /// etcd members, comma-separated
+    #[arg(long, value_name = "URL[,URL...]", required = true)]
+    pub etcd_endpoints: String,
+    /// The underlay interface the node's peers reach it on
+    #[arg(long, value_name = "UNDERLAY_IF", required = true)]
+    pub iface: String,
+    /// This node's name [default: the host name]
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+    /// The cluster's pod network
+    #[arg(long, value_name = "CIDR", default_value = "10.244.0.0/16")]
+    pub network: Ipv4Net,
+    /// Prefix length of each node's subnet
+    #[arg(long, value_name = "N", default_value_t = 24)]
+    pub subnet_len: u8,
+    /// The cluster's IPv6 pod network [default: none: IPv4 only]
+    #[arg(long, value_name = "CIDR")]
+    pub network6: Option<Ipv6Net>,
+    /// Prefix length of each node's IPv6 subnet
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub subnet_len6: u8,
+    /// How peers' subnets are reached
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = Backend::Vxlan)]
+    pub backend: Backend,
+    /// etcd key prefix
+    #[arg(long, value_name = "KEY", default_value = "/cni-rs/overlay")]
+    pub prefix: String,
+    /// Lease TTL of the node's subnet record, in seconds
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    pub ttl: i64,
+    /// VXLAN network identifier
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub vni: u32,
+    /// VXLAN UDP port, or WireGuard's listen port [default: 4789; 51820 with --backend
+    /// wireguard]
+    #[arg(long, value_name = "N")]
+    pub port: Option<u16>,
+    /// The overlay device [default: cni-vx0; cni-wg0 with --backend wireguard]
+    #[arg(long, value_name = "NAME")]
+    pub device: Option<String>,
+    /// The node's WireGuard private key, made on first start (delete it to rotate)
+    #[arg(long, value_name = "PATH", default_value = "/var/lib/cni-rs/overlay/wireguard.key")]
+    pub wg_key_file: PathBuf,
+    /// Where the leased subnet is written
+    #[arg(long, value_name = "PATH", default_value = "/run/cni-rs/overlay/subnet.env")]
+    pub subnet_file: PathBuf,
+    /// Also write a bridge + host-local conflist using the subnet there
+    #[arg(long, value_name = "PATH")]
+    pub conflist: Option<PathBuf>,
+    /// Bridge named in that conflist
+    #[arg(long, value_name = "NAME", default_value = "cni0")]
+    pub bridge: String,
+    /// Program the network of this namespace instead of the agent's own (etcd is still
+    /// reached from the agent's namespace)
+    #[arg(long, value_name = "PATH")]
+    pub netns: Option<PathBuf>,
+    /// Revoke the lease on SIGTERM (peers drop this node at once)
+    #[arg(long)]
+    pub revoke_on_exit: bool,
+    /// The etcd cluster's CA (PEM): endpoints are then https://
+    #[arg(long, value_name = "PATH")]
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for members requiring one, with --key-file
+    #[arg(long, value_name = "PATH")]
+    pub cert_file: Option<PathBuf>,
+    /// The client certificate's private key (PEM)
+    #[arg(long, value_name = "PATH")]
+    pub key_file: Option<PathBuf>,
+    /// Serve /healthz and /metrics there [default: off]
+    #[arg(long, value_name = "IP:PORT", value_parser = cni_metrics::parse_address)]
+    pub metrics_address: Option<SocketAddr>,
+    #[command(flatten)]
+    pub log: cni_cli::LogArgs,
+}
 
 /// How the agent reaches its peers' pod subnets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
     /// Every peer over the VXLAN device.
     Vxlan,
-    /// Every peer by a plain route via its underlay address (flannel's host-gw): the
-    /// peers must share the underlay's L2, a record whose underlay is not on-link is
-    /// refused.
+    /// Every peer by a plain route via its underlay address, no encapsulation (flannel's
+    /// host-gw): the peers must share the underlay's L2, a record whose underlay is not
+    /// on-link is refused.
     Direct,
     /// Direct to the peers whose underlay address is on-link, VXLAN to the others.
     Auto,
@@ -81,20 +139,6 @@ impl std::fmt::Display for Backend {
             Backend::Auto => "auto",
             Backend::Wireguard => "wireguard",
         })
-    }
-}
-
-impl std::str::FromStr for Backend {
-    type Err = Error;
-
-    fn from_str(value: &str) -> Result<Backend> {
-        match value {
-            "vxlan" => Ok(Backend::Vxlan),
-            "direct" => Ok(Backend::Direct),
-            "auto" => Ok(Backend::Auto),
-            "wireguard" => Ok(Backend::Wireguard),
-            _ => Err(Error::Config(format!("--backend: {value:?} is not vxlan, direct, auto or wireguard"))),
-        }
     }
 }
 
@@ -153,93 +197,49 @@ fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
 }
 
-fn number<T: std::str::FromStr>(flag: &str, value: &str) -> Result<T> {
-    value.parse().map_err(|_| Error::Config(format!("{flag}: {value:?} is not a valid number")))
-}
-
 impl Config {
-    /// Parses the flags (without the program name).
+    /// Parses the flags (without the program name), as the agent does.
     pub fn parse(args: &[String]) -> Result<Config> {
-        let mut config = Config {
-            endpoints: Vec::new(),
-            node: host_name(),
-            iface: String::new(),
-            network: "10.244.0.0/16".parse().expect("default network"),
-            subnet_len: 24,
-            network6: None,
-            subnet_len6: 64,
-            backend: Backend::Vxlan,
-            prefix: "/cni-rs/overlay".into(),
-            ttl: 10,
-            vni: 1,
-            port: 0,
-            device: String::new(),
-            wg_key_file: "/var/lib/cni-rs/overlay/wireguard.key".into(),
-            subnet_file: "/run/cni-rs/overlay/subnet.env".into(),
-            conflist: None,
-            bridge: "cni0".into(),
-            revoke_on_exit: false,
-            netns: None,
-            tls: None,
-            metrics_address: None,
+        let program = std::iter::once("cni-overlay-agent".to_string());
+        let args = Args::try_parse_from(program.chain(args.iter().cloned()))
+            .map_err(|e| Error::Config(e.to_string().trim_end().to_string()))?;
+        Config::from_args(args)
+    }
+
+    /// The configuration the flags ask for, with the defaults that depend on other flags
+    /// (the port and device follow `--backend`), checked together.
+    pub fn from_args(args: Args) -> Result<Config> {
+        let port = args.port.unwrap_or(args.backend.default_port());
+        let device = args.device.unwrap_or_else(|| args.backend.default_device().into());
+        let config = Config {
+            endpoints: args.etcd_endpoints.split(',').map(str::to_string).collect(),
+            node: args.node.unwrap_or_else(host_name),
+            iface: args.iface,
+            network: args.network,
+            subnet_len: args.subnet_len,
+            network6: args.network6,
+            subnet_len6: args.subnet_len6,
+            backend: args.backend,
+            prefix: args.prefix.trim_end_matches('/').into(),
+            ttl: args.ttl,
+            vni: args.vni,
+            port,
+            device,
+            wg_key_file: args.wg_key_file,
+            subnet_file: args.subnet_file,
+            conflist: args.conflist,
+            bridge: args.bridge,
+            revoke_on_exit: args.revoke_on_exit,
+            netns: args.netns,
+            tls: tls_files(args.ca_file, args.cert_file, args.key_file)?,
+            metrics_address: args.metrics_address,
         };
-        let (mut ca_file, mut cert_file, mut key_file) = (None, None, None);
-        let mut port = None;
-        let mut rest = args.iter();
-        while let Some(flag) = rest.next() {
-            if flag == "--revoke-on-exit" {
-                config.revoke_on_exit = true;
-                continue;
-            }
-            let value = rest.next().ok_or_else(|| Error::Config(format!("{flag} needs a value")))?.as_str();
-            match flag.as_str() {
-                "--etcd-endpoints" => config.endpoints = value.split(',').map(str::to_string).collect(),
-                "--node" => config.node = value.into(),
-                "--iface" => config.iface = value.into(),
-                "--network" => {
-                    config.network = value
-                        .parse()
-                        .map_err(|_| Error::Config(format!("--network: {value:?} is not a CIDR")))?
-                }
-                "--subnet-len" => config.subnet_len = number(flag, value)?,
-                "--network6" => {
-                    config.network6 =
-                        Some(value.parse().map_err(|_| {
-                            Error::Config(format!("--network6: {value:?} is not an IPv6 CIDR"))
-                        })?)
-                }
-                "--subnet-len6" => config.subnet_len6 = number(flag, value)?,
-                "--backend" => config.backend = value.parse()?,
-                "--prefix" => config.prefix = value.trim_end_matches('/').into(),
-                "--ttl" => config.ttl = number(flag, value)?,
-                "--vni" => config.vni = number(flag, value)?,
-                "--port" => port = Some(number(flag, value)?),
-                "--device" => config.device = value.into(),
-                "--wg-key-file" => config.wg_key_file = value.into(),
-                "--subnet-file" => config.subnet_file = value.into(),
-                "--conflist" => config.conflist = Some(value.into()),
-                "--bridge" => config.bridge = value.into(),
-                "--netns" => config.netns = Some(value.into()),
-                "--ca-file" => ca_file = Some(PathBuf::from(value)),
-                "--cert-file" => cert_file = Some(PathBuf::from(value)),
-                "--key-file" => key_file = Some(PathBuf::from(value)),
-                "--metrics-address" => {
-                    config.metrics_address = Some(cni_metrics::parse_address(value).map_err(Error::Config)?)
-                }
-                _ => return Err(Error::Config(format!("unknown flag {flag}"))),
-            }
-        }
-        config.tls = tls_files(ca_file, cert_file, key_file)?;
-        config.port = port.unwrap_or(config.backend.default_port());
-        if config.device.is_empty() {
-            config.device = config.backend.default_device().into();
-        }
         config.validate()?;
         Ok(config)
     }
 
     fn validate(&self) -> Result<()> {
-        if self.endpoints.is_empty() {
+        if self.endpoints.iter().all(String::is_empty) {
             return Err(Error::Config("--etcd-endpoints is required".into()));
         }
         for endpoint in &self.endpoints {
@@ -327,20 +327,17 @@ impl Config {
 mod tests {
     use super::*;
 
-    /// docs/plugins/cni-overlay-agent.md documents exactly the flags the usage names, and
-    /// the parser knows each one.
+    /// docs/plugins/cni-overlay-agent.md documents exactly the agent's flags.
     #[test]
     fn the_page_documents_exactly_the_flags() {
+        use clap::CommandFactory;
         use cni_testkit::docs;
         let page = docs::read_page(env!("CARGO_MANIFEST_DIR"), "cni-overlay-agent.md").unwrap();
         let documented = docs::table_keys(&page, "Flags");
-        let problems = docs::compare("cni-overlay-agent.md", "flag", &docs::usage_flags(USAGE), &documented);
+        let flags =
+            Args::command().get_arguments().filter_map(|a| a.get_long()).map(|l| format!("--{l}")).collect();
+        let problems = docs::compare("cni-overlay-agent.md", "flag", &flags, &documented);
         assert!(problems.is_empty(), "{}", problems.join("\n"));
-        for flag in documented {
-            if let Err(e) = Config::parse(&args(&[&flag, "1"])) {
-                assert!(!e.to_string().contains(&format!("unknown flag {flag}")), "{flag}: {e}");
-            }
-        }
     }
 
     fn args(list: &[&str]) -> Vec<String> {
@@ -393,6 +390,9 @@ mod tests {
         let c =
             parse(&["--backend", "wireguard", "--port", "7000", "--device", "wg7", "--wg-key-file", "/k"]);
         assert_eq!((c.port, c.device.as_str(), c.wg_key_file.to_str()), (7000, "wg7", Some("/k")));
+        // A flag given twice takes its last value (the tests' harness appends overrides).
+        let c = parse(&["--device", "first", "--device", "wg9"]);
+        assert_eq!(c.device, "wg9");
         // The flags' order does not matter.
         let c = parse(&["--port", "7000", "--backend", "wireguard"]);
         assert_eq!((c.port, c.device.as_str()), (7000, "cni-wg0"));

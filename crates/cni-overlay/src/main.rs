@@ -8,26 +8,25 @@
 
 use std::process::ExitCode;
 
-use cni_overlay::config::{Config, USAGE};
+use cni_cli::clap::error::ErrorKind;
+use cni_cli::tracing;
+use cni_overlay::config::{Args, Config};
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
+    let args: Args = cni_cli::parse();
+    if let Err(e) = cni_cli::init_logging("cni-overlay-agent", &args.log) {
+        eprintln!("cni-overlay-agent: {e}");
+        return ExitCode::FAILURE;
     }
-    let config = match Config::parse(&args) {
-        Ok(config) => config,
-        Err(e) => {
-            eprintln!("cni-overlay-agent: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    // Flags that parse but do not fit together are refused as clap refuses the others:
+    // the message, the usage, status 2.
+    let config = Config::from_args(args)
+        .unwrap_or_else(|e| cni_cli::command::<Args>().error(ErrorKind::ValueValidation, e).exit());
     let stop = cni_os::signal::stop_on_termination();
     match cni_overlay::agent::run(&config, stop) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("cni-overlay-agent: {e}");
+            tracing::error!(error = %e, "cannot go on");
             ExitCode::FAILURE
         }
     }

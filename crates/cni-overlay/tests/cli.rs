@@ -1,6 +1,7 @@
 //! The agent's refusals: bad flags name the flag (exit 2); an unreachable etcd is a clear
 //! error and leaves the node's network untouched (no device, no subnet file).
 
+use std::path::Path;
 use std::process::Command;
 
 use cni_etcd_testing::HostileServer;
@@ -11,10 +12,17 @@ fn agent() -> Command {
 }
 
 #[test]
+fn the_agent_keeps_the_command_line_conventions() {
+    let binary = Path::new(env!("CARGO_BIN_EXE_cni-overlay-agent"));
+    cni_testkit::cli::assert_conventions(binary, &[], "cni-overlay-agent");
+}
+
+#[test]
 fn bad_flags_are_refused_naming_the_flag() {
     let out = agent().args(["--iface", "eth0"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--etcd-endpoints is required"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("required") && stderr.contains("--etcd-endpoints"), "{stderr}");
     let out = agent()
         .args([
             "--etcd-endpoints",

@@ -114,7 +114,7 @@ fn hostile_records_get_no_entries_and_the_genuine_peers_converge() {
         let entries = cluster.hosts[0].entries();
         let c = entries.routes.iter().any(|r| r.destination == IpNet::V4(c_subnet));
         let b = entries.has_underlay(cluster.hosts[1].underlay);
-        (c && b && cluster.hosts[0].agent_log().contains("programming peer ot-b")).then_some(())
+        (c && b && cluster.hosts[0].agent_log().contains("failure=peer ot-b")).then_some(())
     });
     assert!(converged_around_b.is_some(), "{:?}\n{}", cluster.hosts[0].entries(), cluster.logs());
     let entries = cluster.hosts[0].entries();
@@ -132,7 +132,7 @@ fn hostile_records_get_no_entries_and_the_genuine_peers_converge() {
         );
     }
     // Every hostile record was seen (the last ones through the watch) and refused.
-    let last = format!("record {} refused", hostile.keys.last().unwrap());
+    let last = refusal_of(hostile.keys.last().unwrap());
     let seen = wait_for(Duration::from_secs(10), || {
         cluster.hosts.iter().all(|h| h.agent_log().contains(&last)).then_some(())
     });
@@ -144,7 +144,7 @@ fn hostile_records_get_no_entries_and_the_genuine_peers_converge() {
     // Each refusal is logged once (per change of the record), with its key and reason.
     let log = cluster.hosts[0].agent_log();
     for key in &hostile.keys {
-        let lines = log.matches(&format!("record {key} refused: ")).count();
+        let lines = log.matches(&refusal_of(key)).count();
         assert_eq!(lines, 1, "{key} logged {lines} times:\n{log}");
     }
     for (subnet, reason) in [
@@ -154,7 +154,7 @@ fn hostile_records_get_no_entries_and_the_genuine_peers_converge() {
         ("10.244.253.0-24", "derived from underlay"),
         ("10.244.254.0-24", "not bound to a lease"),
     ] {
-        let line = format!("record {} refused: ", key(subnet));
+        let line = refusal_of(&key(subnet));
         let at = log.find(&line).unwrap_or_else(|| panic!("no refusal of {subnet}:\n{log}"));
         assert!(log[at..].lines().next().unwrap().contains(reason), "{subnet}: {log}");
     }
@@ -239,4 +239,10 @@ fn a_hostile_member_mid_run_is_logged_and_the_agent_keeps_running() {
     assert!(status.is_none(), "the agent exited: {status:?}\n{}", host.agent_log());
     assert!(host.netlink().link_by_name(harness::DEVICE).unwrap().is_some(), "the device went");
     assert!(host.subnet().is_some(), "the subnet file went");
+}
+
+/// How the agent's log names the refusal of the record at `key` (the key quoted, the
+/// reason after it on the line).
+fn refusal_of(key: &str) -> String {
+    format!("refused a node record key={key:?} reason=")
 }

@@ -3,74 +3,63 @@
 
 #![forbid(unsafe_code)]
 
+use cni_cli::clap::{self, Parser};
+use cni_cli::tracing;
 use cni_dns::StateDir;
-use cni_dnsd::server::{log, Limits, Resolver, Settings};
+use cni_dnsd::server::{Limits, Resolver, Settings};
 use cni_metrics::prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-const USAGE: &str = "usage: cni-dnsd [flags]
-Answers container name lookups for the dnsname plugin's networks, on each network's gateway
-address (at the port the network's record names: 1053 behind the plugin's redirect of port
-53, or 53 itself), and forwards other names upstream.
-
-  --state-dir DIR    the records the plugin writes [/run/cni/dnsname]; the control socket
-                     is DIR/dnsd.sock (with systemd socket activation, the passed socket)
-  --resolv-conf PATH upstream servers for networks without their own [/etc/resolv.conf]
-  --pidfile PATH     write the pid there
-  --max-forwards N   forwarded queries in flight at most [256]
-  --max-tcp N        TCP clients at most [64]
-  --metrics-address IP:PORT
-                     serve /healthz and /metrics there [off]
-  -h, --help         this text";
-
 /// Every so often the records are read again even without a request, so a notification
 /// lost to a crash between a plugin's write and its request is made up for.
 const RESCAN: Duration = Duration::from_secs(30);
 
+/// Answers container name lookups for the dnsname plugin's networks, on each network's
+/// gateway address (at the port the network's record names: 1053 behind the plugin's
+/// redirect of port 53, or 53 itself), and forwards other names upstream.
+#[derive(Parser, Debug)]
+// A flag given twice takes its last value, as before clap.
+#[command(name = "cni-dnsd", version, args_override_self = true)]
 struct Args {
-    settings: Settings,
+    /// The records the plugin writes; the control socket is DIR/dnsd.sock (with systemd
+    /// socket activation, the passed socket)
+    #[arg(long, value_name = "DIR", default_value = cni_dns::DEFAULT_STATE_DIR)]
+    state_dir: PathBuf,
+    /// Upstream servers for networks without their own
+    #[arg(long, value_name = "PATH", default_value = "/etc/resolv.conf")]
+    resolv_conf: PathBuf,
+    /// Write the pid there
+    #[arg(long = "pidfile", value_name = "PATH")]
     pid_file: Option<PathBuf>,
+    /// Forwarded queries in flight at most
+    #[arg(long, value_name = "N", default_value_t = Limits::default().forwards)]
+    max_forwards: usize,
+    /// TCP clients at most
+    #[arg(long, value_name = "N", default_value_t = Limits::default().tcp_connections)]
+    max_tcp: usize,
+    /// Serve /healthz and /metrics there [default: off]
+    #[arg(long = "metrics-address", value_name = "IP:PORT", value_parser = cni_metrics::parse_address)]
     metrics: Option<SocketAddr>,
+    #[command(flatten)]
+    log: cni_cli::LogArgs,
 }
 
-fn parse(args: &[String]) -> Result<Option<Args>, String> {
-    let mut state = PathBuf::from(cni_dns::DEFAULT_STATE_DIR);
-    let mut resolv_conf = PathBuf::from("/etc/resolv.conf");
-    let mut pid_file = None;
-    let mut metrics = None;
-    let mut limits = Limits::default();
-    let mut iter = args.iter();
-    while let Some(arg) = iter.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) => (f, Some(v.to_string())),
-            None => (arg.as_str(), None),
-        };
-        let mut value =
-            || inline.clone().or_else(|| iter.next().cloned()).ok_or(format!("{flag} needs a value"));
-        let number = |v: String| v.parse::<usize>().map_err(|_| format!("{flag}: {v:?} is not a number"));
-        match flag {
-            "-h" | "--help" => return Ok(None),
-            "--state-dir" => state = value()?.into(),
-            "--resolv-conf" => resolv_conf = value()?.into(),
-            "--pidfile" => pid_file = Some(value()?.into()),
-            "--max-forwards" => limits.forwards = number(value()?)?,
-            "--max-tcp" => limits.tcp_connections = number(value()?)?,
-            "--metrics-address" => metrics = Some(cni_metrics::parse_address(&value()?)?),
-            _ => return Err(format!("unknown argument {arg:?}")),
+impl Args {
+    fn settings(&self) -> Settings {
+        Settings {
+            state: StateDir::new(self.state_dir.clone()),
+            resolv_conf: self.resolv_conf.clone(),
+            limits: Limits { forwards: self.max_forwards, tcp_connections: self.max_tcp },
         }
     }
-    Ok(Some(Args {
-        settings: Settings { state: StateDir::new(state), resolv_conf, limits },
-        pid_file,
-        metrics,
-    }))
 }
 
 fn run(args: Args) -> std::io::Result<()> {
-    let state = &args.settings.state;
+    let settings = args.settings();
+    let state = &settings.state;
     cni_dns::store::private_dir(state.root()).map_err(std::io::Error::other)?;
     // Whoever can talk to the resolver can make it reload: the socket is root's alone
     // (0600 in the 0700 state directory, peers checked), or the one systemd passes.
@@ -84,16 +73,18 @@ fn run(args: Args) -> std::io::Result<()> {
     }
     // Before any thread exists (capset is per thread).
     if let Err(e) = cni_dnsd::caps::keep_only(&[cni_dnsd::caps::CAP_NET_BIND_SERVICE]) {
-        log(format_args!("could not drop capabilities: {e}"));
+        tracing::warn!(error = %e, "could not drop capabilities");
     }
-    let resolver = Resolver::new(args.settings.clone());
-    log(format_args!("started: state {}, {}", state.root().display(), resolver.reload()));
+    let resolver = Resolver::new(settings.clone());
+    let loaded = resolver.reload();
+    tracing::info!(state = %state.root().display(), "started: {loaded}");
     if let Some(address) = args.metrics {
         let mut registry = Registry::default();
         resolver.metrics.register(&mut registry);
         let me = resolver.clone();
         let bound = cni_metrics::serve(address, registry, Box::new(move || me.health()))?;
-        log(format_args!("metrics on http://{bound}/metrics"));
+        // The line every daemon logs and tests find the bound address in.
+        tracing::info!("metrics on http://{bound}/metrics");
     }
     let rescanner = resolver.clone();
     std::thread::Builder::new().name("rescan".into()).spawn(move || loop {
@@ -104,22 +95,15 @@ fn run(args: Args) -> std::io::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let args = match parse(&argv) {
-        Ok(Some(a)) => a,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("cni-dnsd: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let args: Args = cni_cli::parse();
+    if let Err(e) = cni_cli::init_logging("cni-dnsd", &args.log) {
+        eprintln!("cni-dnsd: {e}");
+        return ExitCode::FAILURE;
+    }
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            log(format_args!("{e}"));
+            tracing::error!(error = %e, "cni-dnsd stopped");
             ExitCode::FAILURE
         }
     }
@@ -130,18 +114,55 @@ mod tests {
     use super::*;
     use cni_testkit::docs;
 
-    /// docs/plugins/cni-dnsd.md documents exactly the flags the usage names, and the
-    /// parser accepts each one.
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(["cni-dnsd"].iter().chain(args))
+    }
+
+    /// docs/plugins/cni-dnsd.md documents exactly the daemon's flags.
     #[test]
     fn the_page_documents_exactly_the_flags() {
         let page = docs::read_page(env!("CARGO_MANIFEST_DIR"), "cni-dnsd.md").unwrap();
         let documented = docs::table_keys(&page, "Flags");
-        let problems = docs::compare("cni-dnsd.md", "flag", &docs::usage_flags(USAGE), &documented);
+        let flags =
+            Args::command().get_arguments().filter_map(|a| a.get_long()).map(|l| format!("--{l}")).collect();
+        let problems = docs::compare("cni-dnsd.md", "flag", &flags, &documented);
         assert!(problems.is_empty(), "{}", problems.join("\n"));
-        for flag in documented {
-            if let Err(e) = parse(&[format!("{flag}=1")]) {
-                assert!(!e.starts_with("unknown argument"), "{flag}: {e}");
-            }
+    }
+
+    #[test]
+    fn flags_keep_their_meaning_and_defaults() {
+        let defaults = parse(&[]).unwrap();
+        assert_eq!(defaults.state_dir, PathBuf::from(cni_dns::DEFAULT_STATE_DIR));
+        assert_eq!(defaults.resolv_conf, PathBuf::from("/etc/resolv.conf"));
+        assert_eq!((defaults.max_forwards, defaults.max_tcp, defaults.metrics), (256, 64, None));
+        let set = parse(&[
+            "--state-dir",
+            "/run/x",
+            "--resolv-conf=/etc/r",
+            "--pidfile",
+            "/run/p",
+            "--max-forwards",
+            "3",
+            "--max-tcp=4",
+            "--metrics-address",
+            "[::1]:9471",
+        ])
+        .unwrap();
+        let settings = set.settings();
+        assert_eq!(settings.state.root(), std::path::Path::new("/run/x"));
+        assert_eq!(settings.resolv_conf, PathBuf::from("/etc/r"));
+        assert_eq!(set.pid_file, Some(PathBuf::from("/run/p")));
+        assert_eq!((settings.limits.forwards, settings.limits.tcp_connections), (3, 4));
+        assert_eq!(set.metrics, Some("[::1]:9471".parse().unwrap()));
+    }
+
+    #[test]
+    fn bad_values_are_refused_naming_the_flag() {
+        for args in [&["--max-tcp", "many"][..], &["--metrics-address", "localhost:1"], &["--state-dir"]] {
+            let e = parse(args).unwrap_err().to_string();
+            assert!(e.contains(args[0]), "{args:?}: {e}");
         }
     }
 }

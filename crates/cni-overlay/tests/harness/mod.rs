@@ -244,7 +244,7 @@ impl Host {
     /// programming the host's namespace through `--netns`) and waits until it holds its
     /// subnet (its log says so), so its signal handlers are in place.
     pub fn start_agent(&mut self, endpoints: &[String], extra: &[&str]) {
-        let ready_lines = || self.agent_log().matches(" holds ").count();
+        let ready_lines = || self.agent_log().matches("holding the subnet").count();
         let before = ready_lines();
         let log =
             std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("agent.log")).unwrap();
