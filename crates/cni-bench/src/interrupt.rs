@@ -4,31 +4,23 @@
 
 use crate::error::{BenchError, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_signal: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
+/// The flag cni-os raises on SIGINT or SIGTERM, once the handlers are installed.
+static STOP: OnceLock<&'static AtomicBool> = OnceLock::new();
 
 pub fn install_handlers() {
-    let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    // SAFETY: the handler only performs an atomic store, which is async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGINT, handler);
-        libc::signal(libc::SIGTERM, handler);
-    }
+    STOP.get_or_init(cni_os::signal::stop_on_termination);
 }
 
 /// An error once a stop was asked for.
 pub fn check() -> Result<()> {
-    if INTERRUPTED.load(Ordering::SeqCst) {
+    if interrupted() {
         return Err(BenchError::Interrupted);
     }
     Ok(())
 }
 
 pub fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::SeqCst)
+    STOP.get().is_some_and(|flag| flag.load(Ordering::SeqCst))
 }

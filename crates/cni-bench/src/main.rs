@@ -2,6 +2,8 @@
 //! default the Go reference in /usr/lib/cni), alternating A and B over rounds, each run in
 //! namespaces made before timing starts, and prints median/p90/p99, throughput and B/A.
 
+#![forbid(unsafe_code)]
+
 mod configs;
 mod error;
 mod interrupt;
@@ -39,8 +41,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !cni_os::is_root() {
         eprintln!("cni-bench: must run as root (it creates network namespaces and runs plugins)");
         return ExitCode::FAILURE;
     }

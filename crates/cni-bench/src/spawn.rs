@@ -89,29 +89,11 @@ fn run(mut command: Command, binary: &Path, env: &[(&str, &str)], stdin: &[u8]) 
     if let Some(mut pipe) = child.stdout.take() {
         pipe.read_to_end(&mut stdout).map_err(|e| BenchError::io(context(), e))?;
     }
-    let (status, usage) = wait4(child.id() as libc::pid_t).map_err(|e| BenchError::io(context(), e))?;
+    // std's Child never waited for it, so it is ours to reap, with its resource usage.
+    let reaped = cni_os::process::wait_with_usage(child.id()).map_err(|e| BenchError::io(context(), e))?;
     let elapsed = started.elapsed();
-    let success = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
-    Ok(ProcessRun { elapsed, success, stdout, max_rss_kib: usage.ru_maxrss.max(0) as u64 })
-}
-
-/// Reaps `pid` and returns its wait status and resource usage.
-fn wait4(pid: libc::pid_t) -> std::io::Result<(i32, libc::rusage)> {
-    let mut status = 0;
-    // SAFETY: rusage is plain data for which all-zero bytes are a valid value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: pid is our own unreaped child (std's Child never waited for it);
-        // status and usage point to live, writable locals.
-        let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-        if rc == pid {
-            return Ok((status, usage));
-        }
-        let err = std::io::Error::last_os_error();
-        if err.kind() != std::io::ErrorKind::Interrupted {
-            return Err(err);
-        }
-    }
+    let success = libc::WIFEXITED(reaped.status) && libc::WEXITSTATUS(reaped.status) == 0;
+    Ok(ProcessRun { elapsed, success, stdout, max_rss_kib: reaped.max_rss_kib })
 }
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 //! none of our runs fails, and no namespace is left behind. No timing is asserted.
 //! Needs root (it creates network namespaces).
 
+#![forbid(unsafe_code)]
+
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
@@ -11,8 +13,7 @@ const WORKLOADS: [&str; 10] = ["W1", "W1nm", "W2", "W3", "W4", "W5", "W6", "W7",
 
 #[test]
 fn smoke_run_completes_with_well_formed_json() {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    assert_eq!(unsafe { libc::geteuid() }, 0, "this test needs root: it creates network namespaces");
+    assert!(cni_os::is_root(), "this test needs root: it creates network namespaces");
     let plugins = cni_testkit::binaries::workspace_binary("cni-plugins", "cni-plugins");
     let out_dir = tempfile::tempdir().unwrap();
     let json_path = out_dir.path().join("bench.json");

@@ -4,6 +4,8 @@
 //! cache entries, nftables entries). The full 10,000-cycle soak is `-n 1250` with the
 //! release build (README). No timing is asserted. Needs root.
 
+#![forbid(unsafe_code)]
+
 use serde_json::Value;
 use std::process::Command;
 
@@ -12,8 +14,7 @@ const WORKERS: u64 = 8;
 
 #[test]
 fn eight_workers_churn_with_no_duplicate_no_error_and_no_leak() {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    assert_eq!(unsafe { libc::geteuid() }, 0, "this test needs root: it creates network namespaces");
+    assert!(cni_os::is_root(), "this test needs root: it creates network namespaces");
     let plugins = cni_testkit::binaries::workspace_binary("cni-plugins", "cni-plugins");
     let out_dir = tempfile::Builder::new().prefix("ks-soak-").tempdir().unwrap();
     let json_path = out_dir.path().join("soak.json");

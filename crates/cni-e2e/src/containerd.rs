@@ -19,7 +19,8 @@ use tempfile::TempDir;
 use crate::engine_host::EngineHost;
 use crate::image::{oci_archive, rootfs_tar};
 use crate::plugin_dir::PluginDir;
-use crate::process::{describe, die_with_parent, output_of};
+use crate::process::{describe, output_of};
+use cni_os::process::die_with_parent_on_spawn;
 
 /// The network ctr's containers join, and its subnet.
 pub const NETWORK: &str = "cne-ctr";
@@ -199,7 +200,7 @@ fn spawn_daemon(host: &EngineHost, dir: &Path, cri: bool) -> Child {
         .open(dir.join("containerd.log"))
         .expect("open containerd.log");
     let mut command = host.command_without_timeout("containerd");
-    die_with_parent(&mut command)
+    die_with_parent_on_spawn(&mut command)
         .arg("--config")
         .arg(&config)
         .stdout(log.try_clone().expect("dup log fd"))

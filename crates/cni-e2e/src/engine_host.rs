@@ -22,8 +22,9 @@ use std::process::{Child, Command, Stdio};
 
 use cni_testkit::ns::{require_root, TestNetns};
 
-use crate::process::{die_with_parent, COMMAND_TIMEOUT_SECS};
+use crate::process::COMMAND_TIMEOUT_SECS;
 use crate::NAME_PREFIX;
+use cni_os::process::die_with_parent_on_spawn;
 
 /// Sets up the private mounts, reports `ready`, then sleeps to hold the namespace open.
 ///
@@ -65,7 +66,7 @@ impl EngineHost {
         );
         let netns = TestNetns::with_prefix(NAME_PREFIX).expect("create the engines' host network namespace");
         let mut unshare = netns.command("unshare");
-        let mut keeper = die_with_parent(&mut unshare)
+        let mut keeper = die_with_parent_on_spawn(&mut unshare)
             .args(["--mount", "--propagation", "private", "--", "sh", "-c", KEEPER_SCRIPT])
             .env("CNE_PLUGIN_DIR", plugin_dir)
             .env("CNE_CNI_CONF_DIR", cni_conf_dir)

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use cni_os::process::{self, Limit, Signal};
 use cni_testkit::ns::require_root;
 use tempfile::TempDir;
 
@@ -200,12 +201,11 @@ impl Drop for Podman {
 /// SIGKILLs the process whose pid `pid_file` holds, if any, and waits (bounded) until it
 /// is gone or a zombie.
 pub fn kill_pid_file(pid_file: &Path) {
-    let Some(pid) = fs::read_to_string(pid_file).ok().and_then(|s| s.trim().parse::<i32>().ok()) else {
+    let Some(pid) = fs::read_to_string(pid_file).ok().and_then(|s| s.trim().parse::<u32>().ok()) else {
         return;
     };
-    // SAFETY: kill has no memory-safety preconditions; the pid is one a daemon this test's
-    // private host started wrote into its own pid file.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
+    // A pid a daemon this test's private host started wrote into its own pid file.
+    let _ = process::kill(pid, Signal::KILL);
     for _ in 0..250 {
         let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         if status.is_empty() || status.contains("State:\tZ") {
@@ -221,22 +221,21 @@ fn kill_leftover_conmons(runroot: &Path) {
     let Ok(containers) = fs::read_dir(runroot.join("overlay-containers")) else { return };
     for container in containers.flatten() {
         let pid_file = container.path().join("userdata/conmon.pid");
-        let Some(pid) = fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse::<i32>().ok()) else {
+        let Some(pid) = fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse::<u32>().ok()) else {
             continue;
         };
-        // SAFETY: kill has no memory-safety preconditions; the pid is one podman recorded
-        // for a conmon it started for this test's private storage.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+        // A pid podman recorded for a conmon it started for this test's private storage.
+        let _ = process::kill(pid, Signal::KILL);
     }
 }
 
 /// The private `containers.conf`.
 fn containers_conf(dir: &Path, backend: NetworkBackend) -> String {
     let mut conf = String::new();
-    let nofile = hard_limit(libc::RLIMIT_NOFILE);
+    let nofile = process::hard_limit(Limit::OpenFiles);
     // podman starts conmon (and so crun) with RLIMIT_NPROC lowered to kernel.pid_max, and
     // without CAP_SYS_RESOURCE crun cannot raise it back: ask for no more than that.
-    let nproc = hard_limit(libc::RLIMIT_NPROC).min(pid_max());
+    let nproc = process::hard_limit(Limit::Processes).min(pid_max());
     writeln!(conf, "[containers]").unwrap();
     // This VM's root lacks CAP_SYS_RESOURCE: podman's default ulimits (1048576) would make
     // crun's setrlimit fail, so ask for what we already have.
@@ -255,14 +254,6 @@ fn containers_conf(dir: &Path, backend: NetworkBackend) -> String {
     writeln!(conf, "events_logger = \"none\"").unwrap();
     writeln!(conf, "tmp_dir = {:?}", dir.join("tmp").display().to_string()).unwrap();
     conf
-}
-
-fn hard_limit(resource: libc::__rlimit_resource_t) -> u64 {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit writes into the valid rlimit we pass.
-    let rc = unsafe { libc::getrlimit(resource, &mut limit) };
-    assert_eq!(rc, 0, "getrlimit: {}", std::io::Error::last_os_error());
-    limit.rlim_max
 }
 
 fn pid_max() -> u64 {

@@ -1,6 +1,5 @@
 //! Running external programs with a time limit and readable failures.
 
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Output};
 
 /// How long one engine command may take before it is killed (a hung plugin must fail the
@@ -26,20 +25,4 @@ pub fn describe(output: &Output) -> String {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     )
-}
-
-/// Makes the process `command` starts receive SIGKILL when the spawning thread dies, so a
-/// test killed from outside (e.g. a runner's timeout) leaves no daemon behind.
-pub fn die_with_parent(command: &mut Command) -> &mut Command {
-    // SAFETY: the closure runs in the forked child before exec and only calls prctl, which
-    // is async-signal-safe and allocates nothing.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    command
 }

@@ -3,6 +3,8 @@
 //! with SIGKILL and restarted, a host removed (its lease runs out) and an agent stopped
 //! with SIGTERM + --revoke-on-exit. Needs root and Debian's etcd-server.
 
+#![forbid(unsafe_code)]
+
 mod harness;
 
 use std::net::SocketAddr;
@@ -166,8 +168,8 @@ fn overlay_across_three_hosts() {
     cluster.hosts[1].start_agent(&endpoints, &["--revoke-on-exit"]);
     assert!(cluster.wait_peers(0, &[1], Duration::from_secs(5)), "{}", cluster.logs());
     let mut agent_b = cluster.hosts[1].agent.take().unwrap();
-    // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(unsafe { libc::kill(agent_b.id() as i32, libc::SIGTERM) }, 0);
+    cni_os::process::kill(agent_b.id(), cni_os::process::Signal::TERM)
+        .expect("SIGTERM to our own agent child");
     let status = agent_b.wait().unwrap();
     assert!(status.success(), "agent exit on SIGTERM: {status}\n{}", cluster.hosts[1].agent_log());
     assert!(record(&cluster, &cluster.hosts[1]).is_none(), "the revoked lease took B's record");

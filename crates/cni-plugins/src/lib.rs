@@ -7,6 +7,8 @@
 //! - [`meta`]: chained plugins (portmap, firewall, tuning, ...);
 //! - [`keys`]: the configuration keys each plugin accepts, read from its types.
 
+#![forbid(unsafe_code)]
+
 // What the binary, the tests and cnitool use is public (the registry, the key lists, the
 // dry stages, the IPAM plugins' stores and protocols the tests drive); the plugins
 // themselves are reached through the registry only.

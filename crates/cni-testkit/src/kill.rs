@@ -38,18 +38,10 @@ impl KillOutcome {
 /// process has exited by then.
 pub fn run_killed_after(mut cmd: Command, stdin: &[u8], after: Duration) -> KillOutcome {
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    // SAFETY: setpgid is async-signal-safe; it runs in the child between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setpgid(0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    cmd.process_group(0);
     let started = Instant::now();
     let mut child = cmd.spawn().expect("spawn the process to be killed");
-    let pgid = child.id() as libc::pid_t;
+    let pgid = child.id();
     if let Some(mut pipe) = child.stdin.take() {
         // A process killed before it read its stdin makes this fail: that is the point.
         let _ = pipe.write_all(stdin);
@@ -65,8 +57,8 @@ pub fn run_killed_after(mut cmd: Command, stdin: &[u8], after: Duration) -> Kill
         }
         let now = Instant::now();
         if now >= deadline {
-            // SAFETY: kill(2) of the group this process leads (its id is the group's).
-            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            // The group this process leads (its id is the group's); it may be gone already.
+            let _ = cni_os::process::kill_group(pgid, cni_os::process::Signal::KILL);
             killed = true;
             break child.wait().expect("wait for the killed process");
         }
@@ -132,13 +124,7 @@ impl SeededRng {
     pub fn from_env(var: &str) -> (SeededRng, u64) {
         let seed = match std::env::var(var) {
             Ok(text) => text.trim().parse().unwrap_or_else(|_| panic!("{var}={text:?} is not a u64")),
-            Err(_) => {
-                let mut bytes = [0u8; 8];
-                // SAFETY: the buffer is valid for 8 bytes; getrandom writes at most that.
-                let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-                assert_eq!(filled, 8, "getrandom failed");
-                u64::from_ne_bytes(bytes)
-            }
+            Err(_) => cni_os::random::u64().expect("getrandom"),
         };
         println!("seed {seed} (repeat with {var}={seed})");
         (SeededRng::new(seed), seed)

@@ -21,6 +21,8 @@
 //! - [`poll`]: the one polling loop (`eventually`, `until`) for what happens in the background.
 //! - [`scrape`]: a daemon's metrics endpoint scraped over TCP, its exposition text parsed.
 
+#![forbid(unsafe_code)]
+
 pub mod binaries;
 pub mod capture;
 pub mod children;

@@ -6,9 +6,7 @@
 //! run in parallel and never touch the machine's own namespace.
 
 use std::ffi::OsStr;
-use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -20,18 +18,15 @@ pub const DEFAULT_PREFIX: &str = "cnt";
 
 /// Panics unless running as root: namespace tests must fail loudly, never skip silently.
 pub fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(euid, 0, "this test needs root (CAP_SYS_ADMIN + CAP_NET_ADMIN) to create network namespaces");
+    assert!(
+        cni_os::is_root(),
+        "this test needs root (CAP_SYS_ADMIN + CAP_NET_ADMIN) to create network namespaces"
+    );
 }
 
 /// A random 32-bit value from the kernel, for unique names.
 fn random_suffix() -> u32 {
-    let mut bytes = [0u8; 4];
-    // SAFETY: the buffer is valid for 4 bytes; getrandom writes at most that.
-    let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-    assert_eq!(filled, 4, "getrandom failed: {}", io::Error::last_os_error());
-    u32::from_ne_bytes(bytes)
+    cni_os::random::u32().expect("getrandom")
 }
 
 /// A network namespace that exists for the lifetime of this value.
@@ -98,16 +93,7 @@ impl TestNetns {
         let ns_fd: OwnedFd =
             self.ns.as_fd().try_clone_to_owned().expect("duplicate the namespace fd for a child process");
         let mut command = Command::new(program);
-        // SAFETY: the closure runs in the forked child before exec and only calls setns,
-        // which is async-signal-safe; it allocates nothing.
-        unsafe {
-            command.pre_exec(move || {
-                if libc::setns(ns_fd.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        cni_os::process::enter_netns_on_spawn(&mut command, ns_fd);
         command
     }
 

@@ -135,7 +135,6 @@ impl PluginCall {
     /// The process this call runs, not started yet (stdin, stdout and stderr piped), and
     /// the namespace file its `pre_exec` enters, which must stay open until it is spawned.
     pub fn command(&self) -> (Command, Option<std::fs::File>) {
-        use std::os::unix::process::CommandExt;
         let mut cmd = Command::new(&self.binary);
         cmd.env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
@@ -146,29 +145,11 @@ impl PluginCall {
             std::fs::File::open(p).unwrap_or_else(|e| panic!("cannot open namespace {}: {e}", p.display()))
         });
         if let Some(file) = &ns_file {
-            use std::os::fd::AsRawFd;
-            let fd = file.as_raw_fd();
-            // SAFETY: setns(2) is async-signal-safe and only touches the child, between
-            // fork and exec; the fd stays open in the parent until after spawn.
-            unsafe {
-                cmd.pre_exec(move || {
-                    if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
+            let fd = file.try_clone().unwrap_or_else(|e| panic!("duplicate the namespace descriptor: {e}"));
+            cni_os::process::enter_netns_on_spawn(&mut cmd, fd.into());
         }
         if self.own_uts_namespace {
-            // SAFETY: unshare(2) is async-signal-safe and only touches the child.
-            unsafe {
-                cmd.pre_exec(|| {
-                    if libc::unshare(libc::CLONE_NEWUTS) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
+            cni_os::process::unshare_uts_on_spawn(&mut cmd);
         }
         (cmd, ns_file)
     }

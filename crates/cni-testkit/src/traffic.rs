@@ -6,7 +6,6 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -157,8 +156,5 @@ fn check_echo(addr: SocketAddr, sent: &[u8], received: &[u8]) -> Result<(), Traf
 
 /// Waits up to `timeout` for a listener to have a pending connection.
 fn readable(listener: &TcpListener, timeout: Duration) -> bool {
-    let mut pollfd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    // SAFETY: pollfd is a valid array of one initialised element.
-    let rc = unsafe { libc::poll(&mut pollfd, 1, timeout.as_millis() as i32) };
-    rc > 0
+    cni_os::poll::readable(listener, timeout).unwrap_or(false)
 }

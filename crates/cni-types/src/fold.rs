@@ -28,6 +28,46 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::fmt;
 
+/// Calls `$forward! { ... }` with every `Deserializer` method but `deserialize_struct`
+/// (the deserializers here each treat that one apart), so the wrappers in this module and
+/// in [`path`] forward one list rather than two copies of it.
+macro_rules! forward_deserialize_methods {
+    ($forward:ident) => {
+        $forward! {
+            deserialize_any();
+            deserialize_bool();
+            deserialize_i8();
+            deserialize_i16();
+            deserialize_i32();
+            deserialize_i64();
+            deserialize_i128();
+            deserialize_u8();
+            deserialize_u16();
+            deserialize_u32();
+            deserialize_u64();
+            deserialize_u128();
+            deserialize_f32();
+            deserialize_f64();
+            deserialize_char();
+            deserialize_str();
+            deserialize_string();
+            deserialize_bytes();
+            deserialize_byte_buf();
+            deserialize_option();
+            deserialize_unit();
+            deserialize_unit_struct(name: &'static str);
+            deserialize_newtype_struct(name: &'static str);
+            deserialize_seq();
+            deserialize_tuple(len: usize);
+            deserialize_tuple_struct(name: &'static str, len: usize);
+            deserialize_map();
+            deserialize_enum(name: &'static str, variants: &'static [&'static str]);
+            deserialize_identifier();
+            deserialize_ignored_any();
+        }
+    };
+}
+
 pub mod path;
 use path::{CaptureKey, Chain, Trail};
 
@@ -90,38 +130,7 @@ macro_rules! forward_to_inner {
 impl<'de, D: Deserializer<'de>> Deserializer<'de> for FoldKeys<'_, D> {
     type Error = D::Error;
 
-    forward_to_inner! {
-        deserialize_any();
-        deserialize_bool();
-        deserialize_i8();
-        deserialize_i16();
-        deserialize_i32();
-        deserialize_i64();
-        deserialize_i128();
-        deserialize_u8();
-        deserialize_u16();
-        deserialize_u32();
-        deserialize_u64();
-        deserialize_u128();
-        deserialize_f32();
-        deserialize_f64();
-        deserialize_char();
-        deserialize_str();
-        deserialize_string();
-        deserialize_bytes();
-        deserialize_byte_buf();
-        deserialize_option();
-        deserialize_unit();
-        deserialize_unit_struct(name: &'static str);
-        deserialize_newtype_struct(name: &'static str);
-        deserialize_seq();
-        deserialize_tuple(len: usize);
-        deserialize_tuple_struct(name: &'static str, len: usize);
-        deserialize_map();
-        deserialize_enum(name: &'static str, variants: &'static [&'static str]);
-        deserialize_identifier();
-        deserialize_ignored_any();
-    }
+    forward_deserialize_methods!(forward_to_inner);
 
     fn deserialize_struct<V: Visitor<'de>>(
         self,

@@ -3,6 +3,8 @@
 //! networks on a real namespace, real traffic, nothing left after `del`; the error
 //! behaviour; concurrent containers.
 
+#![forbid(unsafe_code)]
+
 mod common;
 
 use cni_net::netlink::LinkKind;
@@ -247,9 +249,9 @@ fn setup_starts_the_dhcp_daemon_detached_and_a_second_setup_checks_or_restarts_i
     let entry = json!({"name": "dhcpnet", "aci": "file:///cni-netplugin.aci", "containerInterface": "eth0",
         "type": "bridge", "bridge": "knbr1", "ipam": {"type": "dhcp", "daemonSocketPath": socket}});
     let pid_file = images.cni.state.join("dhcp/daemon.pid");
-    let daemon_pid = || std::fs::read_to_string(&pid_file).unwrap().trim().parse::<i32>().unwrap();
-    let alive = |pid: i32| Path::new(&format!("/proc/{pid}")).exists();
-    let parent_of = |pid: i32| {
+    let daemon_pid = || std::fs::read_to_string(&pid_file).unwrap().trim().parse::<u32>().unwrap();
+    let alive = |pid: u32| Path::new(&format!("/proc/{pid}")).exists();
+    let parent_of = |pid: u32| {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
         stat.rsplit(')').next().unwrap().split_whitespace().nth(1).unwrap().parse::<u32>().unwrap()
     };
@@ -266,8 +268,7 @@ fn setup_starts_the_dhcp_daemon_detached_and_a_second_setup_checks_or_restarts_i
     assert_eq!(daemon_pid(), first);
 
     // A dead daemon is started again by the next setup.
-    // SAFETY: kill has no memory preconditions; the pid is the daemon this test started.
-    unsafe { libc::kill(first, libc::SIGKILL) };
+    cni_os::process::kill(first, cni_os::process::Signal::KILL).expect("kill the daemon this test started");
     until("the daemon is gone", EVENTUALLY, || {
         !alive(first)
             || std::fs::read_to_string(format!("/proc/{first}/stat"))
@@ -278,8 +279,7 @@ fn setup_starts_the_dhcp_daemon_detached_and_a_second_setup_checks_or_restarts_i
     let second = daemon_pid();
     assert_ne!(second, first);
     std::os::unix::net::UnixStream::connect(&socket).expect("the new daemon answers");
-    // SAFETY: as above, the daemon this test started.
-    unsafe { libc::kill(second, libc::SIGTERM) };
+    cni_os::process::kill(second, cni_os::process::Signal::TERM).expect("stop the daemon this test started");
     until("the second daemon is gone", EVENTUALLY, || {
         !alive(second)
             || std::fs::read_to_string(format!("/proc/{second}/stat"))

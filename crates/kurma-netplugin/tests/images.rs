@@ -1,6 +1,8 @@
 //! The netplugin images: the same bytes when built twice, the files each holds, and both
 //! formats readable by the host side's functions (digests checked).
 
+#![forbid(unsafe_code)]
+
 mod common;
 
 use common::{build_images, inputs, PREFIX};

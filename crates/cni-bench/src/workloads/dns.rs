@@ -34,11 +34,11 @@ fn pod_name(i: usize) -> String {
 
 /// Kills the process whose pid `file` holds, if any.
 fn kill_by_pid_file(file: &Path) {
-    let Some(pid) = std::fs::read_to_string(file).ok().and_then(|s| s.trim().parse::<i32>().ok()) else {
+    let Some(pid) = std::fs::read_to_string(file).ok().and_then(|s| s.trim().parse::<u32>().ok()) else {
         return;
     };
-    // SAFETY: kill(2) with a pid the resolver wrote for itself in this run's state root.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
+    // A pid the resolver wrote for itself in this run's state root; it may be gone already.
+    let _ = cni_os::process::kill(pid, cni_os::process::Signal::KILL);
 }
 
 /// One A query over UDP; Ok(true) when it was answered with an address.

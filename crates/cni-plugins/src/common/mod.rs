@@ -65,22 +65,7 @@ pub fn open_container_netns_for_del(req: &Request) -> Result<Option<NetNs>, CniE
 /// retried; any other failure (a seccomp filter refusing the syscall, say) is returned,
 /// since retrying it would loop forever.
 pub fn random_bytes<const N: usize>() -> Result<[u8; N], CniError> {
-    let mut buf = [0u8; N];
-    let mut filled = 0;
-    while filled < N {
-        // SAFETY: the pointer and length describe the unfilled tail of `buf`, which lives
-        // for the whole call; getrandom writes at most that many bytes.
-        let n = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), N - filled, 0) };
-        if n >= 0 {
-            filled += n as usize;
-            continue;
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(CniError::internal(format!("getrandom: {e}")));
-        }
-    }
-    Ok(buf)
+    cni_os::random::bytes().map_err(|e| CniError::internal(format!("getrandom: {e}")))
 }
 
 /// Routing on the host between container interfaces and the rest (v4 or v6).

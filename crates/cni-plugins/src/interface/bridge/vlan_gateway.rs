@@ -20,7 +20,6 @@ use cni_net::{Idempotent, Link, Netlink};
 use cni_sdk::{CniError, CniResult};
 use ipnet::IpNet;
 use std::fs::File;
-use std::os::fd::AsRawFd;
 
 /// `<bridge>.<vlan>`.
 pub fn link_name(bridge: &str, vid: u16) -> String {
@@ -50,13 +49,7 @@ struct NamespaceLock {
 fn lock() -> Result<NamespaceLock, CniError> {
     const PATH: &str = "/proc/thread-self/ns/net";
     let file = File::open(PATH).map_err(|e| CniError::internal(format!("open {PATH} to lock it: {e}")))?;
-    // SAFETY: flock on a descriptor this function owns; no memory is passed.
-    while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        let err = std::io::Error::last_os_error();
-        if err.kind() != std::io::ErrorKind::Interrupted {
-            return Err(CniError::internal(format!("lock {PATH}: {err}")));
-        }
-    }
+    cni_os::lock::exclusive(&file).map_err(|e| CniError::internal(format!("lock {PATH}: {e}")))?;
     Ok(NamespaceLock { _file: file })
 }
 

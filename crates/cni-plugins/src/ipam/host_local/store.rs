@@ -40,7 +40,6 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::net::IpAddr;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use super::error::HostLocalError;
@@ -147,20 +146,6 @@ fn open_lock(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-fn flock_exclusive(file: &File) -> io::Result<()> {
-    loop {
-        // SAFETY: flock on a descriptor we own; no memory is passed to the kernel.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-        if rc == 0 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
-        }
-    }
-}
-
 /// Replaces the content of the file at `path` in place, creating it if needed, never
 /// through a link (`ELOOP` if one is in its place). The file is shortened only when the
 /// new content is shorter: on ext4 every truncation is a journaled orphan-list update
@@ -260,7 +245,7 @@ impl Store {
             opened => opened,
         }
         .map_err(lock_err)?;
-        flock_exclusive(&lock)
+        cni_os::lock::exclusive(&lock)
             .map_err(|e| HostLocalError::io(&lock_path, "locking the network directory", e))?;
         Ok(Store { dir, _lock: lock })
     }

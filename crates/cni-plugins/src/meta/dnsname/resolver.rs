@@ -12,9 +12,7 @@ use cni_dns::StateDir;
 use cni_sdk::{CniError, Request};
 use cni_types::ErrorCode;
 use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -43,16 +41,9 @@ impl StateLock {
         let path = state.root().join(name);
         let file = cni_os::fs::open_rw_nofollow(&path, 0o600)
             .map_err(|e| CniError::io(format!("dnsname: opening {}: {e}", path.display())))?;
-        loop {
-            // SAFETY: flock on a descriptor this function owns; no memory is passed.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return Ok(StateLock { _file: file });
-            }
-            let err = std::io::Error::last_os_error();
-            if err.kind() != std::io::ErrorKind::Interrupted {
-                return Err(CniError::io(format!("dnsname: locking {}: {err}", path.display())));
-            }
-        }
+        cni_os::lock::exclusive(&file)
+            .map_err(|e| CniError::io(format!("dnsname: locking {}: {e}", path.display())))?;
+        Ok(StateLock { _file: file })
     }
 }
 
@@ -128,20 +119,7 @@ fn start(req: &Request, state: &StateDir) -> Result<(), CniError> {
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err);
-    // SAFETY: between fork and exec the closure calls only setsid, fork and _exit, all
-    // async-signal-safe; it allocates nothing. The intermediate child leaves with _exit.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            match libc::fork() {
-                -1 => Err(std::io::Error::last_os_error()),
-                0 => Ok(()),
-                _ => libc::_exit(0),
-            }
-        });
-    }
+    cni_os::process::detach_on_spawn(&mut command);
     let mut launcher = command.spawn().map_err(|e| io(format!("starting {}", binary.display()), e))?;
     launcher.wait().map_err(|e| io("waiting for the resolver's launcher".into(), e))?;
     let started = Instant::now();
