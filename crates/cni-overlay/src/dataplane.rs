@@ -439,6 +439,21 @@ mod tests {
         }
     }
 
+    /// The encapsulation's outer header is that of the underlay's family: 20 bytes more
+    /// over IPv6 for both VXLAN and WireGuard.
+    #[test]
+    fn device_mtus_leave_room_for_the_underlays_outer_header() {
+        let underlay = |address: &str| Underlay {
+            index: 2,
+            address: address.parse().unwrap(),
+            mtu: 1500,
+            onlink: vec![],
+        };
+        let (v4, v6) = (underlay("192.0.2.1"), underlay("2001:db8::1"));
+        assert_eq!((v4.vxlan_mtu(), v6.vxlan_mtu()), (1450, 1430));
+        assert_eq!((v4.wireguard_mtu(), v6.wireguard_mtu()), (1440, 1420));
+    }
+
     // FNV-1a-64 of the 16 bytes of 2001:db8:1::5 is 0xc8b7fdbf8293d6a3 (checked with an
     // independent implementation).
     const PINNED_V6: &str = "0e:c8:b7:fd:bf:82";

@@ -110,30 +110,42 @@ mod tests {
     use super::*;
     use crate::peer::Own;
 
-    #[test]
-    fn a_peer_is_its_key_endpoint_and_pod_subnets() {
+    fn wireguard_config() -> Config {
         let args: Vec<String> =
             ["--etcd-endpoints", "http://a:1", "--iface", "e", "--node", "n1", "--backend", "wireguard"]
                 .iter()
                 .chain(&["--network6", "fd00:244::/48"])
                 .map(|s| s.to_string())
                 .collect();
-        let config = Config::parse(&args).unwrap();
-        let own = Own {
+        Config::parse(&args).unwrap()
+    }
+
+    /// A node whose underlay address is `underlay`.
+    fn own(underlay: &str) -> Own {
+        Own {
             subnet: "10.244.1.0/24".parse().unwrap(),
             subnet6: Some("fd00:244:0:1::/64".parse().unwrap()),
-            underlay: "192.0.2.1".parse().unwrap(),
+            underlay: underlay.parse().unwrap(),
             onlink: vec![],
             wg_public_key: Some([1; 32]),
-        };
-        let mac = crate::dataplane::vtep_mac("192.0.2.2".parse::<std::net::IpAddr>().unwrap());
+        }
+    }
+
+    /// Node n2's record (subnets 10.244.2.0/24 and fd00:244:0:2::/64, key [2; 32], port
+    /// 51821) with `underlay`, as `own` reads it.
+    fn peer_record(own: &Own, underlay: &str) -> std::result::Result<PeerRecord, String> {
+        let mac = crate::dataplane::vtep_mac(underlay.parse::<std::net::IpAddr>().unwrap());
         let key = cni_net::wireguard::base64(&[2; 32]);
         let value = format!(
-            r#"{{"node":"n2","underlay":"192.0.2.2","vtepMac":"{mac}","subnet6":"fd00:244:0:2::/64","wgPublicKey":"{key}","wgPort":51821}}"#
+            r#"{{"node":"n2","underlay":"{underlay}","vtepMac":"{mac}","subnet6":"fd00:244:0:2::/64","wgPublicKey":"{key}","wgPort":51821}}"#
         );
-        let record =
-            PeerRecord::parse(&config, &own, b"/cni-rs/overlay/subnets/10.244.2.0-24", value.as_bytes(), 3)
-                .unwrap();
+        let key = b"/cni-rs/overlay/subnets/10.244.2.0-24";
+        PeerRecord::parse(&wireguard_config(), own, key, value.as_bytes(), 3).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_peer_is_its_key_endpoint_and_pod_subnets() {
+        let record = peer_record(&own("192.0.2.1"), "192.0.2.2").unwrap();
         let peer = wanted_peer(&record).unwrap();
         assert_eq!(peer.public_key, [2; 32]);
         assert_eq!(peer.endpoint, Some("192.0.2.2:51821".parse().unwrap()));
@@ -144,5 +156,28 @@ mod tests {
         assert!(same(&reordered, &peer));
         let moved = WgPeer { endpoint: Some("192.0.2.3:51821".parse().unwrap()), ..peer.clone() };
         assert!(!same(&moved, &peer));
+    }
+
+    /// Over an IPv6 underlay the endpoint is the peer's IPv6 address and port (the kernel
+    /// gets a `sockaddr_in6`), and the allowed IPs are still both pod subnets.
+    #[test]
+    fn over_an_ipv6_underlay_the_endpoint_is_the_peers_ipv6_address() {
+        let record = peer_record(&own("2001:db8:91::1"), "2001:db8:91::2").unwrap();
+        let peer = wanted_peer(&record).unwrap();
+        assert_eq!(peer.endpoint, Some("[2001:db8:91::2]:51821".parse().unwrap()));
+        let want: Vec<IpNet> = vec!["10.244.2.0/24".parse().unwrap(), "fd00:244:0:2::/64".parse().unwrap()];
+        assert_eq!(peer.allowed_ips, want);
+    }
+
+    /// A node of one underlay family cannot reach an endpoint of the other: such a record
+    /// is refused, not programmed as a peer whose handshakes would go nowhere.
+    #[test]
+    fn an_endpoint_of_the_other_family_than_the_underlays_is_refused() {
+        for (own_underlay, record_underlay) in
+            [("2001:db8:91::1", "192.0.2.2"), ("192.0.2.1", "2001:db8:91::2")]
+        {
+            let refused = peer_record(&own(own_underlay), record_underlay).unwrap_err();
+            assert!(refused.contains("is not of the family of this node's underlay"), "{refused}");
+        }
     }
 }

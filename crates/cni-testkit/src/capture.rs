@@ -28,7 +28,8 @@ pub struct Transport {
 }
 
 impl Frame {
-    fn ethertype(&self) -> Option<u16> {
+    /// The Ethernet frame's type (`0x0800` IPv4, `0x86dd` IPv6, `0x0806` ARP).
+    pub fn ethertype(&self) -> Option<u16> {
         self.0.get(12..14).map(|t| u16::from_be_bytes([t[0], t[1]]))
     }
 

@@ -36,6 +36,8 @@ pub struct Host {
     pub name: String,
     pub ns: TestNetns,
     pub underlay: IpAddr,
+    /// The agent's lease TTL in seconds ([`TTL`] unless a test needs another).
+    pub ttl: u64,
     pub dir: PathBuf,
     pub agent: Option<Child>,
     pub pod: Option<TestNetns>,
@@ -250,7 +252,16 @@ impl Host {
             std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("agent.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_cni-overlay-agent"))
             .args(["--etcd-endpoints", &endpoints.join(","), "--iface", "ovu0", "--node", &self.name])
-            .args(["--prefix", PREFIX, "--ttl", &TTL.to_string(), "--device", DEVICE, "--bridge", "ovcni0"])
+            .args([
+                "--prefix",
+                PREFIX,
+                "--ttl",
+                &self.ttl.to_string(),
+                "--device",
+                DEVICE,
+                "--bridge",
+                "ovcni0",
+            ])
             .args(["--vni", "42", "--netns"])
             .arg(self.ns.path())
             .arg("--subnet-file")
@@ -392,6 +403,7 @@ impl Cluster {
                 name,
                 ns,
                 underlay: address.addr(),
+                ttl: TTL,
                 dir,
                 agent: None,
                 pod: None,
