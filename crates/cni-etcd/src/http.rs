@@ -1,14 +1,15 @@
-//! etcd's JSON gateway over `ureq`, the HTTP client kurma-net uses too: POST with a JSON
+//! etcd's JSON gateway over `ureq` (the HTTP crate kurma-net uses too): POST with a JSON
 //! body on kept-alive connections (one `ureq::Agent` per [`Http`], pooling them), and a
 //! message-by-message reader for the streaming endpoint (watch).
 //!
 //! The server's answer is not trusted with our memory or time: a member (or anyone on the
 //! path to a plaintext one) decides every size in it. ureq bounds the response head
 //! ([`MAX_HEAD`] bytes, status line and headers together; at most [`MAX_HEADERS`] lines)
-//! and parses chunk sizes (at most 20 characters) without allocating them; we bound the body ([`MAX_BODY`], refused up front when
-//! `Content-Length` announces more), each stream message, and time: every read waits at
-//! most the client's timeout, and a unary answer must arrive whole within
-//! [`ANSWER_TIMEOUTS`] of them. Anything over a limit is an error naming the limit.
+//! and parses chunk sizes (at most 20 characters) without allocating them. We bound the
+//! body ([`MAX_BODY`], refused up front when `Content-Length` announces more), each stream
+//! message, and time: every read waits at most the client's timeout, and a unary answer
+//! must arrive whole within [`ANSWER_TIMEOUTS`] of them. Anything over a limit is an
+//! error naming the limit; a body cut short is an error, never a shorter answer.
 
 use std::io::{self, Read};
 use std::net::SocketAddr;
