@@ -1,4 +1,4 @@
-//! The etcd client: unary calls on one kept-alive connection, failing over to the next
+//! The etcd client: unary calls on kept-alive connections, failing over to the next
 //! configured member when one is down or without a leader.
 
 use std::sync::Arc;
@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
-use crate::http::Conn;
+use crate::http::Http;
+use crate::http::Stream;
 use crate::kv::{encode, int_field, kvs, prefix_end, KeyValue, Txn, TxnResponse};
 use crate::tls::Tls;
 use crate::watch::Watch;
@@ -20,9 +21,9 @@ const GRPC_UNAVAILABLE: i64 = 14;
 pub struct Client {
     endpoints: Vec<String>,
     current: usize,
-    conn: Option<Conn>,
-    timeout: Duration,
-    tls: Option<Tls>,
+    http: Http,
+    /// The current member has answered on a connection that may now be idle in the pool.
+    warm: bool,
     observer: Option<Observer>,
 }
 
@@ -69,13 +70,14 @@ impl Client {
         }
         let endpoints =
             endpoints.iter().map(|e| endpoint_host(e.as_ref(), tls.is_some())).collect::<Result<Vec<_>>>()?;
-        Ok(Client { endpoints, current: 0, conn: None, timeout, tls, observer: None })
+        let http = Http::new(timeout, tls.as_ref());
+        Ok(Client { endpoints, current: 0, http, warm: false, observer: None })
     }
 
     /// Starts at another member: clients of one host spread over the cluster.
     pub fn prefer(&mut self, index: usize) {
         self.current = index % self.endpoints.len();
-        self.conn = None;
+        self.warm = false;
     }
 
     /// Reports every later call to `observer`.
@@ -88,17 +90,17 @@ impl Client {
     }
 
     fn next_endpoint(&mut self) {
-        self.conn = None;
+        self.warm = false;
         self.current = (self.current + 1) % self.endpoints.len();
     }
 
-    /// Opens a new connection to a member that accepts one (for streams).
-    pub(crate) fn connect_any(&mut self) -> Result<Conn> {
+    /// Opens a stream on the first member that answers its request with one.
+    pub(crate) fn stream_any(&mut self, path: &str, body: &[u8]) -> Result<Stream> {
         let mut reasons = Vec::new();
         for _ in 0..self.endpoints.len() {
             let host = &self.endpoints[self.current];
-            match Conn::connect(host, self.timeout, self.tls.as_ref()) {
-                Ok(conn) => return Ok(conn),
+            match self.http.post_stream(host, path, body) {
+                Ok(stream) => return Ok(stream),
                 Err(e) => reasons.push(format!("{host}: {e}")),
             }
             self.next_endpoint();
@@ -128,23 +130,11 @@ impl Client {
         let mut retried_idle = false;
         let mut tries = 0;
         while tries < self.endpoints.len() {
-            let host = self.endpoints[self.current].clone();
-            let reused = self.conn.is_some();
-            if self.conn.is_none() {
-                match Conn::connect(&host, self.timeout, self.tls.as_ref()) {
-                    Ok(conn) => self.conn = Some(conn),
-                    Err(e) => {
-                        reasons.push(format!("{host}: {e}"));
-                        self.next_endpoint();
-                        tries += 1;
-                        continue;
-                    }
-                }
-            }
-            let conn = self.conn.as_mut().expect("connected above");
-            match conn.post(path, body.as_bytes()) {
+            let host = &self.endpoints[self.current];
+            let reused = self.warm;
+            match self.http.post(host, path, body.as_bytes()) {
                 Err(e) => {
-                    self.conn = None;
+                    self.warm = false;
                     if reused && !retried_idle {
                         retried_idle = true;
                         continue;
@@ -154,6 +144,7 @@ impl Client {
                     tries += 1;
                 }
                 Ok((status, bytes)) => {
+                    self.warm = true;
                     let answer: Value = serde_json::from_slice(&bytes).map_err(|e| Error::Protocol {
                         path: path.into(),
                         message: format!("{e}: {}", String::from_utf8_lossy(&bytes)),
@@ -286,8 +277,7 @@ impl Client {
 
     /// Watches every key under `prefix` from `start_revision` on (its own connection).
     pub fn watch_prefix(&mut self, prefix: &[u8], start_revision: i64) -> Result<Watch> {
-        let conn = self.connect_any()?;
-        Watch::start(conn, prefix, start_revision)
+        Watch::start(self, prefix, start_revision)
     }
 }
 

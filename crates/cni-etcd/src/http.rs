@@ -1,51 +1,68 @@
-//! Just enough HTTP/1.1 for etcd's JSON gateway: POST with a JSON body on a kept-alive
-//! connection, responses with `Content-Length` or chunked bodies, and a chunk-by-chunk
-//! reader for the streaming endpoints (watch, lease keep-alive).
+//! etcd's JSON gateway over `ureq` (the HTTP crate kurma-net uses too): POST with a JSON
+//! body on kept-alive connections (one `ureq::Agent` per [`Http`], pooling them), and a
+//! message-by-message reader for the streaming endpoint (watch).
 //!
-//! The server's answer is not trusted with our memory: a member (or anyone on the path to
-//! a plaintext one) decides every size in it, so each is checked against a fixed limit
-//! before anything is allocated, and an answer over a limit is an `InvalidData` error
-//! naming the limit ([`MAX_LINE`], [`MAX_HEADERS`], [`MAX_BODY`]).
+//! The server's answer is not trusted with our memory or time: a member (or anyone on the
+//! path to a plaintext one) decides every size in it. ureq bounds the response head
+//! ([`MAX_HEAD`] bytes, status line and headers together; at most [`MAX_HEADERS`] lines)
+//! and parses chunk sizes (at most 20 characters) without allocating them. We bound the
+//! body ([`MAX_BODY`], refused up front when `Content-Length` announces more), each stream
+//! message, and time: every read waits at most the client's timeout, and a unary answer
+//! must arrive whole within [`ANSWER_TIMEOUTS`] of them. Anything over a limit is an
+//! error naming the limit; a body cut short is an error, never a shorter answer.
 
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::time::{Duration, Instant};
+use std::io::{self, Read};
+use std::net::SocketAddr;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
+use std::time::Duration;
 
-use rustls::pki_types::ServerName;
-use rustls::{AlertDescription, ClientConnection, StreamOwned};
+use rustls::AlertDescription;
+use ureq::config::{AutoHeaderValue, Config};
+use ureq::http::{Response, Uri};
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
+use ureq::{Agent, Body};
 
 use crate::tls::Tls;
 
-/// The longest status, header or chunk-size line read (etcd's are well under 200 bytes).
-pub const MAX_LINE: usize = 8 * 1024;
+/// The largest response head (status line and every header line together). etcd's is
+/// about 200 bytes; ureq refuses a longer one before reading further.
+pub const MAX_HEAD: usize = 8 * 1024;
 
-/// The most header lines one response may have (etcd sends about five).
-pub const MAX_HEADERS: usize = 64;
+/// The most header lines one response may have (etcd sends about five): ureq's own fixed
+/// bound, which it checks before storing them.
+pub const MAX_HEADERS: usize = 128;
 
-/// The largest body (all chunks together) of a unary answer, and the largest single
-/// message of a stream. etcd refuses requests over 1.5 MiB by default, so one record is far
-/// smaller; the largest answers are prefix listings (etcd-ipam's GC lists every handle),
-/// about 300 bytes of JSON per key, so this holds tens of thousands of keys.
+/// The largest body of a unary answer, and the largest single message of a stream. etcd
+/// refuses requests over 1.5 MiB by default, so one record is far smaller; the largest
+/// answers are prefix listings (etcd-ipam's GC lists every handle), about 300 bytes of JSON
+/// per key, so this holds tens of thousands of keys.
 pub const MAX_BODY: usize = 8 * 1024 * 1024;
 
 /// A unary answer must arrive whole within this many read timeouts: a member trickling a
 /// byte just inside each read's timeout cannot hold a call (and a plugin) for ever.
 pub const ANSWER_TIMEOUTS: u32 = 4;
 
-/// The bytes under HTTP: a plain socket or TLS over one.
-enum Transport {
-    Plain(TcpStream),
-    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
+/// The size of each of a connection's two buffers (ureq's default is 128 KiB): twice the
+/// largest head, so a head at the limit still fits with the start of its body.
+const IO_BUFFER: usize = 2 * MAX_HEAD;
+
+/// How many stream messages may wait, read but not yet taken, before the reader waits.
+const STREAM_BACKLOG: usize = 16;
+
+fn bad(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.into())
+}
+
+fn over_limit(what: &str, size: impl std::fmt::Display) -> io::Error {
+    bad(format!("{what} of {size} bytes is over the {} MiB limit", MAX_BODY >> 20))
 }
 
 /// TLS failures say so, and say whose certificate is at fault: "TLS: received fatal alert:
 /// BadCertificate (the member refused this client's certificate: certFile/keyFile)" rather
 /// than a bare alert name.
-fn tls_context(err: io::Error) -> io::Error {
-    let Some(tls_err) = err.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) else {
-        return err;
-    };
-    let hint = match tls_err {
+fn tls_error(err: &rustls::Error) -> io::Error {
+    let hint = match err {
         rustls::Error::AlertReceived(
             AlertDescription::BadCertificate
             | AlertDescription::CertificateRequired
@@ -58,336 +75,238 @@ fn tls_context(err: io::Error) -> io::Error {
         }
         _ => "",
     };
-    io::Error::new(err.kind(), format!("TLS: {err}{hint}"))
+    io::Error::new(io::ErrorKind::ConnectionRefused, format!("TLS: {err}{hint}"))
 }
 
-impl Transport {
-    fn socket(&self) -> &TcpStream {
-        match self {
-            Transport::Plain(socket) => socket,
-            Transport::Tls(stream) => stream.get_ref(),
+/// ureq's error as the `io::Error` the rest of this crate reports, with our limits named.
+fn io_error(err: ureq::Error) -> io::Error {
+    match err {
+        ureq::Error::Timeout(ureq::Timeout::Global) => {
+            io::Error::new(io::ErrorKind::TimedOut, "the answer did not arrive whole in time")
         }
-    }
-}
-
-impl Read for Transport {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Transport::Plain(socket) => socket.read(buf),
-            Transport::Tls(stream) => stream.read(buf).map_err(tls_context),
+        ureq::Error::Timeout(which) => io::Error::new(io::ErrorKind::TimedOut, format!("timeout: {which}")),
+        ureq::Error::BodyExceedsLimit(_) => over_limit("a body", format!("more than {MAX_BODY}")),
+        ureq::Error::LargeResponseHeader(..) => {
+            bad(format!("a response head over the {}-KiB limit", MAX_HEAD >> 10))
         }
-    }
-}
-
-impl Write for Transport {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Transport::Plain(socket) => socket.write(buf),
-            Transport::Tls(stream) => stream.write(buf).map_err(tls_context),
+        ureq::Error::Rustls(tls) => tls_error(&tls),
+        ureq::Error::Io(io) => match io.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+            Some(tls) => tls_error(tls),
+            None => io,
+        },
+        ureq::Error::Protocol(ureq_proto::Error::HttpParseTooManyHeaders) => {
+            bad(format!("a response over the limit of {MAX_HEADERS} header lines"))
         }
+        ureq::Error::Protocol(e) => bad(format!("not a well-formed HTTP answer: {e}")),
+        other => io::Error::other(other.to_string()),
     }
+}
 
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Transport::Plain(socket) => socket.flush(),
-            Transport::Tls(stream) => stream.flush().map_err(tls_context),
+/// With TLS 1.3 a member refuses a client certificate (or its absence) after the client
+/// has finished its side of the handshake, so the refusal can reach us as the request's
+/// write failing on a closed connection instead of as the member's alert.
+fn hang_up_hint(err: io::Error) -> io::Error {
+    match err.kind() {
+        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset | io::ErrorKind::UnexpectedEof => {
+            io::Error::new(
+                err.kind(),
+                format!(
+                    "TLS: {err} (the member hung up: does it require a client certificate? certFile/keyFile)"
+                ),
+            )
         }
+        _ => err,
     }
 }
 
-fn is_timeout(err: &io::Error) -> bool {
-    matches!(err.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
-}
-
-/// The transport with the time limits of the answer being read: each read waits at most
-/// `read_timeout`, and none starts after `deadline` (when one is set).
-struct Timed {
-    transport: Transport,
-    read_timeout: Option<Duration>,
-    deadline: Option<Instant>,
-}
-
-impl Read for Timed {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let Some(deadline) = self.deadline else { return self.transport.read(buf) };
-        let late = || io::Error::new(io::ErrorKind::TimedOut, "the answer did not arrive whole in time");
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(late());
-        }
-        // The read waits its own timeout, or what is left of the answer's time if shorter.
-        let cut = self.read_timeout.is_none_or(|timeout| left < timeout);
-        let wait = if cut { left } else { self.read_timeout.unwrap_or(left) };
-        self.transport.socket().set_read_timeout(Some(wait))?;
-        match self.transport.read(buf) {
-            Err(e) if cut && is_timeout(&e) => Err(late()),
-            other => other,
-        }
+/// A `Content-Length` over [`MAX_BODY`] is refused before any of the body is read.
+fn check_length(response: &Response<Body>) -> io::Result<()> {
+    let Some(length) = response.headers().get("content-length") else { return Ok(()) };
+    let length = length.to_str().ok().and_then(|l| l.trim().parse::<u64>().ok());
+    match length {
+        Some(length) if length > MAX_BODY as u64 => Err(over_limit("Content-Length", length)),
+        Some(_) => Ok(()),
+        None => Err(bad(format!("bad Content-Length {:?}", response.headers()["content-length"]))),
     }
 }
 
-impl Write for Timed {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.transport.write(buf)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.transport.flush()
-    }
+/// Endpoints are nearly always IP addresses: those are used as they are. ureq's own
+/// resolver runs every look-up under a deadline on a new thread, which cost a plugin
+/// process about 0.6 ms a call (measured), twice its whole etcd-ipam ADD before; names
+/// still go to it.
+#[derive(Debug, Default)]
+struct LiteralResolver {
+    names: DefaultResolver,
 }
 
-/// One kept-alive connection to one etcd member.
-pub struct Conn {
-    host: String,
-    reader: BufReader<Timed>,
-}
-
-/// The name the member's certificate must carry: the endpoint's host without the port
-/// (an IP address is matched against the certificate's IP SANs).
-fn server_name(host: &str) -> io::Result<ServerName<'static>> {
-    let name = match host.rsplit_once(':') {
-        Some((name, _port)) => name,
-        None => host,
-    };
-    let name = name.trim_start_matches('[').trim_end_matches(']');
-    ServerName::try_from(name.to_string())
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("TLS server name {name:?}: {e}")))
-}
-
-/// Runs the TLS handshake now, so that an untrusted server certificate fails the connect
-/// (and names TLS) rather than the first request.
-fn handshake(socket: TcpStream, host: &str, tls: &Tls) -> io::Result<Transport> {
-    let connection = ClientConnection::new(tls.config.clone(), server_name(host)?)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("TLS: {e}")))?;
-    let mut stream = StreamOwned::new(connection, socket);
-    while stream.conn.is_handshaking() {
-        stream.conn.complete_io(&mut stream.sock).map_err(tls_context)?;
-    }
-    Ok(Transport::Tls(Box::new(stream)))
-}
-
-/// The head of a response: its status and how its body is framed.
-struct Head {
-    status: u16,
-    length: Option<usize>,
-    chunked: bool,
-}
-
-fn bad(msg: impl Into<String>) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, msg.into())
-}
-
-/// `size` as a usize when it is at most [`MAX_BODY`]; else an error naming `what`.
-fn within_body_limit(size: u64, what: &str) -> io::Result<usize> {
-    match usize::try_from(size) {
-        Ok(size) if size <= MAX_BODY => Ok(size),
-        _ => Err(bad(format!("{what} of {size} bytes is over the {} MiB limit", MAX_BODY >> 20))),
-    }
-}
-
-impl Conn {
-    /// Connects to `host:port` (an etcd client URL without the scheme).
-    /// With `tls`, the connection is TLS (an `https://` endpoint).
-    pub fn connect(host: &str, timeout: Duration, tls: Option<&Tls>) -> io::Result<Conn> {
-        let addrs: Vec<SocketAddr> = host.to_socket_addrs()?.collect();
-        let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{host}: no address"));
-        for addr in addrs {
-            match TcpStream::connect_timeout(&addr, timeout) {
-                Ok(stream) => {
-                    stream.set_nodelay(true)?;
-                    stream.set_read_timeout(Some(timeout))?;
-                    stream.set_write_timeout(Some(timeout))?;
-                    let transport = match tls {
-                        Some(tls) => handshake(stream, host, tls)?,
-                        None => Transport::Plain(stream),
-                    };
-                    let timed = Timed { transport, read_timeout: Some(timeout), deadline: None };
-                    return Ok(Conn { host: host.to_string(), reader: BufReader::new(timed) });
-                }
-                Err(e) => last = e,
+impl Resolver for LiteralResolver {
+    fn resolve(
+        &self,
+        uri: &Uri,
+        config: &Config,
+        timeout: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        let literal =
+            uri.host().and_then(|host| host.trim_start_matches('[').trim_end_matches(']').parse().ok());
+        match (literal, uri.port_u16()) {
+            (Some(ip), Some(port)) => {
+                let mut addrs = self.names.empty();
+                addrs.push(SocketAddr::new(ip, port));
+                Ok(addrs)
             }
+            _ => self.names.resolve(uri, config, timeout),
         }
-        Err(last)
     }
+}
 
-    /// Changes how long a read may block (streams wait longer than unary calls).
-    pub fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        self.reader.get_mut().read_timeout = timeout;
-        self.reader.get_ref().transport.socket().set_read_timeout(timeout)
-    }
+/// The HTTP side of one etcd client: its pooled connections and time limits.
+pub struct Http {
+    agent: Agent,
+    tls: bool,
+    scheme: &'static str,
+    timeout: Duration,
+}
 
-    /// Starts the clock of an answer: it must be read whole within [`ANSWER_TIMEOUTS`] read
-    /// timeouts (no limit when reads may block for ever).
-    fn arm_deadline(&mut self) {
-        let timed = self.reader.get_mut();
-        timed.deadline = timed.read_timeout.map(|timeout| Instant::now() + timeout * ANSWER_TIMEOUTS);
-    }
-
-    /// The answer is read: later reads (a stream's) have only their own timeout.
-    fn disarm_deadline(&mut self) -> io::Result<()> {
-        let timed = self.reader.get_mut();
-        timed.deadline = None;
-        let timeout = timed.read_timeout;
-        timed.transport.socket().set_read_timeout(timeout)
-    }
-
-    fn send(&mut self, path: &str, body: &[u8]) -> io::Result<()> {
-        let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-            self.host,
-            body.len()
-        );
-        // One write: the request head and body go out in one segment.
-        let mut request = Vec::with_capacity(head.len() + body.len());
-        request.extend_from_slice(head.as_bytes());
-        request.extend_from_slice(body);
-        self.reader.get_mut().write_all(&request)
-    }
-
-    /// One line without its CRLF, at most [`MAX_LINE`] bytes: a longer one is an error, not
-    /// a buffer that grows for as long as the server sends.
-    fn read_line(&mut self) -> io::Result<String> {
-        let mut line = Vec::new();
-        let limit = MAX_LINE as u64 + 2;
-        if (&mut self.reader).take(limit).read_until(b'\n', &mut line)? == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed by etcd"));
+impl Http {
+    /// Connections wait `timeout` for each connect, read and write; with `tls` they are
+    /// `https://` connections trusting only its CA and presenting its client certificate.
+    pub fn new(timeout: Duration, tls: Option<&Tls>) -> Http {
+        let mut config = Agent::config_builder()
+            // etcd's error answers carry JSON the caller reads: a status is not an error here.
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .user_agent(AutoHeaderValue::None)
+            .accept(AutoHeaderValue::None)
+            .accept_encoding(AutoHeaderValue::None)
+            .max_response_header_size(MAX_HEAD)
+            // ureq zero-fills both buffers when it connects: its default 128 KiB each cost a
+            // plugin process 64 page faults, a third of its CPU (measured). etcd's requests
+            // and answer heads are a few hundred bytes; bodies stream through in pieces.
+            .input_buffer_size(IO_BUFFER)
+            .output_buffer_size(IO_BUFFER)
+            .timeout_connect(Some(timeout))
+            .timeout_per_read(Some(timeout))
+            .timeout_per_write(Some(timeout))
+            .timeout_global(Some(timeout * ANSWER_TIMEOUTS));
+        if let Some(tls) = tls {
+            config = config.tls_config(tls.config.clone());
         }
-        if line.last() != Some(&b'\n') {
-            if line.len() as u64 == limit {
-                return Err(bad(format!("a response line over the {MAX_LINE}-byte limit")));
-            }
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed by etcd mid-line"));
-        }
-        while matches!(line.last(), Some(b'\n' | b'\r')) {
-            line.pop();
-        }
-        String::from_utf8(line).map_err(|_| bad("a response line that is not UTF-8"))
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let agent = Agent::with_parts(config.build(), DefaultConnector::new(), LiteralResolver::default());
+        Http { agent, tls: tls.is_some(), scheme, timeout }
     }
 
-    fn read_head(&mut self) -> io::Result<Head> {
-        let status_line = self.read_line()?;
-        let status = status_line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| bad(format!("not an HTTP response: {status_line:?}")))?;
-        let mut head = Head { status, length: None, chunked: false };
-        for _ in 0..=MAX_HEADERS {
-            let line = self.read_line()?;
-            if line.is_empty() {
-                return Ok(head);
-            }
-            let Some((name, value)) = line.split_once(':') else { continue };
-            let value = value.trim();
-            if name.eq_ignore_ascii_case("content-length") {
-                let length: u64 = value.parse().map_err(|_| bad(format!("bad Content-Length {value:?}")))?;
-                head.length = Some(within_body_limit(length, "Content-Length")?);
-            } else if name.eq_ignore_ascii_case("transfer-encoding") {
-                head.chunked = value.eq_ignore_ascii_case("chunked");
-            }
-        }
-        Err(bad(format!("a response over the limit of {MAX_HEADERS} header lines")))
-    }
-
-    /// The next chunk of a chunked body; `None` at its end.
-    fn read_chunk(&mut self) -> io::Result<Option<Vec<u8>>> {
-        let size_line = self.read_line()?;
-        let size_hex = size_line.split(';').next().unwrap_or("").trim();
-        // u64 and at most 16 digits: a longer or larger size is refused, never allocated.
-        let size = match size_hex.len() {
-            1..=16 => u64::from_str_radix(size_hex, 16).ok(),
-            _ => None,
-        };
-        let size = size.ok_or_else(|| bad(format!("bad chunk size {size_hex:?}")))?;
-        let size = within_body_limit(size, "chunk size")?;
-        if size == 0 {
-            // Trailers (none expected) up to the empty line.
-            while !self.read_line()?.is_empty() {}
-            return Ok(None);
-        }
-        let mut chunk = vec![0; size];
-        self.reader.read_exact(&mut chunk)?;
-        let mut crlf = [0; 2];
-        self.reader.read_exact(&mut crlf)?;
-        Ok(Some(chunk))
-    }
-
-    /// POSTs `body` to `path` and returns the status and whole body.
-    pub fn post(&mut self, path: &str, body: &[u8]) -> io::Result<(u16, Vec<u8>)> {
-        self.send(path, body)?;
-        self.arm_deadline();
-        let answer = self.read_answer();
-        self.disarm_deadline()?;
-        answer
-    }
-
-    fn read_answer(&mut self) -> io::Result<(u16, Vec<u8>)> {
-        let head = self.read_head()?;
-        let body = if head.chunked {
-            let mut body = Vec::new();
-            while let Some(chunk) = self.read_chunk()? {
-                within_body_limit((body.len() + chunk.len()) as u64, "chunked body")?;
-                body.extend_from_slice(&chunk);
-            }
-            body
+    /// A failed exchange as an `io::Error`, with the TLS hint where it may apply.
+    fn error(&self, err: ureq::Error) -> io::Error {
+        let hang_up = self.tls && matches!(err, ureq::Error::Io(_));
+        let err = io_error(err);
+        if hang_up {
+            hang_up_hint(err)
         } else {
-            let length = head.length.ok_or_else(|| bad("response without a length"))?;
-            let mut body = vec![0; length];
-            self.reader.read_exact(&mut body)?;
-            body
-        };
-        Ok((head.status, body))
+            err
+        }
     }
 
-    /// POSTs `body` to a streaming endpoint; the response's messages are then read one by
-    /// one with [`Stream::next_message`]. The connection is the stream's from then on.
-    pub fn post_stream(mut self, path: &str, body: &[u8]) -> io::Result<Stream> {
-        self.send(path, body)?;
-        self.arm_deadline();
-        let head = self.read_head();
-        self.disarm_deadline()?;
-        let head = head?;
-        if head.status != 200 {
-            return Err(bad(format!("{path}: HTTP status {}", head.status)));
+    /// POSTs `body` to `path` on `host` (`host:port`); returns the status and whole body.
+    pub fn post(&self, host: &str, path: &str, body: &[u8]) -> io::Result<(u16, Vec<u8>)> {
+        let url = format!("{}://{host}{path}", self.scheme);
+        let mut response = self
+            .agent
+            .post(&url)
+            .header("content-type", "application/json")
+            .send(body)
+            .map_err(|e| self.error(e))?;
+        check_length(&response)?;
+        let status = response.status().as_u16();
+        let body =
+            response.body_mut().with_config().limit(MAX_BODY as u64).read_to_vec().map_err(io_error)?;
+        Ok((status, body))
+    }
+
+    /// POSTs `body` to a streaming endpoint; its messages are then read one by one with
+    /// [`Stream::next_message`]. The head must come within the unary limits; the stream
+    /// itself may then be silent for as long as the watched keys are.
+    pub fn post_stream(&self, host: &str, path: &str, body: &[u8]) -> io::Result<Stream> {
+        let url = format!("{}://{host}{path}", self.scheme);
+        let response = self
+            .agent
+            .post(&url)
+            .config()
+            .timeout_global(None)
+            .timeout_per_read(None)
+            .timeout_recv_response(Some(self.timeout * ANSWER_TIMEOUTS))
+            .build()
+            .header("content-type", "application/json")
+            .send(body)
+            .map_err(|e| self.error(e))?;
+        if response.status() != 200 {
+            return Err(bad(format!("{path}: HTTP status {}", response.status())));
         }
-        if !head.chunked {
-            return Err(bad(format!("{path}: expected a chunked stream")));
-        }
-        Ok(Stream { conn: self, pending: Vec::new() })
+        Ok(Stream::start(response.into_body()))
     }
 }
 
-/// A streaming response: newline-delimited JSON messages spread over HTTP chunks.
+/// A streaming response: newline-delimited JSON messages, read by a thread of its own so
+/// that each wait for the next one can have its own timeout. The thread ends when the
+/// stream does, or at the first message after the `Stream` is dropped.
 pub struct Stream {
-    conn: Conn,
-    pending: Vec<u8>,
+    messages: Receiver<io::Result<Vec<u8>>>,
 }
 
 impl Stream {
-    /// The next message (one JSON document); an error when the stream ends.
-    pub fn next_message(&mut self) -> io::Result<Vec<u8>> {
-        loop {
-            if let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
-                let message: Vec<u8> = self.pending.drain(..=end).collect();
-                if message.iter().all(u8::is_ascii_whitespace) {
-                    continue;
-                }
-                return Ok(message);
-            }
-            match self.conn.read_chunk()? {
-                Some(chunk) => {
-                    // A message that never ends (no newline) must not grow without bound.
-                    within_body_limit((self.pending.len() + chunk.len()) as u64, "stream message")?;
-                    self.pending.extend_from_slice(&chunk)
-                }
-                None => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "stream ended")),
+    fn start(body: Body) -> Stream {
+        let (sender, messages) = mpsc::sync_channel(STREAM_BACKLOG);
+        let reader = body.into_reader();
+        std::thread::Builder::new()
+            .name("etcd-stream".into())
+            .spawn(move || split_messages(reader, &sender))
+            .map(|_| Stream { messages })
+            .unwrap_or_else(|e| {
+                let (sender, messages) = mpsc::sync_channel(1);
+                let _ = sender.send(Err(e));
+                Stream { messages }
+            })
+    }
+
+    /// The next message (one JSON document); a `TimedOut` error when none came within
+    /// `timeout`, another error when the stream ended or broke.
+    pub fn next_message(&mut self, timeout: Duration) -> io::Result<Vec<u8>> {
+        match self.messages.recv_timeout(timeout) {
+            Ok(message) => message,
+            Err(RecvTimeoutError::Timeout) => Err(io::Error::new(io::ErrorKind::TimedOut, "no message")),
+            Err(RecvTimeoutError::Disconnected) => {
+                Err(io::Error::new(io::ErrorKind::UnexpectedEof, "stream ended"))
             }
         }
     }
+}
 
-    /// Changes how long [`Stream::next_message`] may block.
-    pub fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        self.conn.set_read_timeout(timeout)
+/// Reads `reader` to its end, sending each non-blank line; a line longer than
+/// [`MAX_BODY`] (a message that never ends) ends the stream with an error.
+fn split_messages(mut reader: impl Read, sender: &SyncSender<io::Result<Vec<u8>>>) {
+    let mut pending = Vec::new();
+    let mut buf = vec![0; 64 * 1024];
+    loop {
+        while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+            let message: Vec<u8> = pending.drain(..=end).collect();
+            if !message.iter().all(u8::is_ascii_whitespace) && sender.send(Ok(message)).is_err() {
+                return;
+            }
+        }
+        let read = match reader.read(&mut buf) {
+            Ok(0) => return,
+            Ok(read) => read,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                let _ = sender.send(Err(e));
+                return;
+            }
+        };
+        if pending.len() + read > MAX_BODY {
+            let _ = sender.send(Err(over_limit("a stream message", pending.len() + read)));
+            return;
+        }
+        pending.extend_from_slice(&buf[..read]);
     }
 }
 
@@ -398,10 +317,12 @@ mod tests {
 
     const OK_CHUNKED: &[u8] = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
 
+    fn host(server: &HostileServer) -> String {
+        server.endpoint().trim_start_matches("http://").to_string()
+    }
+
     fn post_to(server: &HostileServer) -> io::Result<(u16, Vec<u8>)> {
-        let host = server.endpoint().trim_start_matches("http://").to_string();
-        let mut conn = Conn::connect(&host, Duration::from_secs(5), None)?;
-        conn.post("/v3/kv/range", b"{}")
+        Http::new(Duration::from_secs(5), None).post(&host(server), "/v3/kv/range", b"{}")
     }
 
     fn refused(server: &HostileServer) -> String {
@@ -419,25 +340,49 @@ mod tests {
     }
 
     #[test]
+    fn an_endpoint_may_be_a_name_as_well_as_an_address() {
+        let server = HostileServer::start(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}");
+        let by_name = host(&server).replace("127.0.0.1", "localhost");
+        let answer = Http::new(Duration::from_secs(5), None).post(&by_name, "/v3/kv/range", b"{}");
+        assert_eq!(answer.unwrap(), (200, b"{}".to_vec()));
+    }
+
+    #[test]
     fn a_huge_content_length_is_refused_before_allocating() {
         let server = HostileServer::start(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n\r\n{}");
         let err = refused(&server);
         assert!(err.contains("Content-Length of 1000000000000 bytes is over the 8 MiB limit"), "{err}");
         let server =
             HostileServer::start(b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999999\r\n\r\n");
-        assert!(refused(&server).contains("bad Content-Length"));
+        let err = post_to(&server).expect_err("a Content-Length no u64 holds");
+        assert!(
+            err.to_string().contains("Content-Length") || err.kind() == io::ErrorKind::InvalidData,
+            "{err}"
+        );
     }
 
     #[test]
-    fn a_huge_chunk_size_is_refused_before_allocating() {
-        let server = HostileServer::start(&[OK_CHUNKED, b"ffffffffffff\r\nab\r\n"].concat());
+    fn a_huge_chunk_size_is_read_only_up_to_the_limit() {
+        // ureq parses the size without allocating it; the body read stops at MAX_BODY.
+        let mib = vec![b'x'; 1 << 20];
+        let server = HostileServer::start_endless(&[OK_CHUNKED, b"ffffffffffff\r\n"].concat(), &mib);
         let err = refused(&server);
-        assert!(err.contains("chunk size of 281474976710655 bytes is over the 8 MiB limit"), "{err}");
+        assert!(err.contains("over the 8 MiB limit"), "{err}");
         // More digits than a u64 holds, and not hex at all.
         let server = HostileServer::start(&[OK_CHUNKED, b"1ffffffffffffffffffff\r\n"].concat());
-        assert!(refused(&server).contains("bad chunk size"));
+        assert!(refused(&server).contains("not a well-formed HTTP answer"));
         let server = HostileServer::start(&[OK_CHUNKED, b"-1\r\n"].concat());
-        assert!(refused(&server).contains("bad chunk size"));
+        assert!(refused(&server).contains("not a well-formed HTTP answer"));
+    }
+
+    #[test]
+    fn a_chunked_body_cut_short_is_an_error_not_a_short_answer() {
+        // The member announces a chunk, sends "{}" of it and hangs up: "{}" is valid JSON
+        // (an empty range), so taking it for the whole answer would be a wrong answer.
+        let server = HostileServer::start(&[OK_CHUNKED, b"10\r\n{}"].concat());
+        post_to(&server).expect_err("a body cut short must be an error");
+        let server = HostileServer::start(b"HTTP/1.1 200 OK\r\nContent-Length: 16\r\n\r\n{}");
+        post_to(&server).expect_err("a body shorter than its Content-Length must be an error");
     }
 
     #[test]
@@ -446,34 +391,43 @@ mod tests {
         let chunk = [format!("{mib:x}\r\n").as_bytes(), &vec![b'x'; mib], b"\r\n"].concat();
         let server = HostileServer::start_endless(OK_CHUNKED, &chunk);
         let err = refused(&server);
-        assert!(err.contains("chunked body of") && err.contains("8 MiB limit"), "{err}");
+        assert!(err.contains("over the 8 MiB limit"), "{err}");
     }
 
     #[test]
     fn an_endless_header_line_is_refused() {
+        let limit = format!("over the {}-KiB limit", MAX_HEAD >> 10);
         let server = HostileServer::start_endless(b"HTTP/1.1 200 OK\r\nX-Junk: ", &[b'a'; 4096]);
-        assert!(refused(&server).contains(&format!("over the {MAX_LINE}-byte limit")));
+        assert!(refused(&server).contains(&limit));
         // The status line too.
         let server = HostileServer::start_endless(b"HTTP/1.1 200 ", &[b'a'; 4096]);
-        assert!(refused(&server).contains(&format!("over the {MAX_LINE}-byte limit")));
+        assert!(refused(&server).contains(&limit));
     }
 
     #[test]
     fn endless_headers_are_refused() {
         let server = HostileServer::start_endless(b"HTTP/1.1 200 OK\r\n", b"X-Junk: a\r\n");
-        assert!(refused(&server).contains(&format!("over the limit of {MAX_HEADERS} header lines")));
+        let err = refused(&server);
+        assert!(err.contains(&format!("over the limit of {MAX_HEADERS} header lines")), "{err}");
     }
 
     #[test]
     fn a_trickled_answer_must_arrive_whole_in_time() {
         // A byte every 20 ms, each well inside the 300 ms read timeout: only the whole
-        // answer's limit (4 read timeouts) ends the call, long before 8 KiB of line.
+        // answer's limit (4 read timeouts) ends the call, long before MAX_HEAD of head.
         let server =
             HostileServer::start_trickle(b"HTTP/1.1 200 OK\r\nX-Junk: ", b"a", Duration::from_millis(20));
-        let host = server.endpoint().trim_start_matches("http://").to_string();
-        let mut conn = Conn::connect(&host, Duration::from_millis(300), None).unwrap();
-        let err = conn.post("/v3/kv/range", b"{}").unwrap_err();
+        let http = Http::new(Duration::from_millis(300), None);
+        let err = http.post(&host(&server), "/v3/kv/range", b"{}").unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+        assert!(err.to_string().contains("did not arrive whole in time"), "{err}");
+        // The same trickle in the body of a well-formed head.
+        let server = HostileServer::start_trickle(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n",
+            b"a",
+            Duration::from_millis(20),
+        );
+        let err = http.post(&host(&server), "/v3/kv/range", b"{}").unwrap_err();
         assert!(err.to_string().contains("did not arrive whole in time"), "{err}");
     }
 
@@ -482,10 +436,9 @@ mod tests {
         let mib = 1 << 20;
         let chunk = [format!("{mib:x}\r\n").as_bytes(), &vec![b'x'; mib], b"\r\n"].concat();
         let server = HostileServer::start_endless(OK_CHUNKED, &chunk);
-        let host = server.endpoint().trim_start_matches("http://").to_string();
-        let conn = Conn::connect(&host, Duration::from_secs(5), None).unwrap();
-        let mut stream = conn.post_stream("/v3/watch", b"{}").unwrap();
-        let err = stream.next_message().unwrap_err();
+        let http = Http::new(Duration::from_secs(5), None);
+        let mut stream = http.post_stream(&host(&server), "/v3/watch", b"{}").unwrap();
+        let err = stream.next_message(Duration::from_secs(30)).unwrap_err();
         assert!(err.to_string().contains("stream message of"), "{err}");
     }
 }

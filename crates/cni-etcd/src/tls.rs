@@ -9,6 +9,7 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore};
+use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
 
 use crate::error::{Error, Result};
 
@@ -23,7 +24,7 @@ pub struct TlsFiles {
 /// A loaded TLS client configuration, cheap to clone and share between connections.
 #[derive(Clone)]
 pub struct Tls {
-    pub(crate) config: Arc<ClientConfig>,
+    pub(crate) config: ureq::tls::TlsConfig,
 }
 
 fn certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>> {
@@ -36,36 +37,54 @@ fn certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>>
     Ok(certs)
 }
 
+fn ureq_certificates(certs: &[CertificateDer<'static>]) -> Vec<Certificate<'static>> {
+    certs.iter().map(|cert| Certificate::from_der(cert.as_ref()).to_owned()).collect()
+}
+
 impl Tls {
     /// Reads and checks the files: a missing or unreadable file, a key that does not
     /// parse or does not match the certificate are configuration errors naming the file.
     pub fn load(files: &TlsFiles) -> Result<Tls> {
         let mut roots = RootCertStore::empty();
-        for cert in certificates(&files.ca_file, "caFile")? {
+        let ca = certificates(&files.ca_file, "caFile")?;
+        for cert in ca.iter().cloned() {
             roots.add(cert).map_err(|e| Error::Config(format!("caFile {}: {e}", files.ca_file.display())))?;
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = ClientConfig::builder_with_provider(provider)
+        let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| Error::Config(format!("TLS: {e}")))?
             .with_root_certificates(roots);
-        let config = match (&files.cert_file, &files.key_file) {
-            (None, None) => builder.with_no_client_auth(),
+        // rustls checks the files here (a key that does not parse or does not match the
+        // certificate), so the error names them; ureq then gets the same certificates.
+        let client_cert = match (&files.cert_file, &files.key_file) {
+            (None, None) => None,
             (Some(cert_file), Some(key_file)) => {
                 let chain = certificates(cert_file, "certFile")?;
                 let key = PrivateKeyDer::from_pem_file(key_file)
                     .map_err(|e| Error::Config(format!("keyFile {}: {e}", key_file.display())))?;
-                builder.with_client_auth_cert(chain, key).map_err(|e| {
+                let key_pem = std::fs::read(key_file)
+                    .map_err(|e| Error::Config(format!("keyFile {}: {e}", key_file.display())))?;
+                builder.with_client_auth_cert(chain.clone(), key).map_err(|e| {
                     Error::Config(format!(
                         "certFile {} with keyFile {}: {e}",
                         cert_file.display(),
                         key_file.display()
                     ))
-                })?
+                })?;
+                let key = PrivateKey::from_pem(&key_pem)
+                    .map_err(|e| Error::Config(format!("keyFile {}: {e}", key_file.display())))?;
+                Some(ClientCert::new_with_certs(&ureq_certificates(&chain), key))
             }
             _ => return Err(Error::Config("certFile and keyFile go together: give both or neither".into())),
         };
-        Ok(Tls { config: Arc::new(config) })
+        let config = TlsConfig::builder()
+            .provider(TlsProvider::Rustls)
+            .unversioned_rustls_crypto_provider(provider)
+            .root_certs(RootCerts::new_with_certs(&ureq_certificates(&ca)))
+            .client_cert(client_cert)
+            .build();
+        Ok(Tls { config })
     }
 }
 

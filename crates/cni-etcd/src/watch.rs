@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::http::{Conn, Stream};
+use crate::http::Stream;
 use crate::kv::{encode, int_field, prefix_end, KeyValue};
 
 /// One change to a watched key.
@@ -26,15 +27,13 @@ fn protocol(message: impl Into<String>) -> Error {
 }
 
 impl Watch {
-    pub(crate) fn start(conn: Conn, prefix: &[u8], start_revision: i64) -> Result<Watch> {
+    pub(crate) fn start(client: &mut Client, prefix: &[u8], start_revision: i64) -> Result<Watch> {
         let mut create = json!({"key": encode(prefix), "range_end": encode(&prefix_end(prefix))});
         if start_revision > 0 {
             create["start_revision"] = start_revision.to_string().into();
         }
         let body = json!({ "create_request": create }).to_string();
-        let stream = conn
-            .post_stream("/v3/watch", body.as_bytes())
-            .map_err(|e| Error::Unreachable { endpoints: "watch".into(), reason: e.to_string() })?;
+        let stream = client.stream_any("/v3/watch", body.as_bytes())?;
         Ok(Watch { stream })
     }
 
@@ -42,8 +41,7 @@ impl Watch {
     /// caller gets to do its periodic work). An error when the stream breaks: the caller
     /// re-lists and watches again.
     pub fn next_events(&mut self, timeout: Duration) -> Result<Vec<Event>> {
-        self.stream.set_read_timeout(Some(timeout)).map_err(|e| protocol(e.to_string()))?;
-        let message = match self.stream.next_message() {
+        let message = match self.stream.next_message(timeout) {
             Ok(message) => message,
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
                 return Ok(Vec::new())

@@ -24,7 +24,9 @@ fn assert_refused(server: &HostileServer, what: &str) {
 fn oversized_answers_are_code_11_not_an_abort() {
     let huge_length = HostileServer::start(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n\r\n{}");
     assert_refused(&huge_length, "Content-Length 1e12");
-    let huge_chunk = HostileServer::start(&[CHUNKED, b"ffffffffffff\r\n{}\r\n"].concat());
+    // A chunk size no one allocates, then as much of it as the client keeps reading.
+    let huge_chunk =
+        HostileServer::start_endless(&[CHUNKED, b"ffffffffffff\r\n"].concat(), &vec![b'x'; 1 << 20]);
     assert_refused(&huge_chunk, "chunk size ffffffffffff");
     let endless_line = HostileServer::start_endless(b"HTTP/1.1 200 OK\r\nX-Junk: ", &[b'a'; 4096]);
     assert_refused(&endless_line, "an endless header line");
