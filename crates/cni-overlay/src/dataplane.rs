@@ -253,6 +253,23 @@ struct Wanted {
 }
 
 impl Wanted {
+    /// Everything the peers' entries name.
+    fn of<'a>(peers: impl Iterator<Item = &'a PeerEntries>) -> Wanted {
+        let mut wanted = Wanted::default();
+        for entries in peers {
+            for route in &entries.routes {
+                wanted.routes.insert((
+                    route.destination,
+                    route.gateway.expect("gateway"),
+                    route.oif.expect("oif"),
+                ));
+            }
+            wanted.neighbours.extend(entries.neighbours.iter().filter_map(|n| Some((n.address, n.mac?))));
+            wanted.remotes.extend(entries.fdb.iter().filter_map(|f| Some((f.mac, f.dst?))));
+        }
+        wanted
+    }
+
     /// Whether every one of a peer's entries is among these.
     fn has_all(&self, entries: &PeerEntries) -> bool {
         let routes = entries.routes.iter().all(|r| match (r.gateway, r.oif) {
@@ -331,34 +348,42 @@ pub fn reconcile(
     peers: &BTreeMap<Ipv4Net, PeerRecord>,
 ) -> Result<Vec<Failure>> {
     let mut failures = Vec::new();
-    let mut attempt = |subject: &dyn Fn() -> String, outcome: cni_net::Result<()>| {
-        if let Err(error) = outcome {
-            failures.push(Failure { subject: subject(), error });
-        }
-    };
     // What the peers want, as sets: the cost of a reconcile grows with the peers, not with
     // their square.
     let programs: Vec<(&PeerRecord, PeerEntries)> =
         peers.values().map(|p| (p, peer_entries(underlay, device, p))).collect();
-    let mut wanted = Wanted::default();
-    for (_, entries) in &programs {
-        for route in &entries.routes {
-            wanted.routes.insert((
-                route.destination,
-                route.gateway.expect("gateway"),
-                route.oif.expect("oif"),
-            ));
-        }
-        wanted.neighbours.extend(entries.neighbours.iter().filter_map(|n| Some((n.address, n.mac?))));
-        wanted.remotes.extend(entries.fdb.iter().filter_map(|f| Some((f.mac, f.dst?))));
-    }
+    let wanted = Wanted::of(programs.iter().map(|(_, entries)| entries));
     // What is already right, from the same dumps: a peer all of whose entries are there is
     // not written again, so a change of one peer costs each node a dump and that peer's
     // writes, not three writes per peer (at 100 simulated nodes this halved a join's CPU
     // on each peer, 1.6 ms to 0.7 ms: docs/multi-host.md).
+    let present = remove_stale(nl, config, underlay, device, &wanted, &mut failures)?;
+    for (peer, entries) in programs.iter().filter(|(_, entries)| !present.has_all(entries)) {
+        let outcome = program_peer(nl, entries);
+        note(&mut failures, || format!("peer {} ({})", peer.node(), peer.subnet()), outcome);
+    }
+    Ok(failures)
+}
+
+/// Records a failed kernel request; the others go on (the agent retries the lot later).
+fn note(failures: &mut Vec<Failure>, subject: impl FnOnce() -> String, outcome: cni_net::Result<()>) {
+    if let Err(error) = outcome {
+        failures.push(Failure { subject: subject(), error });
+    }
+}
+
+/// Removes the overlay's routes, neighbours and FDB entries no peer wants and returns
+/// those that are wanted and already there. Removal comes first: a peer that came back
+/// with another subnet, MAC or path must not leave its old entries next to the new ones.
+fn remove_stale(
+    nl: &mut Netlink,
+    config: &Config,
+    underlay: &Underlay,
+    device: Option<&Device>,
+    wanted: &Wanted,
+    failures: &mut Vec<Failure>,
+) -> Result<Wanted> {
     let mut present = Wanted::default();
-    // Remove first: a peer that came back with another subnet, MAC or path must not leave
-    // its old entries next to the new ones.
     for family in [IpFamily::V4, IpFamily::V6] {
         for route in nl.routes(family, Some(MAIN_TABLE))? {
             let still = match (route.gateway, route.oif) {
@@ -367,42 +392,50 @@ pub fn reconcile(
             };
             if is_overlay_route(config, underlay, device, &route) && !still {
                 let outcome = nl.delete_route(&route);
-                attempt(&|| format!("stale route {}", route.destination), outcome);
+                note(failures, || format!("stale route {}", route.destination), outcome);
             } else if let (true, Some(gateway), Some(oif)) = (still, route.gateway, route.oif) {
                 present.routes.insert((route.destination, gateway, oif));
             }
         }
     }
     if let Some(device) = device.filter(|d| d.kind == DeviceKind::Vxlan) {
-        for family in [IpFamily::V4, IpFamily::V6] {
-            for neighbour in nl.neighbours(family, Some(device.index))? {
-                let still =
-                    neighbour.mac.is_some_and(|mac| wanted.neighbours.contains(&(neighbour.address, mac)));
-                if neighbour.state == NeighbourState::Permanent && !still {
-                    let outcome = nl.delete_neighbour(device.index, neighbour.address);
-                    attempt(&|| format!("stale neighbour {}", neighbour.address), outcome);
-                } else if let (true, NeighbourState::Permanent, Some(mac)) =
-                    (still, neighbour.state, neighbour.mac)
-                {
-                    present.neighbours.insert((neighbour.address, mac));
-                }
-            }
-        }
-        for entry in nl.fdb_entries(device.index)? {
-            let still = entry.dst.is_some_and(|dst| wanted.remotes.contains(&(entry.mac, dst)));
-            if entry.dst.is_some() && !still {
-                let outcome = nl.delete_fdb(&entry);
-                attempt(&|| format!("stale FDB entry {}", entry.mac), outcome);
-            } else if let (true, Some(dst)) = (still, entry.dst) {
-                present.remotes.insert((entry.mac, dst));
+        remove_stale_vxlan_entries(nl, device, wanted, &mut present, failures)?;
+    }
+    Ok(present)
+}
+
+/// [`remove_stale`] for the VXLAN device's permanent neighbours and FDB entries.
+fn remove_stale_vxlan_entries(
+    nl: &mut Netlink,
+    device: &Device,
+    wanted: &Wanted,
+    present: &mut Wanted,
+    failures: &mut Vec<Failure>,
+) -> Result<()> {
+    for family in [IpFamily::V4, IpFamily::V6] {
+        for neighbour in nl.neighbours(family, Some(device.index))? {
+            let still =
+                neighbour.mac.is_some_and(|mac| wanted.neighbours.contains(&(neighbour.address, mac)));
+            if neighbour.state == NeighbourState::Permanent && !still {
+                let outcome = nl.delete_neighbour(device.index, neighbour.address);
+                note(failures, || format!("stale neighbour {}", neighbour.address), outcome);
+            } else if let (true, NeighbourState::Permanent, Some(mac)) =
+                (still, neighbour.state, neighbour.mac)
+            {
+                present.neighbours.insert((neighbour.address, mac));
             }
         }
     }
-    for (peer, entries) in programs.iter().filter(|(_, entries)| !present.has_all(entries)) {
-        let outcome = program_peer(nl, entries);
-        attempt(&|| format!("peer {} ({})", peer.node(), peer.subnet()), outcome);
+    for entry in nl.fdb_entries(device.index)? {
+        let still = entry.dst.is_some_and(|dst| wanted.remotes.contains(&(entry.mac, dst)));
+        if entry.dst.is_some() && !still {
+            let outcome = nl.delete_fdb(&entry);
+            note(failures, || format!("stale FDB entry {}", entry.mac), outcome);
+        } else if let (true, Some(dst)) = (still, entry.dst) {
+            present.remotes.insert((entry.mac, dst));
+        }
     }
-    Ok(failures)
+    Ok(())
 }
 
 /// One peer's FDB entry, permanent neighbours and routes, in the order the routes need

@@ -4,13 +4,12 @@
 
 mod common;
 
-use cni_net::netlink::{AddressFlags, BridgeOptions, IpFamily, LinkKind, LinkSpec};
+use cni_net::netlink::{attach_tun, AddressFlags, BridgeOptions, IpFamily, LinkKind, LinkSpec, TunSpec};
 use cni_testkit::ns::{HostAndContainers, TestNetns};
 use common::{add, call, ok};
 use serde_json::{json, Value};
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
 use std::path::Path;
 
 const PREFIX: &str = "cnt";
@@ -19,36 +18,11 @@ fn conf(version: &str) -> Value {
     json!({"cniVersion": version, "name": "tapnet", "type": "tap"})
 }
 
-// From <linux/if_tun.h>.
-const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
-const IFF_TAP: libc::c_short = 0x0002;
-const IFF_NO_PI: libc::c_short = 0x1000;
-const IFF_MULTI_QUEUE: libc::c_short = 0x0100;
-
-#[repr(C)]
-struct IfReq {
-    name: [u8; 16],
-    flags: libc::c_short,
-    _pad: [u8; 22],
-}
-
-/// Attaches to the persistent tap `name` in `ns`, as QEMU does: open /dev/net/tun and
-/// TUNSETIFF, from a thread inside the namespace. The fd keeps working outside it.
-fn attach(ns: &TestNetns, name: &str, multi_queue: bool) -> std::io::Result<File> {
-    ns.run(|| {
-        let tun = std::fs::OpenOptions::new().read(true).write(true).open("/dev/net/tun")?;
-        let mut req = IfReq { name: [0; 16], flags: IFF_TAP | IFF_NO_PI, _pad: [0; 22] };
-        if multi_queue {
-            req.flags |= IFF_MULTI_QUEUE;
-        }
-        req.name[..name.len()].copy_from_slice(name.as_bytes());
-        // SAFETY: tun is an open /dev/net/tun fd; req is a fully initialised 40-byte ifreq.
-        if unsafe { libc::ioctl(tun.as_raw_fd(), TUNSETIFF, &mut req) } < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(tun)
-    })
-    .unwrap()
+/// Attaches to the persistent tap `name` in `ns`, as QEMU does, from a thread inside the
+/// namespace. The fd keeps working outside it.
+fn attach(ns: &TestNetns, name: &str, multi_queue: bool) -> cni_net::Result<File> {
+    let spec = TunSpec { multi_queue, ..TunSpec::tap(name) };
+    ns.run(|| attach_tun(&spec)).unwrap()
 }
 
 /// Sends `frame` into the tap and reads frames until `wanted` matches one (or 5 s pass).
@@ -60,9 +34,7 @@ fn exchange(tap: &mut File, frame: &[u8], wanted: impl Fn(&[u8]) -> bool) -> Opt
     let mut buf = vec![0u8; 2048];
     while std::time::Instant::now() < deadline {
         tap.write_all(frame).unwrap();
-        let mut poll = libc::pollfd { fd: tap.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd, count 1.
-        if unsafe { libc::poll(&mut poll, 1, 100) } > 0 {
+        if cni_os::poll::readable(&*tap, std::time::Duration::from_millis(100)).unwrap() {
             let n = tap.read(&mut buf).unwrap();
             if wanted(&buf[..n]) {
                 return Some(buf[..n].to_vec());

@@ -300,13 +300,10 @@ fn daemon_not_running_is_try_again_later_and_status_50() {
 /// LISTEN_PID) instead of binding its own, and writes its pid file.
 #[test]
 fn socket_activation_and_pid_file() {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::process::CommandExt;
     cni_testkit::ns::require_root();
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("activated.sock");
     let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-    let fd = listener.as_raw_fd();
     let pid_file = dir.path().join("daemon.pid");
     let mut command = std::process::Command::new("/bin/sh");
     // `exec` keeps the shell's pid, so $$ is the daemon's pid, as systemd would set it.
@@ -318,23 +315,12 @@ fn socket_activation_and_pid_file() {
         .arg(dir.path().join("state"))
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(dir.path().join("daemon.log")).unwrap());
-    // SAFETY: dup2 and fcntl are async-signal-safe; they run in the child between fork and
-    // exec and only make the listener fd 3 there, without CLOEXEC so exec keeps it (dup2
-    // onto itself would keep the flag, hence the fcntl).
-    unsafe {
-        command.pre_exec(move || {
-            if fd != 3 && libc::dup2(fd, 3) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::fcntl(3, libc::F_SETFD, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    cni_os::process::pass_as_fd3_on_spawn(&mut command, listener.try_clone().unwrap().into());
     let child = support::ChildGuard(Some(command.spawn().unwrap()));
     let pid = child.0.as_ref().unwrap().id();
-    // The daemon owns its copy now; ours must not keep the socket open.
+    // The daemon owns its copy now; ours (and the one the spawn hook holds) must not keep
+    // the socket open.
+    drop(command);
     drop(listener);
     wait_for("the activated daemon to answer", Duration::from_secs(10), || {
         cni_dhcp::protocol::call(&socket, cni_dhcp::protocol::Op::Status, None, Duration::from_secs(5))

@@ -43,7 +43,7 @@ pub use macvlan::MacvlanSpec;
 pub use neigh::{Neighbour, NeighbourState};
 pub use route::{NextHop, Route, RouteProtocol, RouteScope, RouteType, MAIN_TABLE};
 pub use rule::Rule;
-pub use tun::{create_tun, TunSpec, TunType};
+pub use tun::{attach_tun, create_tun, TunSpec, TunType};
 pub use vlan::MAX_VLAN_ID;
 pub use vrf::Vrf;
 pub use wireguard::WIREGUARD_KIND;

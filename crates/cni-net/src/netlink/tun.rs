@@ -6,7 +6,7 @@
 //! `/dev/net/tun`, so for another namespace the whole sequence runs inside [`NetNs::run`].
 //! Delete it like any link, with [`super::Netlink::delete_link`].
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 
@@ -68,18 +68,22 @@ pub fn create_tun(spec: &TunSpec, ns: Option<&NetNs>) -> Result<()> {
     }
 }
 
-fn create_here(spec: &TunSpec) -> Result<()> {
-    let fail = |op: &'static str| {
-        let source = io::Error::last_os_error();
-        move || Error::Tun { op, name: spec.name.clone(), source }
-    };
+/// Opens a queue of the existing device `spec.name` in the calling thread's namespace, as
+/// a VM monitor does: the returned file reads and writes the device's frames. A
+/// single-queue device takes one queue; `multi_queue` ones as many as are opened.
+pub fn attach_tun(spec: &TunSpec) -> Result<File> {
+    validate_link_name(&spec.name)?;
+    open_queue(spec)
+}
+
+/// `/dev/net/tun` attached to `spec.name` with `TUNSETIFF` (which makes the device if
+/// there is none of that name).
+fn open_queue(spec: &TunSpec) -> Result<File> {
     let device = OpenOptions::new()
         .read(true)
         .write(true)
         .open("/dev/net/tun")
         .map_err(|source| Error::Tun { op: "open /dev/net/tun for", name: spec.name.clone(), source })?;
-    let fd = device.as_raw_fd();
-
     let mut request = InterfaceRequest {
         name: [0; libc::IFNAMSIZ],
         flags: IFF_NO_PI
@@ -94,10 +98,22 @@ fn create_here(spec: &TunSpec) -> Result<()> {
     }
     request.name[..spec.name.len()].copy_from_slice(spec.name.as_bytes());
 
-    // SAFETY: fd is an open /dev/net/tun; request is a properly sized, initialised ifreq.
-    if unsafe { libc::ioctl(fd, TUNSETIFF, &mut request) } < 0 {
-        return Err(fail("attach")());
+    // SAFETY: the fd is an open /dev/net/tun; request is a properly sized, initialised ifreq.
+    if unsafe { libc::ioctl(device.as_raw_fd(), TUNSETIFF, &mut request) } < 0 {
+        let source = io::Error::last_os_error();
+        return Err(Error::Tun { op: "attach", name: spec.name.clone(), source });
     }
+    Ok(device)
+}
+
+fn create_here(spec: &TunSpec) -> Result<()> {
+    let fail = |op: &'static str| {
+        let source = io::Error::last_os_error();
+        move || Error::Tun { op, name: spec.name.clone(), source }
+    };
+    let device = open_queue(spec)?;
+    let fd = device.as_raw_fd();
+
     if let Some(owner) = spec.owner {
         // SAFETY: TUNSETOWNER takes the uid by value.
         if unsafe { libc::ioctl(fd, TUNSETOWNER, owner as libc::c_ulong) } < 0 {

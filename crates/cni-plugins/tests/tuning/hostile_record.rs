@@ -68,15 +68,15 @@ impl Setup {
 /// The domain name of the UTS namespace `ns` (a `/proc/<pid>/ns/uts` file), first set to
 /// `set` if given, from a thread that enters that namespace and then ends.
 fn domainname_in(ns: &File, set: Option<&str>) -> String {
-    use std::os::fd::AsRawFd;
-    let fd = ns.as_raw_fd();
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
-                // SAFETY: setns(2) on a descriptor we hold open; it moves only this thread,
-                // which ends right after.
-                let entered = unsafe { libc::setns(fd, libc::CLONE_NEWUTS) };
-                assert_eq!(entered, 0, "{}", std::io::Error::last_os_error());
+                // Moves only this thread, which ends right after.
+                rustix::thread::move_into_link_name_space(
+                    std::os::fd::AsFd::as_fd(ns),
+                    Some(rustix::thread::LinkNameSpaceType::HostNameAndNISDomainName),
+                )
+                .unwrap();
                 if let Some(name) = set {
                     fs::write("/proc/sys/kernel/domainname", name).unwrap();
                 }
