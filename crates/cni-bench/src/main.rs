@@ -17,7 +17,7 @@ mod stats;
 mod workloads;
 
 use error::Result;
-use options::{Options, Parsed, WorkloadId};
+use options::{Options, WorkloadId};
 use plugin_set::PluginSet;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -30,17 +30,7 @@ use workloads::{
 };
 
 fn main() -> ExitCode {
-    let options = match options::parse(std::env::args().skip(1)) {
-        Ok(Parsed::Run(options)) => options,
-        Ok(Parsed::Help) => {
-            println!("{}", options::USAGE);
-            return ExitCode::SUCCESS;
-        }
-        Err(message) => {
-            eprintln!("cni-bench: {message}\n{}", options::USAGE);
-            return ExitCode::from(2);
-        }
-    };
+    let options = cni_cli::parse::<options::Args>().into_options();
     if !cni_os::is_root() {
         eprintln!("cni-bench: must run as root (it creates network namespaces and runs plugins)");
         return ExitCode::FAILURE;

@@ -1,30 +1,7 @@
 //! Command-line options.
 
+use clap::Parser;
 use std::path::PathBuf;
-
-pub const USAGE: &str = "usage: cni-bench [options]
-  -n N                 containers per workload (default 200; W4 uses 10*N ADDs into a /16)
-  --rounds R           rounds, each running every workload with A then B (default 3; W4
-                       runs in the first round only)
-  --budget SECONDS     start no further round that would end after this (default 540), so a
-                       full run ends within 10 minutes; the first round always runs
-  --workloads LIST     comma-separated subset of W1,W1nm,W2,W3,W4,W5,W6,W7,nft,macvlan,floor,dhcp,
-                       dhcp6,dns,soak,podman,cri (default: all but dhcp, dhcp6 (DHCPv6, ours
-                       only: the reference has none) and dns, which need dnsmasq, soak, 8
-                       workers x N ADD/DEL cycles: -n 1250 is the 10,000-cycle soak, podman,
-                       podman run --rm on the CNI backend and on netavark, and cri,
-                       RunPodSandbox through containerd's CRI plugin)
-  --a DIR              plugin directory A (default: the release `cni-plugins` next to this
-                       binary, installed into a temp dir)
-  --plugins-bin FILE   the multi-call binary to install as A (instead of the one next to cni-bench)
-  --b DIR              plugin directory B (default /usr/lib/cni, skipped if absent)
-  --only-a             run A alone (no comparison)
-  --state-dir DIR      where a run keeps host-local reservations and libcni's result
-                       cache, in a fresh subdirectory removed afterwards (default
-                       /var/lib/cni, where both live in production)
-  --json FILE          write every sample and summary as JSON
-  --smoke              N=20, one round, smaller W4: checks that everything runs
-  -h, --help           this text";
 
 /// A workload's short name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,74 +116,87 @@ pub const DEFAULT_B: &str = "/usr/lib/cni";
 /// 0.7 ms per created file (25 µs elsewhere on the same filesystem).
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni";
 
-/// What the command line asked for: a run, or the help text.
-#[derive(Debug, PartialEq)]
-pub enum Parsed {
-    Run(Options),
-    Help,
+/// Times CNI plugins, ours (A) against the reference (B), over workloads W1..W7 and more,
+/// as root. Each round runs every workload with A then B.
+#[derive(Debug, Parser)]
+#[command(name = "cni-bench", version)]
+pub struct Args {
+    /// Containers per workload [default: 200, 20 with --smoke; W4 uses 10*N ADDs into a /16]
+    #[arg(short = 'n', value_name = "N", value_parser = positive)]
+    containers: Option<usize>,
+    /// Rounds, each running every workload with A then B [default: 3, 1 with --smoke; W4
+    /// runs in the first round only]
+    #[arg(long, value_name = "R", value_parser = positive)]
+    rounds: Option<usize>,
+    /// Start no further round that would end after this many seconds, so a full run ends
+    /// within 10 minutes; the first round always runs
+    #[arg(long, value_name = "SECONDS", value_parser = positive, default_value_t = DEFAULT_BUDGET_SECS as usize)]
+    budget: usize,
+    /// Comma-separated subset of W1,W1nm,W2,W3,W4,W5,W6,W7,nft,macvlan,floor,dhcp,dhcp6,dns,
+    /// soak,podman,cri [default: all but dhcp, dhcp6 (DHCPv6, ours only: the reference has
+    /// none) and dns, which need dnsmasq; soak, 8 workers x N ADD/DEL cycles (-n 1250 is the
+    /// 10,000-cycle soak); podman, podman run --rm on the CNI backend and on netavark; and
+    /// cri, RunPodSandbox through containerd's CRI plugin]
+    #[arg(long, value_name = "LIST", value_parser = workloads)]
+    workloads: Option<WorkloadList>,
+    /// Plugin directory A [default: the release cni-plugins next to this binary, installed
+    /// into a temp dir]
+    #[arg(long = "a", value_name = "DIR", conflicts_with = "plugins_bin")]
+    dir_a: Option<PathBuf>,
+    /// The multi-call binary to install as A (instead of the one next to cni-bench)
+    #[arg(long, value_name = "FILE")]
+    plugins_bin: Option<PathBuf>,
+    /// Plugin directory B [default: /usr/lib/cni, skipped if absent]
+    #[arg(long = "b", value_name = "DIR")]
+    dir_b: Option<PathBuf>,
+    /// Run A alone (no comparison)
+    #[arg(long, conflicts_with = "dir_b")]
+    only_a: bool,
+    /// Where a run keeps host-local reservations and libcni's result cache, in a fresh
+    /// subdirectory removed afterwards (/var/lib/cni is where both live in production)
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_STATE_DIR)]
+    state_dir: PathBuf,
+    /// Write every sample and summary as JSON
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// N=20, one round, smaller W4: checks that everything runs
+    #[arg(long)]
+    smoke: bool,
 }
 
-pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
-    let mut options = Options {
-        containers: DEFAULT_CONTAINERS,
-        rounds: DEFAULT_ROUNDS,
-        workloads: WorkloadId::defaults(),
-        dir_a: None,
-        plugins_bin: None,
-        dir_b: None,
-        only_a: false,
-        json: None,
-        state_dir: PathBuf::from(DEFAULT_STATE_DIR),
-        smoke: false,
-        budget: std::time::Duration::from_secs(DEFAULT_BUDGET_SECS),
-    };
-    let mut containers = None;
-    let mut rounds = None;
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
-        match arg.as_str() {
-            "-h" | "--help" => return Ok(Parsed::Help),
-            "-n" => containers = Some(positive(&value("-n")?, "-n")?),
-            "--rounds" => rounds = Some(positive(&value("--rounds")?, "--rounds")?),
-            "--workloads" => options.workloads = workloads(&value("--workloads")?)?,
-            "--a" => options.dir_a = Some(value("--a")?.into()),
-            "--plugins-bin" => options.plugins_bin = Some(value("--plugins-bin")?.into()),
-            "--b" => options.dir_b = Some(value("--b")?.into()),
-            "--only-a" => options.only_a = true,
-            "--json" => options.json = Some(value("--json")?.into()),
-            "--state-dir" => options.state_dir = value("--state-dir")?.into(),
-            "--smoke" => options.smoke = true,
-            "--budget" => {
-                options.budget =
-                    std::time::Duration::from_secs(positive(&value("--budget")?, "--budget")? as u64)
-            }
-            other => return Err(format!("unknown argument {other:?}")),
+/// `--workloads`: the workloads named, in order, each once.
+#[derive(Debug, Clone)]
+pub struct WorkloadList(Vec<WorkloadId>);
+
+impl Args {
+    /// The run the command line asks for: `--smoke`'s small values unless `-n` or
+    /// `--rounds` say otherwise.
+    pub fn into_options(self) -> Options {
+        let (containers, rounds) = if self.smoke { (20, 1) } else { (DEFAULT_CONTAINERS, DEFAULT_ROUNDS) };
+        Options {
+            containers: self.containers.unwrap_or(containers),
+            rounds: self.rounds.unwrap_or(rounds),
+            workloads: self.workloads.map_or_else(WorkloadId::defaults, |list| list.0),
+            dir_a: self.dir_a,
+            plugins_bin: self.plugins_bin,
+            dir_b: self.dir_b,
+            only_a: self.only_a,
+            json: self.json,
+            state_dir: self.state_dir,
+            smoke: self.smoke,
+            budget: std::time::Duration::from_secs(self.budget as u64),
         }
     }
-    if options.smoke {
-        options.containers = 20;
-        options.rounds = 1;
-    }
-    options.containers = containers.unwrap_or(options.containers);
-    options.rounds = rounds.unwrap_or(options.rounds);
-    if options.only_a && options.dir_b.is_some() {
-        return Err("--only-a and --b exclude each other".into());
-    }
-    if options.dir_a.is_some() && options.plugins_bin.is_some() {
-        return Err("--a and --plugins-bin exclude each other".into());
-    }
-    Ok(Parsed::Run(options))
 }
 
-fn positive(text: &str, name: &str) -> Result<usize, String> {
+fn positive(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
         Ok(n) if n > 0 => Ok(n),
-        _ => Err(format!("{name} needs a positive number, got {text:?}")),
+        _ => Err(format!("needs a positive number, got {text:?}")),
     }
 }
 
-fn workloads(list: &str) -> Result<Vec<WorkloadId>, String> {
+fn workloads(list: &str) -> Result<WorkloadList, String> {
     let mut chosen = Vec::new();
     for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let id = WorkloadId::parse(part).ok_or_else(|| {
@@ -219,20 +209,18 @@ fn workloads(list: &str) -> Result<Vec<WorkloadId>, String> {
         }
     }
     if chosen.is_empty() {
-        return Err("--workloads names no workload".into());
+        return Err("names no workload".into());
     }
-    Ok(chosen)
+    Ok(WorkloadList(chosen))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn run(args: &[&str]) -> Result<Options, String> {
-        match parse(args.iter().map(|s| s.to_string()))? {
-            Parsed::Run(o) => Ok(o),
-            Parsed::Help => Err("help".into()),
-        }
+    fn run(args: &[&str]) -> Result<Options, clap::Error> {
+        let argv = std::iter::once("cni-bench").chain(args.iter().copied());
+        Args::try_parse_from(argv).map(Args::into_options)
     }
 
     #[test]
@@ -270,7 +258,8 @@ mod tests {
         assert!(run(&["-n"]).is_err());
         assert!(run(&["--workloads", "W9"]).is_err());
         assert!(run(&["--only-a", "--b", "/y"]).is_err());
+        assert!(run(&["--a", "/x", "--plugins-bin", "/p"]).is_err());
         assert!(run(&["--bogus"]).is_err());
-        assert_eq!(parse(["--help".to_string()]), Ok(Parsed::Help));
+        assert_eq!(run(&["--help"]).unwrap_err().kind(), clap::error::ErrorKind::DisplayHelp);
     }
 }

@@ -8,16 +8,8 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use clap::Parser;
 use cni_overlay_scale::{run, Options, Report};
-
-const USAGE: &str = "usage: overlay-scale [options]   (as root)
-  --nodes N[,N...]   cluster sizes, one run each (default 10,25,50,100)
-  --joins N          leave-and-join cycles measured per run (default 5)
-  --steady SECONDS   how long the converged cluster is watched for its etcd load (default 20)
-  --ttl SECONDS      the agents' lease TTL (default 10, the agent's own default)
-  --limit SECONDS    the longest one phase may take before the run fails (default 300)
-  --agent PATH       the cni-overlay-agent binary (default: the one next to this binary)
-  --json PATH        also write every run's figures there as JSON";
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -37,54 +29,42 @@ fn install_handlers() {
     }
 }
 
+/// The overlay agent at 10 to 100 simulated nodes, as root: join latency, convergence,
+/// etcd load and RSS, one Markdown table row per cluster size.
+#[derive(Debug, Parser)]
+#[command(name = "overlay-scale", version)]
 struct Args {
+    /// Cluster sizes, one run each (2 to 250 nodes: at least one peer each, one /24 apiece)
+    #[arg(long = "nodes", value_name = "N[,N...]", value_delimiter = ',', value_parser = cluster_size,
+          default_value = "10,25,50,100")]
     sizes: Vec<usize>,
+    /// Leave-and-join cycles measured per run
+    #[arg(long, value_name = "N", default_value_t = 5)]
     joins: usize,
+    /// How long the converged cluster is watched for its etcd load, in seconds
+    #[arg(long, value_name = "SECONDS", default_value_t = 20)]
     steady: u64,
+    /// The agents' lease TTL in seconds (the agent's own default; at least 2)
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..))]
     ttl: u64,
+    /// The longest one phase may take before the run fails, in seconds
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
     limit: u64,
+    /// The cni-overlay-agent binary [default: the one next to this binary]
+    #[arg(long, value_name = "PATH")]
     agent: Option<std::path::PathBuf>,
+    /// Also write every run's figures there as JSON
+    #[arg(long, value_name = "PATH")]
     json: Option<std::path::PathBuf>,
 }
 
-fn number<T: std::str::FromStr>(flag: &str, value: &str) -> Result<T, String> {
-    value.parse().map_err(|_| format!("{flag}: {value:?} is not a number"))
-}
-
-fn parse(args: &[String]) -> Result<Args, String> {
-    let mut parsed = Args {
-        sizes: vec![10, 25, 50, 100],
-        joins: 5,
-        steady: 20,
-        ttl: 10,
-        limit: 300,
-        agent: None,
-        json: None,
-    };
-    let mut rest = args.iter();
-    while let Some(flag) = rest.next() {
-        let value = rest.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        match flag.as_str() {
-            "--nodes" => {
-                parsed.sizes = value.split(',').map(|n| number(flag, n)).collect::<Result<_, _>>()?
-            }
-            "--joins" => parsed.joins = number(flag, value)?,
-            "--steady" => parsed.steady = number(flag, value)?,
-            "--ttl" => parsed.ttl = number(flag, value)?,
-            "--limit" => parsed.limit = number(flag, value)?,
-            "--agent" => parsed.agent = Some(value.into()),
-            "--json" => parsed.json = Some(value.into()),
-            _ => return Err(format!("unknown flag {flag}")),
-        }
+/// One cluster size of `--nodes`.
+fn cluster_size(value: &str) -> Result<usize, String> {
+    let nodes: usize = value.parse().map_err(|_| format!("{value:?} is not a number"))?;
+    if !(2..=250).contains(&nodes) {
+        return Err(format!("{nodes} is outside 2..250"));
     }
-    // 2..=250: at least one peer each; the pod network's /24s and the underlay's first /24.
-    if let Some(bad) = parsed.sizes.iter().find(|&&n| !(2..=250).contains(&n)) {
-        return Err(format!("--nodes {bad} is outside 2..250"));
-    }
-    if parsed.ttl < 2 {
-        return Err(format!("--ttl {} is too short (at least 2)", parsed.ttl));
-    }
-    Ok(parsed)
+    Ok(nodes)
 }
 
 fn ms(d: Duration) -> String {
@@ -113,18 +93,7 @@ fn row(r: &Report) -> String {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
-    let args = match parse(&args) {
-        Ok(args) => args,
-        Err(e) => {
-            eprintln!("overlay-scale: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let args: Args = cni_cli::parse();
     install_handlers();
     let agent =
         args.agent.clone().unwrap_or_else(|| cni_testkit::binaries::target_dir().join("cni-overlay-agent"));

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use kurma_netplugin::model::{self, ModelError};
+use kurma_model::network::{self as model, ModelError};
 use serde_json::Value;
 
 use crate::error::{EntryRef, Error, Result};
@@ -40,7 +40,7 @@ impl NetworkConfig {
     }
 
     /// Checks a parsed Kurma configuration: every entry has a `name` and an `aci`, names
-    /// are unique ([`kurma_netplugin::model`], the model the netplugins read too); then
+    /// are unique ([`kurma_model::network`], the model the netplugins read too); then
     /// what the host needs on top: names usable as file names, a known URI scheme, well
     /// formed interface templates.
     pub fn from_value(config: &Value) -> Result<NetworkConfig> {

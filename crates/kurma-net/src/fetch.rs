@@ -45,7 +45,7 @@ pub struct FetchLimits {
 
 impl Default for FetchLimits {
     fn default() -> FetchLimits {
-        FetchLimits { document: kurma_netplugin::image::MAX_DOCUMENT_BYTES, image: MAX_IMAGE_BYTES }
+        FetchLimits { document: kurma_model::image::MAX_DOCUMENT_BYTES, image: MAX_IMAGE_BYTES }
     }
 }
 

@@ -4,7 +4,7 @@
 //! `/opt/network/add` and `/opt/network/del` (see the Kurma network specification). This
 //! crate loads a Kurma configuration's `container_networks` ([`config`]), fetches and
 //! unpacks each network's image ([`source`], [`registry`], and
-//! [`kurma_netplugin::image`], the same reader the image side's tests use), keeps one plugin
+//! [`kurma_model::image`], the same reader the image side's tests use), keeps one plugin
 //! container per network in an OCI runtime ([`runtime`]) and runs `setup` in it
 //! ([`Host::start_plugins`]), attaches containers to networks with `add` and detaches them
 //! with `del` ([`Host::attach`], [`Host::detach`]), and keeps its state on disk so that a

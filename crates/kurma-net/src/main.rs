@@ -16,13 +16,75 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::{Parser, Subcommand};
 use kurma_net::{Host, HostOptions, NetworkConfig};
 
-const USAGE: &str = "usage: kurma-net --state-dir DIR --config FILE [--runtime PATH] [--limit-secs N] \
-[--host-netns PATH] [--prefix NAME] [--ca-file PEM] start-plugins | stop-plugins | attach UUID NETNS [NETWORK...] | detach UUID | status";
+/// The host side of Kurma's networking: netplugin containers, and containers attached to
+/// their networks.
+#[derive(Debug, Parser)]
+#[command(name = "kurma-net", version)]
+struct Args {
+    /// The directory of kurma-net's state (plugin bundles, attachments, the runtime's root)
+    #[arg(long, value_name = "DIR")]
+    state_dir: PathBuf,
+    /// The Kurma configuration whose `container_networks` to run
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// The OCI runtime running the plugin containers [default: runc]
+    #[arg(long, value_name = "PATH")]
+    runtime: Option<PathBuf>,
+    /// How long one plugin executable may run, in whole seconds [default: 60]
+    #[arg(long, value_name = "N")]
+    limit_secs: Option<u64>,
+    /// The host's network namespace, when it is not this process's
+    #[arg(long, value_name = "PATH")]
+    host_netns: Option<PathBuf>,
+    /// What the plugin containers' names begin with [default: kurma-net]
+    #[arg(long = "prefix", value_name = "NAME")]
+    container_prefix: Option<String>,
+    /// A CA certificate (PEM) trusted besides the built-in roots when fetching images
+    #[arg(long, value_name = "PEM")]
+    ca_file: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Verb,
+}
+
+#[derive(Debug, Subcommand)]
+enum Verb {
+    /// Fetch the images, start (or re-adopt) the plugin containers and run setup
+    StartPlugins,
+    /// Remove the plugin containers
+    StopPlugins,
+    /// Add a container to the networks (default: all); prints its network metadata as JSON
+    Attach { uuid: String, netns: PathBuf, networks: Vec<String> },
+    /// Delete a container from every network it is attached to
+    Detach { uuid: String },
+    /// The plugins and the attached containers, as JSON
+    Status,
+}
+
+impl Args {
+    /// The host options: what was given, the library's defaults for the rest.
+    fn host_options(&self) -> HostOptions {
+        let mut options = HostOptions::new(&self.state_dir);
+        if let Some(runtime) = &self.runtime {
+            options.runtime = runtime.clone();
+        }
+        if let Some(secs) = self.limit_secs {
+            options.limit = Duration::from_secs(secs);
+        }
+        if let Some(prefix) = &self.container_prefix {
+            options.container_prefix = prefix.clone();
+        }
+        options.host_netns = self.host_netns.clone();
+        options.ca_file = self.ca_file.clone();
+        options
+    }
+}
 
 fn main() -> ExitCode {
-    match run(std::env::args().skip(1).collect()) {
+    let args: Args = cni_cli::parse();
+    match run(args) {
         Ok(output) => {
             if !output.is_empty() {
                 // A closed pipe (`kurma-net status | head`) is not an error of ours.
@@ -37,51 +99,23 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: Vec<String>) -> Result<String, String> {
-    let mut state_dir = None;
-    let mut config = None;
-    let mut options = HostOptions::new("");
-    let mut rest = Vec::new();
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let mut value = |flag: &str| args.next().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"));
-        match arg.as_str() {
-            "--state-dir" => state_dir = Some(PathBuf::from(value("--state-dir")?)),
-            "--config" => config = Some(PathBuf::from(value("--config")?)),
-            "--runtime" => options.runtime = PathBuf::from(value("--runtime")?),
-            "--host-netns" => options.host_netns = Some(PathBuf::from(value("--host-netns")?)),
-            "--prefix" => options.container_prefix = value("--prefix")?,
-            "--ca-file" => options.ca_file = Some(PathBuf::from(value("--ca-file")?)),
-            "--limit-secs" => {
-                let secs: u64 =
-                    value("--limit-secs")?.parse().map_err(|_| "--limit-secs takes whole seconds")?;
-                options.limit = Duration::from_secs(secs);
-            }
-            "-h" | "--help" => return Ok(USAGE.to_string()),
-            _ => rest.push(arg),
-        }
-    }
-    options.state_dir = state_dir.ok_or_else(|| format!("--state-dir is required\n{USAGE}"))?;
-    let config = config.ok_or_else(|| format!("--config is required\n{USAGE}"))?;
-    let config = NetworkConfig::load(&config).map_err(|err| err.to_string())?;
-    let host = Host::new(config, options).map_err(|err| err.to_string())?;
-    let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+fn run(args: Args) -> Result<String, String> {
+    let config = NetworkConfig::load(&args.config).map_err(|err| err.to_string())?;
+    let host = Host::new(config, args.host_options()).map_err(|err| err.to_string())?;
     let pretty = |value: serde_json::Value| serde_json::to_string_pretty(&value).expect("JSON serializes");
-    match rest.as_slice() {
-        ["start-plugins"] => {
+    match args.command {
+        Verb::StartPlugins => {
             let started = host.start_plugins().map_err(|err| err.to_string())?;
             let lines: Vec<String> = started.iter().map(|(name, how)| format!("{name}: {how:?}")).collect();
             Ok(lines.join("\n"))
         }
-        ["stop-plugins"] => host.stop_plugins().map(|()| String::new()).map_err(|err| err.to_string()),
-        ["attach", uuid, netns, networks @ ..] => {
-            let networks: Vec<String> = networks.iter().map(|s| s.to_string()).collect();
+        Verb::StopPlugins => host.stop_plugins().map(|()| String::new()).map_err(|err| err.to_string()),
+        Verb::Attach { uuid, netns, networks } => {
             let selected = (!networks.is_empty()).then_some(networks.as_slice());
-            let record = host.attach(uuid, netns.as_ref(), selected).map_err(|err| err.to_string())?;
+            let record = host.attach(&uuid, &netns, selected).map_err(|err| err.to_string())?;
             Ok(pretty(serde_json::to_value(record).expect("records serialize")))
         }
-        ["detach", uuid] => host.detach(uuid).map(|()| String::new()).map_err(|err| err.to_string()),
-        ["status"] => host.status().map(pretty).map_err(|err| err.to_string()),
-        _ => Err(USAGE.to_string()),
+        Verb::Detach { uuid } => host.detach(&uuid).map(|()| String::new()).map_err(|err| err.to_string()),
+        Verb::Status => host.status().map(pretty).map_err(|err| err.to_string()),
     }
 }

@@ -11,7 +11,7 @@ use crate::registry;
 use crate::runtime::{bundle_config, NETNS_DIR};
 use crate::source::ImageSource;
 use crate::state::{private_dir, write_record, PluginRecord};
-use kurma_netplugin::image::{self, oci};
+use kurma_model::image::{self, oci};
 
 /// What [`Host::start_plugins`] did for one network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! A small Docker registry (v2 API) client: pulls an image's manifest and blobs by digest
-//! into an OCI image layout directory, which [`kurma_netplugin::image::oci`] then reads
+//! into an OCI image layout directory, which [`kurma_model::image::oci`] then reads
 //! and unpacks like any other layout (the same digest checks). Anonymous bearer tokens
 //! (Docker Hub) are handled. The registry is not trusted: every body is bounded
 //! ([`crate::fetch`]): a manifest, an index or a token answer by the document cap, a blob
@@ -11,7 +11,7 @@ use std::path::Path;
 
 use url::Url;
 
-use kurma_netplugin::image::oci::{self, Descriptor, Digest};
+use kurma_model::image::oci::{self, Descriptor, Digest};
 use serde_json::{json, Value};
 
 use crate::fetch::{self, Bound, Fetcher};

@@ -9,13 +9,13 @@
 //!   — a registry speaking the v2 API; see [`crate::registry`].
 //!
 //! A file or download may be an ACI (a tar with `manifest` and `rootfs/`) or an OCI image
-//! archive (a tar of an image layout); [`kurma_netplugin::image`] tells them apart by
+//! archive (a tar of an image layout); [`kurma_model::image`] tells them apart by
 //! their content. Every request goes through [`crate::fetch`] (bounded bodies, no
 //! downgrading redirect, one loopback rule).
 
 use std::path::{Path, PathBuf};
 
-use kurma_netplugin::image::oci::{self, Digest};
+use kurma_model::image::oci::{self, Digest};
 use url::Url;
 
 use crate::fetch::{self, Bound, Fetcher};

@@ -170,3 +170,30 @@ fn bad_input_is_a_clear_error_and_starts_nothing() {
         assert_nothing_started(&bed);
     }
 }
+
+#[test]
+fn the_command_line_keeps_the_conventions() {
+    cni_testkit::cli::assert_conventions(Path::new(env!("CARGO_BIN_EXE_kurma-net")), &[], "kurma-net");
+}
+
+#[test]
+fn a_missing_required_flag_or_verb_is_refused_before_anything_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let binary = env!("CARGO_BIN_EXE_kurma-net");
+    let refused = |args: &[&str], names: &str| {
+        let output = Command::new(binary).args(args).output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {output:?}");
+        assert!(String::from_utf8_lossy(&output.stderr).contains(names), "{args:?}: {output:?}");
+    };
+    let state_arg = state.to_str().unwrap();
+    refused(&["--config", "/nonexistent", "status"], "--state-dir");
+    refused(&["--state-dir", state_arg, "status"], "--config");
+    refused(&["--state-dir", state_arg, "--config", "/nonexistent"], "COMMAND");
+    refused(
+        &["--state-dir", state_arg, "--config", "/nonexistent", "--limit-secs", "1.5", "status"],
+        "--limit-secs",
+    );
+    refused(&["--state-dir", state_arg, "--config", "/nonexistent", "detach"], "UUID");
+    assert!(!state.exists(), "a refused call made the state directory");
+}

@@ -7,9 +7,9 @@ mod common;
 
 use common::hostile::{HostileServer, Reply, TlsServer};
 use common::{images, Bed};
+use kurma_model::image::oci::{Descriptor, MEDIA_CONFIG, MEDIA_LAYER_TAR, MEDIA_MANIFEST};
+use kurma_model::image::MAX_DOCUMENT_BYTES;
 use kurma_net::{FetchLimits, Host, HostOptions, NetworkConfig};
-use kurma_netplugin::image::oci::{Descriptor, MEDIA_CONFIG, MEDIA_LAYER_TAR, MEDIA_MANIFEST};
-use kurma_netplugin::image::MAX_DOCUMENT_BYTES;
 use serde_json::json;
 
 const PREFIX: &str = "kmt";
@@ -178,7 +178,7 @@ fn shell_aci(dir: &std::path::Path) -> (Vec<u8>, String) {
     };
     images::write_both(dir, "shell", "kmt/shell-netplugin", &images::shell_rootfs(&scripts));
     let bytes = std::fs::read(dir.join("shell.aci")).unwrap();
-    let hex = kurma_netplugin::image::sha256_hex(&bytes);
+    let hex = kurma_model::image::sha256_hex(&bytes);
     (bytes, hex)
 }
 

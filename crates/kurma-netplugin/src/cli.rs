@@ -7,6 +7,11 @@
 //! failure each prints a CNI error object (`code`, `msg` naming the network, `details`) on
 //! stdout and the same in words on stderr, and exits 1. `kurma-netplugin pause` is the
 //! image's long-lived main process: it waits for SIGTERM.
+//!
+//! The arguments are read by hand, not with clap: Kurma picks the verb by the name the
+//! binary runs under (`/opt/network/add`), passes bare positional arguments that may look
+//! like anything, and reads every failure, a wrong call included, as a CNI error object on
+//! stdout with status 1; clap would answer a bad call with its own text and status 2.
 
 use crate::daemon;
 use crate::ops::{self, Network, Target};

@@ -1,9 +1,9 @@
 //! What `setup`, `add` and `del` do, on top of libcni: the netplugin is a CNI runtime for
 //! the one network its stdin describes, with the plugins of its image.
 
-use crate::model::{KurmaResult, NetworkEntry};
 use crate::settings::Settings;
 use cni_types::{CniError, ErrorCode, Version};
+use kurma_model::network::{KurmaResult, NetworkEntry};
 use libcni::{CniConfig, NetworkConfig, NetworkConfigList, RuntimeConf};
 use serde_json::{Map, Value};
 use std::path::Path;

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{build_images, inputs, PREFIX};
-use kurma_netplugin::image::{aci, oci};
+use kurma_model::image::{aci, oci};
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -74,12 +74,12 @@ fn images_are_reproducible_hold_only_our_files_and_read_back_in_both_formats() {
         ["cni-netplugin.aci", "cni-netplugin.oci.tar", "lo-netplugin.aci", "lo-netplugin.oci.tar"]
     );
     let sums =
-        |w: &[kurma_netplugin::image::build::Written]| w.iter().map(|w| w.sha256.clone()).collect::<Vec<_>>();
+        |w: &[kurma_model::image::build::Written]| w.iter().map(|w| w.sha256.clone()).collect::<Vec<_>>();
     assert_eq!(sums(&first), sums(&second), "two builds gave different bytes");
     let sums_file = std::fs::read_to_string(dir.path().join("a/SHA256SUMS")).unwrap();
     for (name, w) in names.iter().zip(&first) {
         assert!(sums_file.contains(&format!("{}  {name}", w.sha256)), "{sums_file}");
-        assert_eq!(w.sha256, kurma_netplugin::image::sha256_hex(&std::fs::read(&w.path).unwrap()));
+        assert_eq!(w.sha256, kurma_model::image::sha256_hex(&std::fs::read(&w.path).unwrap()));
     }
 
     let (_, _, plugin_names) = inputs();
@@ -114,4 +114,10 @@ fn images_are_reproducible_hold_only_our_files_and_read_back_in_both_formats() {
             assert!(a.unwrap() == b.unwrap(), "{file} differs between the ACI and the OCI image of {image}");
         }
     }
+}
+
+#[test]
+fn the_image_builder_keeps_the_command_line_conventions() {
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_kurma-netplugin-images"));
+    cni_testkit::cli::assert_conventions(binary, &[], "kurma-netplugin-images");
 }

@@ -1,5 +1,5 @@
 //! Test netplugin images, written with the image side's own writers
-//! (`kurma_netplugin::image`): the shell netplugins (busybox plus three scripts) for the
+//! (`kurma_model::image`): the shell netplugins (busybox plus three scripts) for the
 //! failure cases, and the real `cni-netplugin` / `lo-netplugin` built from the workspace's
 //! debug binaries (with the host's shared libraries, see `build::Inputs::host_libraries`).
 
@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cni_testkit::binaries::workspace_binary;
-use kurma_netplugin::image::build::{self, Inputs};
-use kurma_netplugin::image::oci::{self, ImageSpec};
-use kurma_netplugin::image::{aci, tree::Tree};
+use kurma_model::image::build::{self, Inputs};
+use kurma_model::image::oci::{self, ImageSpec};
+use kurma_model::image::{aci, tree::Tree};
 
 pub const BUSYBOX: &str = "/bin/busybox";
 const APPLETS: &[&str] =

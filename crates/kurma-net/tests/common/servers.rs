@@ -149,7 +149,7 @@ impl Registry {
             .into_reader()
             .read_to_end(&mut served)
             .unwrap();
-        assert_eq!(kurma_netplugin::image::oci::Digest::of(&served).to_string(), *layer);
+        assert_eq!(kurma_model::image::oci::Digest::of(&served).to_string(), *layer);
     }
 }
 

@@ -7,14 +7,28 @@
 //!
 //! Every file's mtime is `SOURCE_DATE_EPOCH` when set, else 0.
 
-use kurma_netplugin::image::build::{write_all, Inputs};
+use clap::Parser;
+use kurma_model::image::build::{write_all, Inputs};
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
-const USAGE: &str = "usage: kurma-netplugin-images --cni-plugins FILE --netplugin FILE --out DIR";
+/// Builds the netplugin images (cni-netplugin, lo-netplugin) as ACI and OCI archives.
+#[derive(Debug, Parser)]
+#[command(name = "kurma-netplugin-images", version)]
+struct Args {
+    /// The cni-plugins multi-call binary the images carry in /opt/cni/bin
+    #[arg(long, value_name = "FILE")]
+    cni_plugins: PathBuf,
+    /// The kurma-netplugin binary, the images' setup/add/del
+    #[arg(long, value_name = "FILE")]
+    netplugin: PathBuf,
+    /// The directory the archives are written into
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+}
 
 fn main() -> ExitCode {
-    match run() {
+    match run(cni_cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("kurma-netplugin-images: {e}");
@@ -23,21 +37,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> Result<(), String> {
-    let mut args = std::env::args().skip(1);
-    let (mut plugins, mut netplugin, mut out) = (None, None, None);
-    while let Some(flag) = args.next() {
-        let slot = match flag.as_str() {
-            "--cni-plugins" => &mut plugins,
-            "--netplugin" => &mut netplugin,
-            "--out" => &mut out,
-            _ => return Err(format!("unknown argument {flag:?}\n{USAGE}")),
-        };
-        *slot = Some(PathBuf::from(args.next().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?));
-    }
-    let (Some(plugins), Some(netplugin), Some(out)) = (plugins, netplugin, out) else {
-        return Err(USAGE.to_string());
-    };
+fn run(args: Args) -> Result<(), String> {
+    let Args { cni_plugins: plugins, netplugin, out } = args;
     let read = |p: &PathBuf| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
     let listed = Command::new(&plugins)
         .arg("--list")
@@ -62,7 +63,7 @@ fn run() -> Result<(), String> {
         plugin_names: &names,
         version: env!("CARGO_PKG_VERSION"),
         mtime,
-        gzip_level: kurma_netplugin::image::oci::GZIP_BEST,
+        gzip_level: kurma_model::image::oci::GZIP_BEST,
         host_libraries: &[],
     };
     let written = write_all(&inputs, &out).map_err(|e| format!("writing into {}: {e}", out.display()))?;

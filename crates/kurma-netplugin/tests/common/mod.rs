@@ -6,8 +6,8 @@
 
 use cni_testkit::binaries::workspace_binary;
 use cni_testkit::ns::TestNetns;
-use kurma_netplugin::image::aci;
-use kurma_netplugin::image::build::{netplugins, write_all, Inputs, Written, COMMAND};
+use kurma_model::image::aci;
+use kurma_model::image::build::{netplugins, write_all, Inputs, Written, COMMAND};
 use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -35,7 +35,7 @@ fn image_inputs<'a>(plugins: &'a [u8], netplugin: &'a [u8], names: &'a [String])
         plugin_names: names,
         version: "0.1.0",
         mtime: 0,
-        gzip_level: kurma_netplugin::image::oci::GZIP_BEST,
+        gzip_level: kurma_model::image::oci::GZIP_BEST,
         host_libraries: &[],
     }
 }

@@ -223,5 +223,5 @@ impl KurmaResult {
 }
 
 #[cfg(test)]
-#[path = "model_tests.rs"]
+#[path = "network_tests.rs"]
 mod tests;
