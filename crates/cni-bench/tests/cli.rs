@@ -1,4 +1,5 @@
 //! `cni-bench`'s command line keeps the shared conventions.
+#![forbid(unsafe_code)]
 
 #[test]
 fn the_command_line_keeps_the_conventions() {

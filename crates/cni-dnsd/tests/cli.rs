@@ -1,4 +1,5 @@
 //! cni-dnsd answers --help, --version and --completions as every cni-rs program does.
+#![forbid(unsafe_code)]
 
 use std::path::Path;
 

@@ -2,6 +2,7 @@
 //! garbage, oversized or symbolic links are skipped (the rest is served) and a DEL still
 //! clears them; a plugin killed at any moment of its ADD leaves nothing a DEL cannot
 //! remove. Needs root.
+#![forbid(unsafe_code)]
 
 mod support;
 

@@ -1,6 +1,7 @@
 //! The dnsname plugin and cni-dnsd together, on the real kernel: containers attached by
 //! bridge + host-local + dnsname in a throwaway host namespace ask the resolver on the
 //! bridge's gateway from inside their own namespaces. Needs root.
+#![forbid(unsafe_code)]
 
 mod support;
 

@@ -2,6 +2,7 @@
 //! namespace: ordinary answers, a spoofed reply that must be ignored, a large answer that
 //! comes back truncated over UDP and whole over TCP, and an upstream that never answers.
 //! Needs root.
+#![forbid(unsafe_code)]
 
 mod support;
 

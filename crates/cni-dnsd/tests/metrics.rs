@@ -3,6 +3,7 @@
 //! namespace's loopback (the plugin then uses it), a container's lookups answered from the
 //! records, one forwarded to a stub upstream, the counters read back; and a flood of idle
 //! clients on the metrics port while the container's lookups go on. Needs root.
+#![forbid(unsafe_code)]
 
 mod support;
 

@@ -11,6 +11,7 @@
 //! Label values are always from closed sets the daemon defines (an operation, a reason, a
 //! record type), never from what a client, a peer or a server sent, so the number of
 //! series is fixed whatever anyone does.
+#![forbid(unsafe_code)]
 
 use std::io;
 use std::net::SocketAddr;

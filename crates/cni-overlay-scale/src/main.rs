@@ -3,31 +3,13 @@
 //! ```text
 //! overlay-scale --nodes 10,25,50,100 --joins 5 --steady 20
 //! ```
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
 use cni_overlay_scale::{run, Options, Report};
-
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_signal: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
-    STOP.store(true, Ordering::SeqCst);
-}
-
-/// Ctrl-C and SIGTERM stop the run at its next check, so the owners' `Drop`s remove the
-/// namespaces, processes and etcd (the default action would leave them behind).
-fn install_handlers() {
-    let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    // SAFETY: the handler only performs an atomic store, which is async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGINT, handler);
-        libc::signal(libc::SIGTERM, handler);
-    }
-}
 
 /// The overlay agent at 10 to 100 simulated nodes, as root: join latency, convergence,
 /// etcd load and RSS, one Markdown table row per cluster size.
@@ -94,7 +76,9 @@ fn row(r: &Report) -> String {
 
 fn main() -> ExitCode {
     let args: Args = cni_cli::parse();
-    install_handlers();
+    // Ctrl-C and SIGTERM stop the run at its next check, so the owners' `Drop`s remove the
+    // namespaces, processes and etcd (the default action would leave them behind).
+    let stop = cni_os::signal::stop_on_termination();
     let agent =
         args.agent.clone().unwrap_or_else(|| cni_testkit::binaries::target_dir().join("cni-overlay-agent"));
     if !agent.exists() {
@@ -119,7 +103,7 @@ fn main() -> ExitCode {
             ttl: args.ttl,
             agent_binary: agent.clone(),
             limit: Duration::from_secs(args.limit),
-            stop: &STOP,
+            stop,
         };
         match run(&options) {
             Ok(report) => {

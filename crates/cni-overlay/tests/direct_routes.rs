@@ -3,6 +3,7 @@
 //! router (VXLAN to it, direct between the others) that then moves onto the segment. The
 //! kernel's own dumps show which path each peer got; TCP between the pods of every pair
 //! shows it carries traffic. Needs root and Debian's etcd-server. Names carry `or`.
+#![forbid(unsafe_code)]
 
 mod harness;
 

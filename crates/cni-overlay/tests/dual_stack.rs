@@ -6,6 +6,7 @@
 //! an IPv6 subnet that is not theirs, or an underlay of the wrong family, get nothing.
 //! With `--backend auto` the underlay's family goes direct and the other over VXLAN.
 //! Needs root and Debian's etcd-server. Names carry `or`.
+#![forbid(unsafe_code)]
 
 mod harness;
 

@@ -3,6 +3,7 @@
 //! keep-alives and watches fail over to the survivors: every record outlives several TTLs
 //! on its own lease, no peer's entries leave any host, and a node joining afterwards is
 //! seen by every other node (and its pod reaches theirs).
+#![forbid(unsafe_code)]
 
 mod harness;
 

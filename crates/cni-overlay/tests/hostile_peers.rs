@@ -7,6 +7,7 @@
 //! refuses is retried while the others converge; TLS to etcd with client certificates; a
 //! hostile etcd member ahead of the genuine one. Needs root and Debian's etcd-server.
 //! Names carry `ot`.
+#![forbid(unsafe_code)]
 
 mod harness;
 

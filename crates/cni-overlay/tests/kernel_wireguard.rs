@@ -10,6 +10,7 @@
 //! inside it. By hand (the binary is printed by `cargo test --no-run`):
 //!
 //!     tools/kernel-rig -- target/debug/deps/kernel_wireguard-<hash> --ignored
+#![forbid(unsafe_code)]
 
 mod harness;
 

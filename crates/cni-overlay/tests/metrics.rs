@@ -2,6 +2,7 @@
 //! (namespaces on an underlay bridge) on a real etcd, a peer appearing and going, a hostile
 //! record refused, then etcd stopped and `/healthz` turning 503. Needs root and Debian's
 //! etcd-server. Names carry `mx`.
+#![forbid(unsafe_code)]
 
 mod harness;
 

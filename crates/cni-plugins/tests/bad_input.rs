@@ -17,6 +17,7 @@
 //! With `BI_COMPARE_GO=1` and Debian's Go reference plugin installed (`/usr/lib/cni`), the
 //! same cases also run against it in namespaces of its own and the outcomes are printed side
 //! by side (`--nocapture`); only our plugin's behaviour is asserted.
+#![forbid(unsafe_code)]
 
 mod common;
 

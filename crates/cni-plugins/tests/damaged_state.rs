@@ -6,6 +6,7 @@
 //! reservation (a directory in a file's place is repaired), GC then leaves nothing behind, and a
 //! later ADD works: 2 plugins x 5 files x 4 kinds = 40 cases. tuning's record adds 4,
 //! host-device's record 4.
+#![forbid(unsafe_code)]
 
 mod common;
 

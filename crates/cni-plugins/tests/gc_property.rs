@@ -24,6 +24,7 @@
 //! reproduction. By hand, e.g. `KS_GC_ROUNDS=50 KS_GC_OPS=12`. At the end every
 //! attachment is DELeted and GC with an empty valid set must bring back the state of
 //! the lab before anything was attached.
+#![forbid(unsafe_code)]
 
 mod common;
 #[path = "kill9/support/mod.rs"]

@@ -10,6 +10,7 @@
 //! with real traffic through the host port; unknown keys next to them are still ignored.
 //! DEL with the same keys leaves nothing. The same test runs on the Go reference plugins
 //! (`/usr/lib/cni`) so that what is asserted is what Go does.
+#![forbid(unsafe_code)]
 
 mod common;
 

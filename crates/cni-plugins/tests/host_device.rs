@@ -1,5 +1,6 @@
 //! `host-device` on the real kernel: host interfaces (a veth end standing in for a NIC, and
 //! a macvlan) moved into a container and back with name, alias, MTU and state restored.
+#![forbid(unsafe_code)]
 
 mod common;
 

@@ -8,6 +8,7 @@
 //! binary is printed by `cargo test --no-run`):
 //!
 //!     tools/kernel-rig -- target/debug/deps/kernel_bridge_vlan-<hash> --ignored --exact isolation::access_ports_are_isolated_and_a_trunk_carries_both
+#![forbid(unsafe_code)]
 
 mod common;
 

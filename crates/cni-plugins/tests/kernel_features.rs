@@ -8,6 +8,7 @@
 //! hand (the binary is printed by `cargo test --no-run`):
 //!
 //!     tools/kernel-rig -- target/debug/deps/kernel_features-<hash> --ignored --exact dummy::add_check_del
+#![forbid(unsafe_code)]
 
 mod common;
 

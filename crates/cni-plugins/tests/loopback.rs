@@ -1,4 +1,5 @@
 //! `loopback` on the real kernel.
+#![forbid(unsafe_code)]
 
 mod common;
 

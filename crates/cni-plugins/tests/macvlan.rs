@@ -1,6 +1,7 @@
 //! `macvlan` on the real kernel. A veth pair stands in for the host's NIC: its host end
 //! (`mvm0`, carrying 10.91.0.1/24) is the master, its other end (`lan0`, 10.91.0.254/24)
 //! sits in a "LAN" namespace standing in for the rest of the segment.
+#![forbid(unsafe_code)]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! `ipMasq` (bridge and ptp) and `macspoofchk` (bridge): traffic decides, and the ruleset is
 //! read back with `nft -j`.
+#![forbid(unsafe_code)]
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! `ptp` on the real kernel: routed veth pairs, traffic from container to host.
+#![forbid(unsafe_code)]
 
 mod common;
 

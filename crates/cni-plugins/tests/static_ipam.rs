@@ -1,4 +1,5 @@
 //! `static` IPAM through the installed multi-call binary.
+#![forbid(unsafe_code)]
 
 mod common;
 

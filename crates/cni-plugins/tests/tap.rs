@@ -1,6 +1,7 @@
 //! `tap` on the real kernel: a persistent tap in the container, optionally a port of a
 //! bridge there; a test thread attaches to it the way a VM monitor would and exchanges
 //! frames with the bridge.
+#![forbid(unsafe_code)]
 
 mod common;
 

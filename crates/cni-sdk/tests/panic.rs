@@ -1,4 +1,5 @@
 //! A panic inside plugin code still ends as a CNI error object (code 999) and exit 1.
+#![forbid(unsafe_code)]
 
 mod common;
 

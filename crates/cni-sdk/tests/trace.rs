@@ -1,5 +1,6 @@
 //! The runtime's trace context reaches the plugin as `Request::trace`, and a failure's line on
 //! stderr carries its trace id, so a failed pod setup can be found from its trace.
+#![forbid(unsafe_code)]
 
 mod common;
 

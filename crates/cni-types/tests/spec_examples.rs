@@ -1,5 +1,6 @@
 //! Every JSON example in the 1.0.0 specification parses into our types and prints back to
 //! the same JSON.
+#![forbid(unsafe_code)]
 
 use cni_types::{CniError, CniResult, NetConf, NetConfList, Version, VersionInfo};
 use serde_json::Value;

@@ -1,6 +1,7 @@
 //! cnitool end to end: the way the reference cnitool is used (NETCONFPATH to a directory
 //! with a conflist, CNI_PATH, CAP_ARGS, CNI_ARGS), against the test plugin and (as root)
 //! the Go reference plugins in a throwaway host namespace.
+#![forbid(unsafe_code)]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! cnitool as a daily tool: `list` with addresses, `inspect`, and the completion scripts
 //! loaded by the shells they are for and asked what they complete. Unprivileged: the test
 //! plugin does no networking. bash, zsh and fish come from tools/test's package list.
+#![forbid(unsafe_code)]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! ADD, CHECK and DEL of chains against the scriptable test plugin: what each plugin is
 //! sent, in which order, and what is cached.
+#![forbid(unsafe_code)]
 
 mod common;
 

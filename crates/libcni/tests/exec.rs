@@ -1,5 +1,6 @@
 //! Running plugins: lookup, timeouts that kill the whole process group, and how failures
 //! are reported.
+#![forbid(unsafe_code)]
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! GC, STATUS, damaged cache files, and the cache file written by Go libcni.
+#![forbid(unsafe_code)]
 
 mod common;
 

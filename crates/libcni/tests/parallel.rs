@@ -1,4 +1,5 @@
 //! One CniConfig shared by many threads attaching different containers at once.
+#![forbid(unsafe_code)]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! The version matrix: lists of each version against plugins claiming various versions,
 //! and results converted between plugins that print different versions.
+#![forbid(unsafe_code)]
 
 mod common;
 

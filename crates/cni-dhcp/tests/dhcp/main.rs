@@ -1,6 +1,7 @@
 //! The dhcp plugin and its daemon against real DHCP servers (dnsmasq, kea), each test in
 //! its own namespaces: a server namespace on a bridge in the test's host namespace, the
 //! containers attached by the bridge plugin with dhcp IPAM.
+#![forbid(unsafe_code)]
 
 mod common;
 mod fake_server;

@@ -1,6 +1,7 @@
 //! `bandwidth` chained after `bridge` on the real kernel, in throwaway namespaces: what it
 //! puts on the host (read back by netlink and `tc -j`), CHECK, DEL, GC, coexistence with
 //! other tc users, and bad input. Needs root.
+#![forbid(unsafe_code)]
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -1,5 +1,6 @@
 //! `bridge` on the real kernel, in throwaway namespaces: the host namespace holds the bridge,
 //! each container namespace its veth end.
+#![forbid(unsafe_code)]
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -1,6 +1,7 @@
 //! `firewall` with the nftables backend on the real kernel, in throwaway namespaces: the
 //! host namespace holds the bridges and our tables, an extra namespace is the outside
 //! world, and every policy is judged by real TCP traffic in both directions.
+#![forbid(unsafe_code)]
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -1,6 +1,7 @@
 //! host-local: its allocator and store as a library (store, held addresses, property tests,
 //! concurrency between threads and processes, the Go plugin's files read and written), the
 //! plugin through the multi-call binary, and directories planted by a local attacker.
+#![forbid(unsafe_code)]
 
 #[path = "../common/mod.rs"]
 mod common;

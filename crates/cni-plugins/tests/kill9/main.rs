@@ -22,6 +22,7 @@
 //! Also host-device (a veth end of the host namespace, which must come back with its
 //! name, MTU and up state), bridge with static IPAM, and loopback. Figures: 12 plugins x
 //! 2 verbs x 6 points = 144 killed runs in CI; e.g. `KS_KILL9_POINTS=50` by hand for 1,200.
+#![forbid(unsafe_code)]
 
 mod chain;
 #[path = "../common/mod.rs"]

@@ -2,6 +2,7 @@
 //! host namespace holds the bridge and the nftables rules, a container namespace the
 //! mapped service, and an "outside" namespace — joined to the host by a veth made here —
 //! plays a remote client.
+#![forbid(unsafe_code)]
 
 #[path = "../common/mod.rs"]
 mod common;

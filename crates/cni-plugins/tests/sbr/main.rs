@@ -2,6 +2,7 @@
 //! namespace (`cnuh0`, the gateway 10.78.0.1 / fd78::1) and a "container" namespace
 //! (`cnu0`, 10.78.0.2 / fd78::2); rules and tables are read back by netlink and with
 //! `ip -j` inside the container, and real UDP traffic shows the rule steering by source.
+#![forbid(unsafe_code)]
 
 mod chain;
 #[path = "../common/mod.rs"]

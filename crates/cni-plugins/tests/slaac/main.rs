@@ -2,6 +2,7 @@
 //! `bridge` (radvd on the host-side bridge) and `macvlan` (radvd at the far end of the
 //! master's link). What is reported is compared with the kernel's own state, and traffic
 //! goes to the router's global address through the reported default route.
+#![forbid(unsafe_code)]
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -1,6 +1,7 @@
 //! `tuning` through the installed multi-call binary, on a veth pair between a throwaway
 //! "host" namespace and a "container" namespace (names prefixed `cnu`). Values are read
 //! back with sysctl reads inside the container and netlink.
+#![forbid(unsafe_code)]
 
 #[path = "../common/mod.rs"]
 mod common;

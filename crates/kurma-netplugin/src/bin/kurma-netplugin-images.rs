@@ -6,6 +6,7 @@
 //!         --netplugin target/release/kurma-netplugin --out OUTDIR
 //!
 //! Every file's mtime is `SOURCE_DATE_EPOCH` when set, else 0.
+#![forbid(unsafe_code)]
 
 use clap::Parser;
 use kurma_model::image::build::{write_all, Inputs};

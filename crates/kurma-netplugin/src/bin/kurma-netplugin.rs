@@ -1,4 +1,5 @@
 //! `/opt/network/{setup,add,del}`: see `kurma_netplugin::cli`.
+#![forbid(unsafe_code)]
 
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().collect();
