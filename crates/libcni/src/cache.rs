@@ -18,7 +18,6 @@ use cni_types::IoResultExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::fs::DirBuilder;
-use std::io::Write;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
@@ -109,14 +108,11 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
         .mode(0o700)
         .create(dir)
         .map_err(|e| cache_err("creating its directory", e))?;
-    // NamedTempFile creates the file with mode 0600 and removes it if we fail half-way.
-    let mut temp = tempfile::Builder::new()
-        .prefix(".tmp-")
-        .tempfile_in(dir)
-        .map_err(|e| cache_err("creating a temporary file", e))?;
-    temp.write_all(bytes).map_err(|e| cache_err("writing", e))?;
-    temp.persist(path).map_err(|e| cache_err("renaming into place", e.error))?;
-    Ok(())
+    // The workspace's one atomic write: an exclusive 0600 temporary file beside the entry,
+    // never through a link, renamed over it. Unsynced, like the reference's cache: the
+    // entries describe attachments, which a crash's reboot ends too.
+    cni_os::fs::write_atomic(path, bytes, 0o600, cni_os::fs::Durability::Unsynced)
+        .map_err(|e| cache_err("writing", e))
 }
 
 /// Reads a cache file. `Ok(None)` when there is none; `Err` when it exists but is empty,
@@ -185,8 +181,9 @@ pub(crate) fn remove(path: &Path) -> Result<()> {
 /// cache directory.
 pub(crate) const STALE_TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Removes the `.tmp-*` files under `<cacheDir>/results` last modified before
-/// `now - older_than`; returns the paths removed. Failures are reported, not fatal to
+/// Removes the temporary files (cni-os's `.<entry>.tmp.<pid>`, older versions' `.tmp-*`)
+/// under `<cacheDir>/results` last modified before `now - older_than`; returns the paths
+/// removed. Failures are reported, not fatal to
 /// the rest.
 pub(crate) fn remove_stale_temp_files(
     cache_dir: &Path,
@@ -200,7 +197,9 @@ pub(crate) fn remove_stale_temp_files(
     };
     let mut removed = Vec::new();
     for entry in entries.flatten() {
-        let is_temp = entry.file_name().to_string_lossy().starts_with(".tmp-");
+        // cni-os's temporary names, and `.tmp-*` left by versions before it.
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let is_temp = cni_os::fs::temp_writer(&name).is_some() || name.starts_with(".tmp-");
         let Ok(meta) = entry.metadata() else { continue };
         let old = meta.modified().is_ok_and(|m| now.duration_since(m).is_ok_and(|age| age > older_than));
         if is_temp && meta.is_file() && old {
@@ -287,6 +286,7 @@ mod tests {
         };
         let abandoned = make(".tmp-abandoned", 120);
         let in_flight = make(".tmp-in-flight", 5);
+        let abandoned_now = make(".net-cnitool-0123-eth0.tmp.4242", 120);
         // An old cache entry is not a temporary file, whatever its age.
         std::fs::File::options()
             .write(true)
@@ -295,8 +295,12 @@ mod tests {
             .set_modified(now - STALE_TEMP_AGE * 10)
             .unwrap();
         let removed = remove_stale_temp_files(dir.path(), now, STALE_TEMP_AGE).unwrap();
-        assert_eq!(removed, vec![abandoned.clone()]);
-        assert!(!abandoned.exists());
+        let mut expected = vec![abandoned.clone(), abandoned_now.clone()];
+        expected.sort();
+        let mut removed = removed;
+        removed.sort();
+        assert_eq!(removed, expected);
+        assert!(!abandoned.exists() && !abandoned_now.exists());
         assert!(in_flight.exists());
         assert!(read(&entry).unwrap().is_some());
         // No results directory at all is nothing to do.
