@@ -4,9 +4,9 @@
 //! process id, so parallel runs never collide.
 
 use crate::error::{BenchError, Result};
-use cni_net::netns::{create_named, remove_named, DEFAULT_NETNS_DIR};
+use cni_net::netns::{remove_named, OwnedNamedNs, DEFAULT_NETNS_DIR};
 use cni_net::{NetNs, Netlink};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 static NEXT_HOST: AtomicUsize = AtomicUsize::new(0);
@@ -14,37 +14,28 @@ static NEXT_HOST: AtomicUsize = AtomicUsize::new(0);
 /// A named network namespace, removed when dropped.
 #[derive(Debug)]
 pub struct OwnedNetns {
-    ns: NetNs,
-    path: PathBuf,
+    owned: OwnedNamedNs,
 }
 
 impl OwnedNetns {
     pub fn create(name: &str) -> Result<OwnedNetns> {
-        let ns = create_named(DEFAULT_NETNS_DIR, name)
+        let owned = OwnedNamedNs::create(DEFAULT_NETNS_DIR, name)
             .map_err(|e| BenchError::setup(format!("create network namespace {name}"), e))?;
-        Ok(OwnedNetns { ns, path: Path::new(DEFAULT_NETNS_DIR).join(name) })
+        Ok(OwnedNetns { owned })
     }
 
     pub fn ns(&self) -> &NetNs {
-        &self.ns
+        self.owned.netns()
     }
 
     pub fn path_str(&self) -> String {
-        self.path.display().to_string()
+        self.owned.path().display().to_string()
     }
 
     /// Runs `f` on a thread inside this namespace: processes it spawns (plugins) start
     /// there, so what they do to "the host" happens in this namespace.
     pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T> {
-        self.ns.run(f).map_err(|e| BenchError::setup(format!("enter {}", self.path.display()), e))
-    }
-}
-
-impl Drop for OwnedNetns {
-    fn drop(&mut self) {
-        if let Err(e) = remove_named(&self.path) {
-            eprintln!("cni-bench: cannot remove {}: {e}", self.path.display());
-        }
+        self.ns().run(f).map_err(|e| BenchError::setup(format!("enter {}", self.owned.path().display()), e))
     }
 }
 

@@ -3,7 +3,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use cni_net::netns::{create_named, remove_named, THREAD_SELF_NETNS};
+use cni_net::netns::{create_named, remove_named, OwnedNamedNs, THREAD_SELF_NETNS};
 use cni_net::{NetNs, Netlink};
 use cni_testkit::ns::{require_root, TestNetns};
 
@@ -66,6 +66,22 @@ fn named_namespace_is_created_bound_and_removed() {
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     let dir_text = dir.path().to_str().unwrap();
     assert!(!mounts.lines().any(|line| line.contains(dir_text)), "{dir_text} left mounted");
+}
+
+#[test]
+fn an_owned_namespace_has_its_loopback_up_on_request_and_goes_when_dropped() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("cnt-owned-{}", std::process::id());
+    let owned = OwnedNamedNs::create(dir.path(), &name).unwrap();
+    assert_eq!((owned.path(), owned.name().as_ref()), (dir.path().join(&name).as_path(), name.as_str()));
+    let lo_up = |ns: &NetNs| Netlink::in_ns(ns).unwrap().require_link("lo").unwrap().up;
+    assert!(!lo_up(owned.netns()));
+    owned.bring_loopback_up().unwrap();
+    assert!(lo_up(owned.netns()));
+    let path = owned.path().to_path_buf();
+    drop(owned);
+    assert!(!path.exists(), "the namespace file outlived its owner");
 }
 
 #[test]

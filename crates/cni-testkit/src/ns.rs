@@ -7,10 +7,10 @@
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use cni_net::netns::{create_named, remove_named, DEFAULT_NETNS_DIR};
+use cni_net::netns::{OwnedNamedNs, DEFAULT_NETNS_DIR};
 use cni_net::{NetNs, Netlink};
 
 /// Name prefix used when the caller gives none.
@@ -33,8 +33,7 @@ fn random_suffix() -> u32 {
 #[derive(Debug)]
 pub struct TestNetns {
     name: String,
-    path: PathBuf,
-    ns: NetNs,
+    owned: OwnedNamedNs,
 }
 
 impl TestNetns {
@@ -47,14 +46,10 @@ impl TestNetns {
     pub fn with_prefix(prefix: &str) -> cni_net::Result<TestNetns> {
         require_root();
         let name = format!("{prefix}-{:08x}", random_suffix());
-        let ns = create_named(DEFAULT_NETNS_DIR, &name)?;
-        let path = ns.path().to_path_buf();
-        let test_ns = TestNetns { name, path, ns };
-        // From here on Drop cleans up if bringing lo up fails.
-        let mut netlink = Netlink::in_ns(&test_ns.ns)?;
-        let lo = netlink.require_link("lo")?;
-        netlink.set_link_up(lo.index)?;
-        Ok(test_ns)
+        // Removed when dropped, also if bringing lo up fails.
+        let owned = OwnedNamedNs::create(DEFAULT_NETNS_DIR, &name)?;
+        owned.bring_loopback_up()?;
+        Ok(TestNetns { name, owned })
     }
 
     /// The namespace's name (the file name under `/run/netns`).
@@ -64,34 +59,38 @@ impl TestNetns {
 
     /// The bind-mounted namespace file, e.g. what a runtime passes as `CNI_NETNS`.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.owned.path()
     }
 
     /// The open namespace.
     pub fn netns(&self) -> &NetNs {
-        &self.ns
+        self.owned.netns()
     }
 
     /// A new, independently owned handle to the namespace.
     pub fn open(&self) -> cni_net::Result<NetNs> {
-        NetNs::open(&self.path)
+        NetNs::open(self.owned.path())
     }
 
     /// A netlink socket bound to this namespace.
     pub fn netlink(&self) -> cni_net::Result<Netlink> {
-        Netlink::in_ns(&self.ns)
+        Netlink::in_ns(self.owned.netns())
     }
 
     /// Runs `f` inside the namespace (see [`NetNs::run`]).
     pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> cni_net::Result<T> {
-        self.ns.run(f)
+        self.owned.netns().run(f)
     }
 
     /// A command whose process runs inside this namespace (it calls `setns` between fork
     /// and exec). The command keeps its own duplicate of the namespace fd.
     pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
-        let ns_fd: OwnedFd =
-            self.ns.as_fd().try_clone_to_owned().expect("duplicate the namespace fd for a child process");
+        let ns_fd: OwnedFd = self
+            .owned
+            .netns()
+            .as_fd()
+            .try_clone_to_owned()
+            .expect("duplicate the namespace fd for a child process");
         let mut command = Command::new(program);
         cni_os::process::enter_netns_on_spawn(&mut command, ns_fd);
         command
@@ -142,14 +141,6 @@ impl TestNetns {
             String::from_utf8_lossy(&output.stderr)
         );
         output.stdout
-    }
-}
-
-impl Drop for TestNetns {
-    fn drop(&mut self) {
-        if let Err(err) = remove_named(&self.path) {
-            eprintln!("cni-testkit: cannot remove test namespace {}: {err}", self.name);
-        }
     }
 }
 

@@ -7,8 +7,7 @@
 //! next to cnitool (installed into a temp dir for the run), or else /opt/cni/bin.
 
 use crate::commands::{container_id, print_json, Context, Failure};
-use cni_net::netns::{create_named, remove_named, DEFAULT_NETNS_DIR};
-use cni_net::{NetNs, Netlink};
+use cni_net::netns::{OwnedNamedNs, DEFAULT_NETNS_DIR};
 use libcni::{CniConfig, NetworkConfigList, RuntimeConf};
 use serde_json::json;
 use std::io::{Read, Write};
@@ -37,38 +36,27 @@ fn default_network(data_dir: &Path) -> Result<NetworkConfigList, Failure> {
     NetworkConfigList::from_bytes(conf.to_string().as_bytes()).map_err(Failure::from)
 }
 
-/// A named namespace that is removed when dropped (also when the demo fails).
+/// A named namespace with its loopback up, removed when dropped (also when the demo fails).
 struct ThrowawayNs {
-    ns: NetNs,
-    name: String,
+    owned: OwnedNamedNs,
 }
 
 impl ThrowawayNs {
     fn create(role: &str) -> Result<ThrowawayNs, Failure> {
         let name = format!("cnidemo-{role}-{}", std::process::id());
-        let ns = create_named(DEFAULT_NETNS_DIR, &name)
+        let owned = OwnedNamedNs::create(DEFAULT_NETNS_DIR, &name)
             .map_err(|e| Failure(format!("create namespace {name}: {e}")))?;
-        let made = ThrowawayNs { ns, name };
-        let mut nl = Netlink::in_ns(&made.ns).map_err(|e| Failure(e.to_string()))?;
-        let lo = nl.require_link("lo").map_err(|e| Failure(e.to_string()))?;
-        nl.set_link_up(lo.index).map_err(|e| Failure(e.to_string()))?;
-        Ok(made)
+        owned.bring_loopback_up().map_err(|e| Failure(e.to_string()))?;
+        Ok(ThrowawayNs { owned })
     }
 
     fn path(&self) -> String {
-        self.ns.path().display().to_string()
+        self.owned.path().display().to_string()
     }
 
     fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T, Failure> {
-        self.ns.run(f).map_err(|e| Failure(format!("enter namespace {}: {e}", self.name)))
-    }
-}
-
-impl Drop for ThrowawayNs {
-    fn drop(&mut self) {
-        if let Err(e) = remove_named(self.ns.path()) {
-            eprintln!("cnitool demo: cannot remove namespace {}: {e}", self.name);
-        }
+        let name = self.owned.name();
+        self.owned.netns().run(f).map_err(|e| Failure(format!("enter namespace {name}: {e}")))
     }
 }
 
@@ -191,10 +179,10 @@ pub fn demo(ctx: &Context, network: Option<&str>) -> Result<(), Failure> {
     }
     println!(
         "attaching namespace {} to network {:?} (plugins from {}; host side in namespace {})",
-        ctr.name,
+        ctr.owned.name(),
         list.name(),
         cni.plugin_dirs().iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(":"),
-        host.name
+        host.owned.name()
     );
     let started = Instant::now();
     let result = host.run(|| cni.add_network_list(&list, &rt))??;
@@ -213,7 +201,12 @@ pub fn demo(ctx: &Context, network: Option<&str>) -> Result<(), Failure> {
     let started = Instant::now();
     let deleted = host.run(|| cni.del_network_list(&list, &rt))?.map_err(Failure::from);
     if deleted.is_ok() {
-        println!("DEL took {:.1?}; removing namespaces {} and {}", started.elapsed(), ctr.name, host.name);
+        println!(
+            "DEL took {:.1?}; removing namespaces {} and {}",
+            started.elapsed(),
+            ctr.owned.name(),
+            host.owned.name()
+        );
     }
     proven.and(checked).and(deleted)
 }

@@ -11,7 +11,7 @@
 
 mod named;
 
-pub use named::{create_named, remove_named, DEFAULT_NETNS_DIR};
+pub use named::{create_named, remove_named, OwnedNamedNs, DEFAULT_NETNS_DIR};
 
 use std::fs::File;
 use std::io;

@@ -87,6 +87,52 @@ pub fn remove_named(path: impl AsRef<Path>) -> Result<()> {
     }
 }
 
+/// A named namespace that is removed (as [`remove_named`] does) when this value is dropped,
+/// also when its owner fails half-way: the one owner of throwaway namespaces (test
+/// namespaces, the bench's, `cnitool demo`'s).
+#[derive(Debug)]
+pub struct OwnedNamedNs {
+    ns: NetNs,
+}
+
+impl OwnedNamedNs {
+    /// Creates `<dir>/<name>` as [`create_named`] does.
+    pub fn create(dir: impl AsRef<Path>, name: &str) -> Result<OwnedNamedNs> {
+        create_named(dir, name).map(|ns| OwnedNamedNs { ns })
+    }
+
+    /// Brings the namespace's loopback up (a new namespace's is down; most users need it).
+    pub fn bring_loopback_up(&self) -> Result<()> {
+        let mut netlink = crate::netlink::Netlink::in_ns(&self.ns)?;
+        let lo = netlink.require_link("lo")?;
+        netlink.set_link_up(lo.index)
+    }
+
+    /// The open namespace.
+    pub fn netns(&self) -> &NetNs {
+        &self.ns
+    }
+
+    /// The bind-mounted namespace file (what a runtime passes as `CNI_NETNS`).
+    pub fn path(&self) -> &Path {
+        self.ns.path()
+    }
+
+    /// The namespace's name: its file's name.
+    pub fn name(&self) -> std::borrow::Cow<'_, str> {
+        self.ns.path().file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
+    }
+}
+
+impl Drop for OwnedNamedNs {
+    fn drop(&mut self) {
+        // Nothing to return an error to from a drop: say so where the owner's output goes.
+        if let Err(err) = remove_named(self.ns.path()) {
+            eprintln!("cannot remove network namespace {}: {err}", self.ns.path().display());
+        }
+    }
+}
+
 fn unshare_and_bind(target: &Path) -> Result<()> {
     // SAFETY: unshare has no memory preconditions; CLONE_NEWNET moves only this helper
     // thread, which ends right after.
