@@ -32,7 +32,7 @@ fn listing(root: &Path) -> BTreeSet<String> {
     found
 }
 
-fn expected(plugins: &[&str], defaults: bool) -> BTreeSet<String> {
+fn expected(plugins: &[&str], own_binaries: &[&str], defaults: bool) -> BTreeSet<String> {
     let mut paths: BTreeSet<String> = [
         "dev/",
         "proc/",
@@ -56,6 +56,8 @@ fn expected(plugins: &[&str], defaults: bool) -> BTreeSet<String> {
     .map(str::to_string)
     .collect();
     paths.extend(plugins.iter().map(|p| format!("opt/cni/bin/{p} -> cni-plugins")));
+    // Plugins with a binary of their own are files beside the multi-call binary.
+    paths.extend(own_binaries.iter().map(|p| format!("opt/cni/bin/{p}")));
     if defaults {
         paths.insert("opt/network/defaults.json".into());
     }
@@ -84,9 +86,10 @@ fn images_are_reproducible_hold_only_our_files_and_read_back_in_both_formats() {
 
     let (_, _, plugin_names) = inputs();
     let all: Vec<&str> = plugin_names.iter().map(String::as_str).collect();
-    for (image, plugins, defaults) in
-        [("cni-netplugin", all.clone(), false), ("lo-netplugin", vec!["loopback"], true)]
-    {
+    for (image, plugins, own_binaries, defaults) in [
+        ("cni-netplugin", all.clone(), vec!["dhcp"], false),
+        ("lo-netplugin", vec!["loopback"], vec![], true),
+    ] {
         let out = dir.path().join("a");
         let aci_dir = dir.path().join(format!("{image}-aci"));
         let manifest =
@@ -95,7 +98,11 @@ fn images_are_reproducible_hold_only_our_files_and_read_back_in_both_formats() {
         assert_eq!(manifest["labels"][1], serde_json::json!({"name": "os", "value": "linux"}));
         assert_eq!(manifest["labels"][2], serde_json::json!({"name": "arch", "value": "amd64"}));
         assert_eq!(aci::exec(&manifest), ["/opt/network/kurma-netplugin", "pause"]);
-        assert_eq!(listing(&aci_dir.join("rootfs")), expected(&plugins, defaults), "{image}.aci");
+        assert_eq!(
+            listing(&aci_dir.join("rootfs")),
+            expected(&plugins, &own_binaries, defaults),
+            "{image}.aci"
+        );
 
         let oci_dir = dir.path().join(format!("{image}-oci"));
         let archive = std::fs::File::open(out.join(format!("{image}.oci.tar"))).unwrap();
@@ -104,7 +111,11 @@ fn images_are_reproducible_hold_only_our_files_and_read_back_in_both_formats() {
         assert_eq!(read.config["os"], "linux");
         assert_eq!(read.config["architecture"], "amd64");
         oci::unpack_rootfs(&read, &oci_dir.join("rootfs")).unwrap();
-        assert_eq!(listing(&oci_dir.join("rootfs")), expected(&plugins, defaults), "{image}.oci.tar");
+        assert_eq!(
+            listing(&oci_dir.join("rootfs")),
+            expected(&plugins, &own_binaries, defaults),
+            "{image}.oci.tar"
+        );
         // Same file contents in both formats.
         for file in ["opt/cni/bin/cni-plugins", "opt/network/kurma-netplugin"] {
             let (a, b) = (

@@ -30,6 +30,9 @@ pub struct Inputs<'a> {
     pub netplugin: &'a [u8],
     /// Every plugin name `cni-plugins` answers to (`cni-plugins --list`).
     pub plugin_names: &'a [String],
+    /// Plugins built as binaries of their own, outside the multi-call one (`dhcp`,
+    /// `etcd-ipam`): name and static binary's bytes. They go into `cni-netplugin`.
+    pub own_binaries: &'a [(&'a str, &'a [u8])],
     /// The version label and tag.
     pub version: &'a str,
     /// The mtime of every file.
@@ -86,7 +89,10 @@ pub fn rootfs(inputs: &Inputs, plugins: &[&str], defaults: Option<&str>) -> std:
     tree.dir("tmp", 0o1777);
     tree.file("opt/cni/bin/cni-plugins", 0o755, inputs.cni_plugins);
     for plugin in plugins {
-        tree.symlink(&format!("opt/cni/bin/{plugin}"), "cni-plugins");
+        match inputs.own_binaries.iter().find(|(name, _)| name == plugin) {
+            Some((_, bytes)) => tree.file(&format!("opt/cni/bin/{plugin}"), 0o755, *bytes),
+            None => tree.symlink(&format!("opt/cni/bin/{plugin}"), "cni-plugins"),
+        };
     }
     tree.file("opt/network/kurma-netplugin", 0o755, inputs.netplugin);
     for verb in ["setup", "add", "del"] {
@@ -100,7 +106,8 @@ pub fn rootfs(inputs: &Inputs, plugins: &[&str], defaults: Option<&str>) -> std:
 
 /// `cni-netplugin` (every plugin) and `lo-netplugin` (loopback only).
 pub fn netplugins(inputs: &Inputs) -> std::io::Result<Vec<Netplugin>> {
-    let all: Vec<&str> = inputs.plugin_names.iter().map(String::as_str).collect();
+    let multi_call = inputs.plugin_names.iter().map(String::as_str);
+    let all: Vec<&str> = multi_call.chain(inputs.own_binaries.iter().map(|(name, _)| *name)).collect();
     Ok(vec![
         Netplugin { name: "cni-netplugin", rootfs: rootfs(inputs, &all, None)? },
         Netplugin {

@@ -59,23 +59,27 @@ pub fn write_both(dir: &Path, stem: &str, name: &str, rootfs: &Tree) -> oci::Blo
 
 /// Builds the repository's `cni-netplugin` and `lo-netplugin` (both formats) into `out`
 /// with the library's own image builder, from the workspace's debug `cni-plugins` and
-/// `kurma-netplugin` plus the shared libraries and loader they need. No release build.
+/// `kurma-netplugin` (and `dhcp`, a plugin binary of its own) plus the shared libraries and
+/// loader they need. No release build.
 pub fn build_real_netplugins(out: &Path) {
     let plugins = workspace_binary("cni-plugins", "cni-plugins");
     let netplugin = workspace_binary("kurma-netplugin", "kurma-netplugin");
     let listed = Command::new(&plugins).arg("--list").output().expect("cni-plugins --list");
     let names: Vec<String> = String::from_utf8_lossy(&listed.stdout).lines().map(str::to_string).collect();
     assert!(names.iter().any(|n| n == "bridge") && names.iter().any(|n| n == "host-local"), "{names:?}");
-    let libraries: Vec<PathBuf> = build::host_libraries(&[&plugins, &netplugin]).unwrap();
+    let dhcp = workspace_binary("cni-dhcp", "dhcp");
+    let libraries: Vec<PathBuf> = build::host_libraries(&[&plugins, &netplugin, &dhcp]).unwrap();
     assert!(
         libraries.iter().any(|l| l.to_string_lossy().contains("ld-linux")),
         "ldd found no dynamic loader for the debug binaries: {libraries:?}"
     );
     let (cni_plugins, netplugin) = (without_debug_info(&plugins), without_debug_info(&netplugin));
+    let dhcp = without_debug_info(&dhcp);
     let inputs = Inputs {
         cni_plugins: &cni_plugins,
         netplugin: &netplugin,
         plugin_names: &names,
+        own_binaries: &[("dhcp", &dhcp)],
         version: "0.0.0-test",
         mtime: 0,
         gzip_level: TEST_GZIP_LEVEL,

@@ -3,7 +3,8 @@
 //! `tools/build-netplugin-images` builds the binaries and runs this.
 //!
 //!     kurma-netplugin-images --cni-plugins target/release/cni-plugins \
-//!         --netplugin target/release/kurma-netplugin --out OUTDIR
+//!         --netplugin target/release/kurma-netplugin --plugin-binary target/release/dhcp \
+//!         --out OUTDIR
 //!
 //! Every file's mtime is `SOURCE_DATE_EPOCH` when set, else 0.
 #![forbid(unsafe_code)]
@@ -23,6 +24,10 @@ struct Args {
     /// The kurma-netplugin binary, the images' setup/add/del
     #[arg(long, value_name = "FILE")]
     netplugin: PathBuf,
+    /// A plugin built as a binary of its own (dhcp, etcd-ipam), carried in cni-netplugin's
+    /// /opt/cni/bin under its file name (repeatable)
+    #[arg(long = "plugin-binary", value_name = "FILE")]
+    plugin_binaries: Vec<PathBuf>,
     /// The directory the archives are written into
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
@@ -39,7 +44,7 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<(), String> {
-    let Args { cni_plugins: plugins, netplugin, out } = args;
+    let Args { cni_plugins: plugins, netplugin, plugin_binaries, out } = args;
     let read = |p: &PathBuf| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
     let listed = Command::new(&plugins)
         .arg("--list")
@@ -58,10 +63,20 @@ fn run(args: Args) -> Result<(), String> {
         Err(_) => 0,
     };
     let (cni_plugins, netplugin) = (read(&plugins)?, read(&netplugin)?);
+    let mut own = Vec::new();
+    for path in &plugin_binaries {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| format!("{}: no file name", path.display()))?;
+        own.push((name.to_string(), read(path)?));
+    }
+    let own_binaries: Vec<(&str, &[u8])> = own.iter().map(|(n, b)| (n.as_str(), b.as_slice())).collect();
     let inputs = Inputs {
         cni_plugins: &cni_plugins,
         netplugin: &netplugin,
         plugin_names: &names,
+        own_binaries: &own_binaries,
         version: env!("CARGO_PKG_VERSION"),
         mtime,
         gzip_level: kurma_model::image::oci::GZIP_BEST,

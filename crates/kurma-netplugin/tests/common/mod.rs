@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 pub const PREFIX: &str = "kn";
 
 /// The images' inputs from the test profile's binaries: (cni-plugins, kurma-netplugin,
-/// plugin names).
+/// plugin names); the plugins with binaries of their own come from [`dhcp`].
 pub fn inputs() -> (Vec<u8>, Vec<u8>, Vec<String>) {
     let plugins = workspace_binary("cni-plugins", "cni-plugins");
     let netplugin = PathBuf::from(env!("CARGO_BIN_EXE_kurma-netplugin"));
@@ -27,12 +27,23 @@ pub fn inputs() -> (Vec<u8>, Vec<u8>, Vec<String>) {
     (std::fs::read(plugins).unwrap(), std::fs::read(netplugin).unwrap(), names)
 }
 
+/// The test profile's `dhcp` (a plugin binary of its own, with its daemon).
+pub fn dhcp() -> Vec<u8> {
+    std::fs::read(workspace_binary("cni-dhcp", "dhcp")).unwrap()
+}
+
 /// The build's inputs, with the test's fixed version and mtime.
-fn image_inputs<'a>(plugins: &'a [u8], netplugin: &'a [u8], names: &'a [String]) -> Inputs<'a> {
+fn image_inputs<'a>(
+    plugins: &'a [u8],
+    netplugin: &'a [u8],
+    names: &'a [String],
+    own_binaries: &'a [(&'a str, &'a [u8])],
+) -> Inputs<'a> {
     Inputs {
         cni_plugins: plugins,
         netplugin,
         plugin_names: names,
+        own_binaries,
         version: "0.1.0",
         mtime: 0,
         gzip_level: kurma_model::image::oci::GZIP_BEST,
@@ -47,7 +58,9 @@ pub fn build_images(out: &Path) -> Vec<Written> {
     let (_, _, names) = inputs();
     let (plugins, netplugin) =
         (b"\x7fELF cni-plugins stand-in".to_vec(), b"\x7fELF kurma-netplugin stand-in".to_vec());
-    let inputs = image_inputs(&plugins, &netplugin, &names);
+    let dhcp = b"\x7fELF dhcp stand-in".to_vec();
+    let own: [(&str, &[u8]); 1] = [("dhcp", &dhcp)];
+    let inputs = image_inputs(&plugins, &netplugin, &names, &own);
     write_all(&inputs, out).expect("writing the images")
 }
 
@@ -74,7 +87,9 @@ impl Images {
     pub fn new() -> Images {
         let dir = tempfile::Builder::new().prefix(PREFIX).tempdir().unwrap();
         let (plugins, netplugin, names) = inputs();
-        let inputs = image_inputs(&plugins, &netplugin, &names);
+        let dhcp = dhcp();
+        let own: [(&str, &[u8]); 1] = [("dhcp", &dhcp)];
+        let inputs = image_inputs(&plugins, &netplugin, &names, &own);
         let mut unpacked = Vec::new();
         for image in netplugins(&inputs).unwrap() {
             let manifest = aci::manifest(image.name, &[], &COMMAND);
