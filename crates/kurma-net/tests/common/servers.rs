@@ -120,9 +120,10 @@ impl Registry {
             digests.push(layer["digest"].as_str().unwrap().to_string());
         }
         for digest in &digests {
-            let start =
-                ureq::post(&format!("http://{}/v2/{repository}/blobs/uploads/", self.addr)).call().unwrap();
-            let location = start.header("Location").unwrap().to_string();
+            let start = ureq::post(&format!("http://{}/v2/{repository}/blobs/uploads/", self.addr))
+                .send_empty()
+                .unwrap();
+            let location = start.headers()["Location"].to_str().unwrap().to_string();
             let location = if location.starts_with("http") {
                 location
             } else {
@@ -130,15 +131,15 @@ impl Registry {
             };
             let separator = if location.contains('?') { '&' } else { '?' };
             ureq::put(&format!("{location}{separator}digest={digest}"))
-                .set("Content-Type", "application/octet-stream")
-                .send_bytes(&blob(digest))
+                .header("Content-Type", "application/octet-stream")
+                .send(&blob(digest)[..])
                 .unwrap();
         }
         let media_type =
             descriptor["mediaType"].as_str().unwrap_or("application/vnd.oci.image.manifest.v1+json");
         ureq::put(&format!("http://{}/v2/{repository}/manifests/{tag}", self.addr))
-            .set("Content-Type", media_type)
-            .send_bytes(&manifest_bytes)
+            .header("Content-Type", media_type)
+            .send(&manifest_bytes[..])
             .unwrap();
         // The registry now serves what was pushed, byte for byte.
         let mut served = Vec::new();
@@ -146,6 +147,7 @@ impl Registry {
         ureq::get(&format!("http://{}/v2/{repository}/blobs/{layer}", self.addr))
             .call()
             .unwrap()
+            .into_body()
             .into_reader()
             .read_to_end(&mut served)
             .unwrap();
