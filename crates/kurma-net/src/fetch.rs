@@ -296,4 +296,48 @@ mod tests {
         assert_eq!(redirect_target(&http, "https://x.example/").unwrap().as_str(), "https://x.example/");
         assert!(redirect_target(&http, "file:///etc/passwd").unwrap_err().contains("file:"));
     }
+
+    fn roots(config: &TlsConfig) -> usize {
+        match config.root_certs() {
+            RootCerts::Specific(certs) => certs.len(),
+            other => panic!("not a given list: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_ca_file_adds_its_certificates_to_the_web_roots() {
+        let web = webpki_root_certs::TLS_SERVER_ROOT_CERTS.len();
+        assert!(web > 100, "{web} web roots");
+        assert_eq!(roots(&tls_config(None).unwrap()), web);
+
+        let dir = tempfile::Builder::new().prefix("k3-").tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        let out = std::process::Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"])
+            .args(["-days", "1", "-subj", "/CN=k3-ca", "-keyout"])
+            .arg(dir.path().join("ca.key"))
+            .arg("-out")
+            .arg(&ca)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(roots(&tls_config(Some(&ca)).unwrap()), web + 1);
+    }
+
+    #[test]
+    fn a_ca_file_without_a_usable_certificate_is_an_error_naming_it() {
+        let dir = tempfile::Builder::new().prefix("k3-").tempdir().unwrap();
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        let err = tls_config(Some(&empty)).unwrap_err();
+        assert!(err.contains("empty.pem: no PEM certificate in it"), "{err}");
+
+        let garbage = dir.path().join("garbage.pem");
+        std::fs::write(&garbage, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n").unwrap();
+        let err = tls_config(Some(&garbage)).unwrap_err();
+        assert!(err.contains("garbage.pem"), "{err}");
+
+        let missing = dir.path().join("missing.pem");
+        assert!(tls_config(Some(&missing)).unwrap_err().contains("missing.pem"));
+    }
 }
