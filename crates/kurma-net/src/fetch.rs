@@ -12,14 +12,18 @@
 //!   and a token is never sent on to another host;
 //! - what is plain HTTP at all is decided by one rule, [`is_loopback`].
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::pki_types::{pem::PemObject, CertificateDer};
-
+use ureq::tls::{Certificate, RootCerts, TlsConfig, TlsProvider};
+use ureq::Agent;
 use url::{Host, Url};
+
+/// An HTTP answer: its head, and a body not yet read.
+pub type Response = ureq::http::Response<ureq::Body>;
 
 /// How long one HTTP request may take before the fetch fails.
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(120);
@@ -92,7 +96,7 @@ pub fn plain_http_allowed(url: &Url) -> bool {
 /// The HTTP client of one fetch.
 #[derive(Debug, Clone)]
 pub struct Fetcher {
-    agent: ureq::Agent,
+    agent: Agent,
     pub limits: FetchLimits,
 }
 
@@ -100,37 +104,37 @@ impl Fetcher {
     /// A client with `limits` that trusts the usual web roots and, when given, the PEM
     /// certificates in `ca_file` too (a registry or image server with a private CA).
     pub fn new(limits: FetchLimits, ca_file: Option<&Path>) -> Result<Fetcher, String> {
-        // Redirects are ours to follow (see the module's documentation).
-        let mut agent = ureq::AgentBuilder::new().timeout(HTTP_TIMEOUT).redirects(0);
-        if let Some(ca_file) = ca_file {
-            agent = agent.tls_config(tls_with_ca(ca_file)?);
-        }
-        Ok(Fetcher { agent: agent.build(), limits })
+        let config = Agent::config_builder()
+            // Redirects are ours to follow (see the module's documentation), and every
+            // status is an answer for the caller to judge.
+            .max_redirects(0)
+            .max_redirects_will_error(false)
+            .http_status_as_error(false)
+            .timeout_global(Some(HTTP_TIMEOUT))
+            .tls_config(tls_config(ca_file)?)
+            .build();
+        Ok(Fetcher { agent: config.into(), limits })
     }
 
     /// GETs `url` with `headers`, following redirects under this module's policy. Every
     /// status comes back as a response (4xx and 5xx too): callers decide what they mean.
     /// An `Authorization` header goes only to the host it was given for.
-    pub fn get(&self, url: &str, headers: &[(&str, &str)]) -> Result<ureq::Response, String> {
+    pub fn get(&self, url: &str, headers: &[(&str, &str)]) -> Result<Response, String> {
         let mut current = Url::parse(url).map_err(|err| format!("{url}: not a URL: {err}"))?;
         let origin = authority(&current);
         for _ in 0..=MAX_REDIRECTS {
-            let mut request = self.agent.request_url("GET", &current);
+            let mut request = self.agent.get(current.as_str());
             for (name, value) in headers {
                 if name.eq_ignore_ascii_case("authorization") && authority(&current) != origin {
                     continue;
                 }
-                request = request.set(name, value);
+                request = request.header(*name, *value);
             }
-            let response = match request.call() {
-                Ok(response) => response,
-                Err(ureq::Error::Status(_, response)) => response,
-                Err(err) => return Err(format!("GET {current}: {err}")),
-            };
-            if !(300..400).contains(&response.status()) {
+            let response = request.call().map_err(|err| format!("GET {current}: {err}"))?;
+            if !response.status().is_redirection() {
                 return Ok(response);
             }
-            let Some(location) = response.header("Location") else {
+            let Some(location) = header(&response, "Location") else {
                 return Ok(response);
             };
             current = redirect_target(&current, location)?;
@@ -139,41 +143,63 @@ impl Fetcher {
     }
 
     /// GETs `url` and fails unless the answer is a 2xx.
-    pub fn get_ok(&self, url: &str, headers: &[(&str, &str)]) -> Result<ureq::Response, String> {
+    pub fn get_ok(&self, url: &str, headers: &[(&str, &str)]) -> Result<Response, String> {
         let response = self.get(url, headers)?;
         check_status(url, response)
     }
 }
 
-/// ureq's own TLS configuration (ring, TLS 1.2 and 1.3, the web's roots) with the
-/// certificates of `ca_file` added to the roots.
-fn tls_with_ca(ca_file: &Path) -> Result<Arc<rustls::ClientConfig>, String> {
+/// The roots a server's certificate may chain to: the web's (Mozilla's list, as the
+/// `webpki-root-certs` crate ships it) and, when given, every certificate of the PEM file
+/// `ca_file` too. ureq takes one list (the web's or a given one, never both), so the web's
+/// are part of the list we give it.
+fn tls_config(ca_file: Option<&Path>) -> Result<TlsConfig, String> {
+    let mut roots: Vec<Certificate<'static>> =
+        webpki_root_certs::TLS_SERVER_ROOT_CERTS.iter().map(|cert| Certificate::from_der(cert)).collect();
+    if let Some(ca_file) = ca_file {
+        roots.extend(private_ca(ca_file)?);
+    }
+    Ok(TlsConfig::builder()
+        .provider(TlsProvider::Rustls)
+        .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .root_certs(RootCerts::new_with_certs(&roots))
+        .build())
+}
+
+/// The certificates of the PEM file `ca_file`, each checked to be a usable trust anchor
+/// (ureq would skip one that is not without a word).
+fn private_ca(ca_file: &Path) -> Result<Vec<Certificate<'static>>, String> {
     let shown = ca_file.display();
     let pem = std::fs::read(ca_file).map_err(|err| format!("CA file {shown}: {err}"))?;
-    let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-    let mut added = 0;
+    let mut checked = rustls::RootCertStore::empty();
+    let mut certs = Vec::new();
     for cert in CertificateDer::pem_slice_iter(&pem) {
         let cert = cert.map_err(|err| format!("CA file {shown}: {err}"))?;
-        roots.add(cert).map_err(|err| format!("CA file {shown}: {err}"))?;
-        added += 1;
+        certs.push(Certificate::from_der(cert.as_ref()).to_owned());
+        checked.add(cert).map_err(|err| format!("CA file {shown}: {err}"))?;
     }
-    if added == 0 {
+    if certs.is_empty() {
         return Err(format!("CA file {shown}: no PEM certificate in it"));
     }
-    let config = rustls::ClientConfig::builder_with_provider(rustls::crypto::ring::default_provider().into())
-        .with_protocol_versions(&[&rustls::version::TLS12, &rustls::version::TLS13])
-        .map_err(|err| format!("TLS configuration: {err}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(config))
+    Ok(certs)
+}
+
+/// The value of the header `name`, when there is one and it is text.
+pub fn header<'a>(response: &'a Response, name: &str) -> Option<&'a str> {
+    response.headers().get(name).and_then(|value| value.to_str().ok())
 }
 
 /// A response, or an error naming its status when it is not a success.
-pub fn check_status(url: &str, response: ureq::Response) -> Result<ureq::Response, String> {
-    match response.status() {
-        200..=299 => Ok(response),
-        status => Err(format!("GET {url}: the server answered {status} {}", response.status_text())),
+pub fn check_status(url: &str, response: Response) -> Result<Response, String> {
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
     }
+    Err(format!(
+        "GET {url}: the server answered {} {}",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("")
+    ))
 }
 
 /// Where a redirect from `from` to `location` leads, or why it is not followed: a
@@ -195,30 +221,25 @@ fn authority(url: &Url) -> (Option<String>, Option<u16>) {
 }
 
 /// Reads a whole body into memory, within `bound`.
-pub fn read_body(response: ureq::Response, bound: Bound, what: &str) -> Result<Vec<u8>, String> {
+pub fn read_body(response: Response, bound: Bound, what: &str) -> Result<Vec<u8>, String> {
     let mut body = Vec::new();
     copy_body(response, bound, &mut body, what)?;
     Ok(body)
 }
 
 /// Copies a body into `dest`, within `bound`: a declared length above it is refused
-/// before reading, and the read stops one byte past it. Returns the length.
-pub fn copy_body(
-    response: ureq::Response,
-    bound: Bound,
-    dest: &mut impl Write,
-    what: &str,
-) -> Result<u64, String> {
-    let declared = response.header("Content-Length").and_then(|v| v.trim().parse::<u64>().ok());
+/// before reading, and ureq stops the read (an error) at the first byte past it, whatever
+/// the server declared. Returns the length.
+pub fn copy_body(response: Response, bound: Bound, dest: &mut impl Write, what: &str) -> Result<u64, String> {
+    let declared = header(&response, "Content-Length").and_then(|v| v.trim().parse::<u64>().ok());
     if let Some(declared) = declared.filter(|&d| d > bound.max()) {
         return Err(format!("{what}: the server declares {declared} bytes, more than {}", bound.describe()));
     }
-    // One byte more than allowed tells "too long" from "exactly the bound".
-    let mut body = response.into_reader().take(bound.max().saturating_add(1));
-    let copied = std::io::copy(&mut body, dest).map_err(|err| format!("{what}: {err}"))?;
-    if copied > bound.max() {
-        return Err(format!("{what}: the body is longer than {}", bound.describe()));
-    }
+    let mut body = response.into_body().into_with_config().limit(bound.max()).reader();
+    let copied = std::io::copy(&mut body, dest).map_err(|err| match over_limit(&err) {
+        true => format!("{what}: the body is longer than {}", bound.describe()),
+        false => format!("{what}: {err}"),
+    })?;
     if let Bound::Exactly(size) = bound {
         if copied != size {
             return Err(format!(
@@ -227,6 +248,12 @@ pub fn copy_body(
         }
     }
     Ok(copied)
+}
+
+/// Whether a body's read failed because the body ran past its limit.
+fn over_limit(err: &std::io::Error) -> bool {
+    let inner = err.get_ref().and_then(|inner| inner.downcast_ref::<ureq::Error>());
+    matches!(inner, Some(ureq::Error::BodyExceedsLimit(_)))
 }
 
 #[cfg(test)]
@@ -268,5 +295,49 @@ mod tests {
         );
         assert_eq!(redirect_target(&http, "https://x.example/").unwrap().as_str(), "https://x.example/");
         assert!(redirect_target(&http, "file:///etc/passwd").unwrap_err().contains("file:"));
+    }
+
+    fn roots(config: &TlsConfig) -> usize {
+        match config.root_certs() {
+            RootCerts::Specific(certs) => certs.len(),
+            other => panic!("not a given list: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_ca_file_adds_its_certificates_to_the_web_roots() {
+        let web = webpki_root_certs::TLS_SERVER_ROOT_CERTS.len();
+        assert!(web > 100, "{web} web roots");
+        assert_eq!(roots(&tls_config(None).unwrap()), web);
+
+        let dir = tempfile::Builder::new().prefix("k3-").tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        let out = std::process::Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"])
+            .args(["-days", "1", "-subj", "/CN=k3-ca", "-keyout"])
+            .arg(dir.path().join("ca.key"))
+            .arg("-out")
+            .arg(&ca)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(roots(&tls_config(Some(&ca)).unwrap()), web + 1);
+    }
+
+    #[test]
+    fn a_ca_file_without_a_usable_certificate_is_an_error_naming_it() {
+        let dir = tempfile::Builder::new().prefix("k3-").tempdir().unwrap();
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        let err = tls_config(Some(&empty)).unwrap_err();
+        assert!(err.contains("empty.pem: no PEM certificate in it"), "{err}");
+
+        let garbage = dir.path().join("garbage.pem");
+        std::fs::write(&garbage, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n").unwrap();
+        let err = tls_config(Some(&garbage)).unwrap_err();
+        assert!(err.contains("garbage.pem"), "{err}");
+
+        let missing = dir.path().join("missing.pem");
+        assert!(tls_config(Some(&missing)).unwrap_err().contains("missing.pem"));
     }
 }

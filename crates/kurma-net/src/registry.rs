@@ -83,8 +83,9 @@ impl Registry<'_> {
     fn manifest(&self, reference: &str) -> Result<(Descriptor, Value), String> {
         let url = format!("{}/v2/{}/manifests/{reference}", self.image.base_url(), self.image.repository);
         let response = self.with_auth(&url, &[("Accept", MANIFEST_ACCEPT)])?;
-        let header_digest = response.header("Docker-Content-Digest").map(str::to_string);
-        let content_type = response.content_type().to_string();
+        let header_digest = fetch::header(&response, "Docker-Content-Digest").map(str::to_string);
+        // A missing Content-Type counts as text, as HTTP says.
+        let content_type = response.body().mime_type().unwrap_or("text/plain").to_string();
         let body =
             fetch::read_body(response, Bound::AtMost(self.fetcher.limits.document), &format!("GET {url}"))?;
         let value: Value =
@@ -118,7 +119,7 @@ impl Registry<'_> {
     /// GETs `url` with `headers` (and the token, once there is one); on a 401 with a
     /// bearer challenge, fetches an anonymous token and asks again. Fails unless the
     /// answer is a 2xx.
-    fn with_auth(&self, url: &str, headers: &[(&str, &str)]) -> Result<ureq::Response, String> {
+    fn with_auth(&self, url: &str, headers: &[(&str, &str)]) -> Result<fetch::Response, String> {
         let call = |token: Option<String>| {
             let mut all = headers.to_vec();
             if let Some(value) = &token {
@@ -130,8 +131,7 @@ impl Registry<'_> {
         if first.status() != 401 {
             return fetch::check_status(url, first);
         }
-        let challenge = first
-            .header("WWW-Authenticate")
+        let challenge = fetch::header(&first, "WWW-Authenticate")
             .ok_or("the registry answered 401 without a WWW-Authenticate challenge")?
             .to_string();
         let token = self.fetch_token(&challenge)?;

@@ -1,5 +1,6 @@
 //! The `kurma-net` command: a restart of the host side between attach and detach, and bad
 //! input that must start nothing.
+#![forbid(unsafe_code)]
 
 mod common;
 

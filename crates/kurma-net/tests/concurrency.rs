@@ -1,4 +1,5 @@
 //! Twenty containers attached and detached at the same time, and interface templates.
+#![forbid(unsafe_code)]
 
 mod common;
 

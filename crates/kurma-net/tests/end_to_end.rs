@@ -1,6 +1,7 @@
 //! End to end: netplugin images served from file://, http:// and docker:// (a registry on
 //! 127.0.0.1), plugin containers run by runc, a throwaway namespace attached to `lo` +
 //! `mynet`, real TCP to the bridge gateway, and a detach that leaves nothing behind.
+#![forbid(unsafe_code)]
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! Netplugins that misbehave: `setup` past the limit, `add` past the limit, `add` exiting 3.
+#![forbid(unsafe_code)]
 
 mod common;
 

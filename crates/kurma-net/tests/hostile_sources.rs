@@ -2,13 +2,18 @@
 //! whose bodies run past what they declare, never end, or redirect; and image URIs whose
 //! transport or pin is not good enough. Each fetch must stop at its bound, the error must
 //! say why, and nothing may be started.
+#![forbid(unsafe_code)]
 
 mod common;
 
 use common::hostile::{HostileServer, Reply, TlsServer};
+use common::servers::Registry;
 use common::{images, Bed};
 use kurma_model::image::oci::{Descriptor, MEDIA_CONFIG, MEDIA_LAYER_TAR, MEDIA_MANIFEST};
 use kurma_model::image::MAX_DOCUMENT_BYTES;
+use kurma_net::fetch::Fetcher;
+use kurma_net::registry;
+use kurma_net::source::ImageSource;
 use kurma_net::{FetchLimits, Host, HostOptions, NetworkConfig};
 use serde_json::json;
 
@@ -229,4 +234,45 @@ fn plain_http_from_another_machine_needs_a_pin_and_127_prefixed_names_are_not_lo
         FetchLimits::default(),
     ));
     assert!(err.contains("GET https://127.0.0.1.example.invalid:5000/v2/kmt/x/manifests/1"), "{err}");
+}
+
+/// `--ca-file` adds a private CA to the web's roots: an https registry whose certificate
+/// that CA signed is trusted with it, and refused without it. The registry listens on a
+/// non-loopback address (only loopback registries are spoken to over plain HTTP), inside
+/// a namespace of the test's own.
+#[test]
+fn a_registry_signed_by_the_ca_file_is_trusted_and_refused_without_it() {
+    cni_testkit::ns::require_root();
+    let tmp = tempfile::Builder::new().prefix("kmt-").tempdir().unwrap();
+    let ns = cni_testkit::ns::TestNetns::with_prefix(PREFIX).unwrap();
+    let ip = "10.213.7.1";
+    for args in [&["link", "set", "lo", "up"][..], &["addr", "add", &format!("{ip}/32"), "dev", "lo"]] {
+        assert!(ns.command("ip").args(args).status().unwrap().success(), "ip {args:?}");
+    }
+    let cert = common::tls::TestCert::issue(tmp.path(), ip);
+    let registry = Registry::start_tls(&tmp.path().join("registry"), &ns, ip, &cert);
+    let rootfs = images::shell_rootfs(&images::Scripts {
+        setup: "#!/bin/sh\n".into(),
+        add: "#!/bin/sh\n".into(),
+        del: "#!/bin/sh\n".into(),
+    });
+    let blobs = images::write_both(tmp.path(), "shell", "kmt/shell", &rootfs);
+    let ImageSource::Docker(image) = ImageSource::parse(&format!("docker://{ip}:5000/kmt/shell:1")).unwrap()
+    else {
+        panic!("a docker:// reference")
+    };
+    assert!(image.base_url().starts_with("https://"), "{}", image.base_url());
+    let pull = |ca_file: Option<&std::path::Path>, layout: &str| {
+        let fetcher = Fetcher::new(FetchLimits::default(), ca_file).unwrap();
+        let layout = tmp.path().join(layout);
+        ns.run(|| registry::pull(&fetcher, &image, &layout)).unwrap().map(|()| layout)
+    };
+    ns.run(|| registry.push_archive("kmt/shell", "1", &tmp.path().join("shell.oci.tar"))).unwrap();
+
+    let err = pull(None, "untrusted").unwrap_err();
+    assert!(err.contains("UnknownIssuer"), "{err}");
+
+    let layout = pull(Some(&cert.ca), "trusted").unwrap();
+    let layer = &blobs.layer.0.digest;
+    assert!(layout.join(layer.blob_path()).is_file(), "the layer {layer} was not pulled");
 }

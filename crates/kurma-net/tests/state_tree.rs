@@ -2,6 +2,7 @@
 //! program and an `/opt/network/add` owned by an unprivileged uid; `nobody` must reach
 //! neither (the tree is 0700), and neither keeps what the image asked for (files are
 //! root's, setuid/setgid stripped). A state directory another user owns is refused.
+#![forbid(unsafe_code)]
 
 mod common;
 

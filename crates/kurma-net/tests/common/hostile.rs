@@ -206,57 +206,13 @@ pub struct TlsServer {
 impl TlsServer {
     pub fn start(dir: &std::path::Path, response: &str) -> TlsServer {
         use std::process::{Command, Stdio};
-        let openssl = |args: &[&str]| {
-            let out = Command::new("openssl").args(args).current_dir(dir).output().expect("openssl runs");
-            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        };
-        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
-        openssl(
-            &[
-                &["req", "-x509"][..],
-                &ec,
-                &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=kmt-ca"],
-            ]
-            .concat(),
-        );
-        openssl(
-            &[&["req"][..], &ec, &["-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=127.0.0.1"]]
-                .concat(),
-        );
-        std::fs::write(
-            dir.join("leaf.ext"),
-            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-        )
-        .unwrap();
-        openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            "leaf.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "leaf.ext",
-            "-out",
-            "leaf.pem",
-        ]);
+        let cert = super::tls::TestCert::issue(dir, "127.0.0.1");
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let mut child = Command::new("openssl")
-            .args([
-                "s_server",
-                "-quiet",
-                "-accept",
-                &format!("127.0.0.1:{port}"),
-                "-cert",
-                "leaf.pem",
-                "-key",
-                "leaf.key",
-            ])
+            .args(["s_server", "-quiet", "-accept", &format!("127.0.0.1:{port}"), "-cert"])
+            .arg(&cert.cert)
+            .arg("-key")
+            .arg(&cert.key)
             .current_dir(dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -270,7 +226,7 @@ impl TlsServer {
             assert!(Instant::now() < deadline, "openssl s_server did not listen on {port}");
             std::thread::sleep(Duration::from_millis(10));
         }
-        TlsServer { port, ca: dir.join("ca.pem"), child }
+        TlsServer { port, ca: cert.ca, child }
     }
 }
 

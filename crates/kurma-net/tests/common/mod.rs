@@ -8,6 +8,7 @@ pub mod hostile;
 pub mod images;
 pub mod scripts;
 pub mod servers;
+pub mod tls;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

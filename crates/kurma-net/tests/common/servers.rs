@@ -9,7 +9,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cni_testkit::ns::TestNetns;
 use serde_json::Value;
+
+use super::tls::TestCert;
+
+const REGISTRY: &str = "/usr/bin/docker-registry";
 
 /// Serves the files of a directory at `http://127.0.0.1:PORT/NAME`; stops when dropped.
 pub struct FileServer {
@@ -64,42 +69,62 @@ fn serve(stream: TcpStream, dir: &Path) {
     }
 }
 
-/// Debian's docker-registry listening on 127.0.0.1; killed when dropped.
+/// Debian's docker-registry with a temporary storage directory; killed when dropped.
 pub struct Registry {
+    /// `host:port`, as a `docker://` reference names it.
     pub addr: String,
+    /// `http://addr` or `https://addr`.
+    base: String,
+    /// What the test speaks to it with (trusting its CA when it has one).
+    agent: ureq::Agent,
     child: Child,
 }
 
 impl Registry {
+    /// A plain-HTTP registry on 127.0.0.1.
     pub fn start(dir: &Path) -> Registry {
-        let binary = "/usr/bin/docker-registry";
-        assert!(Path::new(binary).is_file(), "{binary} is missing: install Debian's docker-registry");
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let addr = format!("127.0.0.1:{port}");
+        let registry =
+            Registry::spawn(dir, Command::new(REGISTRY), &addr, "", ureq::Agent::new_with_defaults());
+        registry.wait_until_up();
+        registry
+    }
+
+    /// An https registry on `ip:5000` inside `ns`, with a certificate for `ip` signed by
+    /// `cert`'s CA. Speak to it from inside `ns` (`TestNetns::run`).
+    pub fn start_tls(dir: &Path, ns: &TestNetns, ip: &str, cert: &TestCert) -> Registry {
+        let tls =
+            format!("  tls:\n    certificate: {}\n    key: {}\n", cert.cert.display(), cert.key.display());
+        let registry = Registry::spawn(dir, ns.command(REGISTRY), &format!("{ip}:5000"), &tls, cert.agent());
+        ns.run(|| registry.wait_until_up()).unwrap();
+        registry
+    }
+
+    fn spawn(dir: &Path, mut command: Command, addr: &str, tls: &str, agent: ureq::Agent) -> Registry {
+        assert!(Path::new(REGISTRY).is_file(), "{REGISTRY} is missing: install Debian's docker-registry");
         let config = dir.join("registry.yml");
         std::fs::create_dir_all(dir.join("storage")).unwrap();
         std::fs::write(
             &config,
             format!(
-                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
+                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n{tls}",
                 dir.join("storage").display()
             ),
         )
         .unwrap();
-        let child = Command::new(binary)
-            .arg("serve")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let registry = Registry { addr, child };
+        let child =
+            command.arg("serve").arg(&config).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let scheme = if tls.is_empty() { "http" } else { "https" };
+        Registry { addr: addr.to_string(), base: format!("{scheme}://{addr}"), agent, child }
+    }
+
+    fn wait_until_up(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while ureq::get(&format!("http://{}/v2/", registry.addr)).call().is_err() {
-            assert!(Instant::now() < deadline, "docker-registry did not come up on {}", registry.addr);
+        while self.agent.get(format!("{}/v2/", self.base)).call().is_err() {
+            assert!(Instant::now() < deadline, "docker-registry did not come up on {}", self.base);
             std::thread::sleep(Duration::from_millis(50));
         }
-        registry
     }
 
     /// Pushes the image of the OCI image archive `archive` as `repository:tag` through the
@@ -120,32 +145,36 @@ impl Registry {
             digests.push(layer["digest"].as_str().unwrap().to_string());
         }
         for digest in &digests {
-            let start =
-                ureq::post(&format!("http://{}/v2/{repository}/blobs/uploads/", self.addr)).call().unwrap();
-            let location = start.header("Location").unwrap().to_string();
-            let location = if location.starts_with("http") {
-                location
-            } else {
-                format!("http://{}{location}", self.addr)
-            };
+            let start = self
+                .agent
+                .post(format!("{}/v2/{repository}/blobs/uploads/", self.base))
+                .send_empty()
+                .unwrap();
+            let location = start.headers()["Location"].to_str().unwrap().to_string();
+            let location =
+                if location.starts_with("http") { location } else { format!("{}{location}", self.base) };
             let separator = if location.contains('?') { '&' } else { '?' };
-            ureq::put(&format!("{location}{separator}digest={digest}"))
-                .set("Content-Type", "application/octet-stream")
-                .send_bytes(&blob(digest))
+            self.agent
+                .put(format!("{location}{separator}digest={digest}"))
+                .header("Content-Type", "application/octet-stream")
+                .send(&blob(digest)[..])
                 .unwrap();
         }
         let media_type =
             descriptor["mediaType"].as_str().unwrap_or("application/vnd.oci.image.manifest.v1+json");
-        ureq::put(&format!("http://{}/v2/{repository}/manifests/{tag}", self.addr))
-            .set("Content-Type", media_type)
-            .send_bytes(&manifest_bytes)
+        self.agent
+            .put(format!("{}/v2/{repository}/manifests/{tag}", self.base))
+            .header("Content-Type", media_type)
+            .send(&manifest_bytes[..])
             .unwrap();
         // The registry now serves what was pushed, byte for byte.
         let mut served = Vec::new();
         let layer = &digests[1];
-        ureq::get(&format!("http://{}/v2/{repository}/blobs/{layer}", self.addr))
+        self.agent
+            .get(format!("{}/v2/{repository}/blobs/{layer}", self.base))
             .call()
             .unwrap()
+            .into_body()
             .into_reader()
             .read_to_end(&mut served)
             .unwrap();
