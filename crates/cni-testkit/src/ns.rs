@@ -77,6 +77,15 @@ impl TestNetns {
         Netlink::in_ns(self.owned.netns())
     }
 
+    /// Waits until no link named `name` exists here (DEL hands the deletion of a veth pair
+    /// to a background process, so the pair disappears shortly after DEL returns).
+    pub fn wait_link_gone(&self, name: &str) {
+        let mut netlink = self.netlink().unwrap();
+        crate::poll::until(&format!("{name} still exists in {}", self.name), crate::poll::EVENTUALLY, || {
+            netlink.link_by_name(name).unwrap().is_none()
+        });
+    }
+
     /// Runs `f` inside the namespace (see [`NetNs::run`]).
     pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> cni_net::Result<T> {
         self.owned.netns().run(f)

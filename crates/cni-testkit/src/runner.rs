@@ -53,6 +53,25 @@ pub struct PluginCall {
 }
 
 impl PluginCall {
+    /// A call of `binary` for `command` as a runtime on the test's host makes it: the process
+    /// inside `host`, CNI_PATH `plugin_dir`, and CNI_NETNS and the container ID naming
+    /// `container` when there is one.
+    pub fn from_host(
+        binary: impl Into<PathBuf>,
+        command: &str,
+        plugin_dir: &Path,
+        host: &crate::ns::TestNetns,
+        container: Option<&crate::ns::TestNetns>,
+    ) -> PluginCall {
+        let call = PluginCall::new(binary, command)
+            .in_namespace(host.path())
+            .cni_path(&plugin_dir.display().to_string());
+        match container {
+            Some(c) => call.netns(c.path()).container_id(c.name()),
+            None => call,
+        }
+    }
+
     /// A call of `binary` with CNI_COMMAND=`command`, a clean environment, and the defaults
     /// a test usually wants (container `test-ctr`, ifname `eth0`).
     pub fn new(binary: impl Into<PathBuf>, command: &str) -> PluginCall {

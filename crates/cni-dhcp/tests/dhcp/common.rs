@@ -42,23 +42,10 @@ pub fn call(
     container: Option<&TestNetns>,
     conf: &Value,
 ) -> PluginCall {
-    let mut call = PluginCall::new(plugin(name), command)
-        .in_namespace(host.path())
-        .cni_path(&plugin_dir().display().to_string())
-        .config(conf);
-    if let Some(c) = container {
-        call = call.netns(c.path()).container_id(c.name());
-    }
-    call
+    PluginCall::from_host(plugin(name), command, plugin_dir(), host, container).config(conf)
 }
 
-/// Waits until no link named `name` exists in `ns` (DEL hands the deletion of a veth pair
-/// to a background process, so the pair disappears shortly after DEL returns).
+/// Waits until no link named `name` exists in `ns` (see [`TestNetns::wait_link_gone`]).
 pub fn wait_link_gone(ns: &TestNetns, name: &str) {
-    let mut netlink = ns.netlink().unwrap();
-    cni_testkit::poll::until(
-        &format!("{name} still exists in {}", ns.name()),
-        cni_testkit::poll::EVENTUALLY,
-        || netlink.link_by_name(name).unwrap().is_none(),
-    );
+    ns.wait_link_gone(name)
 }

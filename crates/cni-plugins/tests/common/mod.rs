@@ -43,14 +43,7 @@ pub fn call(
     container: Option<&TestNetns>,
     conf: &Value,
 ) -> PluginCall {
-    let mut call = PluginCall::new(plugin(name), command)
-        .in_namespace(host.path())
-        .cni_path(&plugin_dir().display().to_string())
-        .config(conf);
-    if let Some(c) = container {
-        call = call.netns(c.path()).container_id(c.name());
-    }
-    call
+    PluginCall::from_host(plugin(name), command, plugin_dir(), host, container).config(conf)
 }
 
 /// ADD that must succeed; returns the result JSON.
@@ -72,10 +65,7 @@ pub fn eventually(what: &str, done: impl FnMut() -> bool) {
     cni_testkit::poll::until(what, EVENTUALLY, done)
 }
 
-/// Waits (up to [`EVENTUALLY`]) until no link named `name` exists in `ns`.
+/// Waits until no link named `name` exists in `ns` (see [`TestNetns::wait_link_gone`]).
 pub fn wait_link_gone(ns: &TestNetns, name: &str) {
-    let mut netlink = ns.netlink().unwrap();
-    eventually(&format!("{name} still exists in {}", ns.name()), || {
-        netlink.link_by_name(name).unwrap().is_none()
-    });
+    ns.wait_link_gone(name)
 }
