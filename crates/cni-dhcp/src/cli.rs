@@ -207,7 +207,6 @@ fn start(args: &DaemonArgs) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use cni_cli::clap::CommandFactory;
-    use cni_testkit::docs;
 
     fn daemon(args: &[&str]) -> Result<DaemonArgs, clap::Error> {
         let argv = ["dhcp"].iter().chain(args).map(OsString::from);
@@ -286,14 +285,11 @@ mod tests {
     /// spelling), and each one is accepted.
     #[test]
     fn the_page_documents_exactly_the_flags() {
-        let page = docs::read_page(env!("CARGO_MANIFEST_DIR"), "dhcp-daemon.md").unwrap();
-        let documented = docs::table_keys(&page, "Flags");
-        let flags = DaemonArgs::command()
-            .get_arguments()
-            .filter_map(|a| a.get_long())
-            .map(|long| format!("-{long}"))
-            .collect();
-        let problems = docs::compare("dhcp-daemon.md", "flag", &flags, &documented);
-        assert!(problems.is_empty(), "{}", problems.join("\n"));
+        cni_testkit::docs::assert_page_documents_exactly_the_flags(
+            env!("CARGO_MANIFEST_DIR"),
+            "dhcp-daemon.md",
+            &DaemonArgs::command(),
+            "-",
+        );
     }
 }

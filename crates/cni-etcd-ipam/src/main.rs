@@ -121,7 +121,6 @@ fn agent(args: AgentArgs) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cni_testkit::docs;
 
     use clap::CommandFactory;
 
@@ -132,15 +131,12 @@ mod tests {
     /// docs/plugins/etcd-ipam-agent.md documents exactly the agent's flags.
     #[test]
     fn the_page_documents_exactly_the_flags() {
-        let page = docs::read_page(env!("CARGO_MANIFEST_DIR"), "etcd-ipam-agent.md").unwrap();
-        let documented = docs::table_keys(&page, "Flags");
-        let flags = AgentArgs::command()
-            .get_arguments()
-            .filter_map(|a| a.get_long())
-            .map(|l| format!("--{l}"))
-            .collect();
-        let problems = docs::compare("etcd-ipam-agent.md", "flag", &flags, &documented);
-        assert!(problems.is_empty(), "{}", problems.join("\n"));
+        cni_testkit::docs::assert_page_documents_exactly_the_flags(
+            env!("CARGO_MANIFEST_DIR"),
+            "etcd-ipam-agent.md",
+            &AgentArgs::command(),
+            "--",
+        );
     }
 
     #[test]

@@ -330,14 +330,12 @@ mod tests {
     /// docs/plugins/cni-overlay-agent.md documents exactly the agent's flags.
     #[test]
     fn the_page_documents_exactly_the_flags() {
-        use clap::CommandFactory;
-        use cni_testkit::docs;
-        let page = docs::read_page(env!("CARGO_MANIFEST_DIR"), "cni-overlay-agent.md").unwrap();
-        let documented = docs::table_keys(&page, "Flags");
-        let flags =
-            Args::command().get_arguments().filter_map(|a| a.get_long()).map(|l| format!("--{l}")).collect();
-        let problems = docs::compare("cni-overlay-agent.md", "flag", &flags, &documented);
-        assert!(problems.is_empty(), "{}", problems.join("\n"));
+        cni_testkit::docs::assert_page_documents_exactly_the_flags(
+            env!("CARGO_MANIFEST_DIR"),
+            "cni-overlay-agent.md",
+            &<Args as clap::CommandFactory>::command(),
+            "--",
+        );
     }
 
     fn args(list: &[&str]) -> Vec<String> {

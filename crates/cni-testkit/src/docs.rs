@@ -1,5 +1,5 @@
 //! Reading the operator pages (`docs/plugins/`) in drift tests: the keys or flags a page
-//! documents, and the flags a program's usage text names.
+//! documents, against what the code reads or parses.
 //!
 //! A page documents a key (or a flag) as the first cell of a table row under a `## `
 //! heading, in backticks: `` | `ipam.ranges[][].subnet` | string | ... | ``. The section
@@ -37,36 +37,24 @@ pub fn table_keys(page: &str, heading: &str) -> BTreeSet<String> {
     keys
 }
 
-/// The flags a usage text names: those on its `usage:` line and those starting an indented
-/// line (with `-a, --all` alternatives), without `-h`/`--help`. Prose lines that mention
-/// the flag syntax are not indented, so they do not count.
-pub fn usage_flags(usage: &str) -> BTreeSet<String> {
-    let is_flag = |word: &str| {
-        let name = word.trim_start_matches('-');
-        word.starts_with('-')
-            && name.len() + 2 >= word.len()
-            && name.starts_with(|c: char| c.is_ascii_lowercase())
-    };
-    let mut flags = BTreeSet::new();
-    for line in usage.lines() {
-        let words: Vec<&str> = if line.starts_with("usage:") {
-            line.split_whitespace().filter(|w| is_flag(w)).collect()
-        } else if line.starts_with(char::is_whitespace) {
-            let mut leading = Vec::new();
-            for word in line.split_whitespace() {
-                let word = word.trim_end_matches(',');
-                if !is_flag(word) {
-                    break;
-                }
-                leading.push(word);
-            }
-            leading
-        } else {
-            Vec::new()
-        };
-        flags.extend(words.into_iter().filter(|w| !matches!(*w, "-h" | "--help")).map(str::to_string));
-    }
-    flags
+/// The long flags `command` parses, each spelt with `dashes` (`--` for clap's own spelling,
+/// `-` for a Go-style drop-in binary).
+pub fn command_flags(command: &cni_cli::clap::Command, dashes: &str) -> BTreeSet<String> {
+    command.get_arguments().filter_map(|a| a.get_long()).map(|long| format!("{dashes}{long}")).collect()
+}
+
+/// Asserts that the page `page_name` of `docs/plugins` documents exactly the flags of
+/// `command` under `## Flags` (spelt with `dashes`), naming every one missing or extra.
+pub fn assert_page_documents_exactly_the_flags(
+    manifest_dir: &str,
+    page_name: &str,
+    command: &cni_cli::clap::Command,
+    dashes: &str,
+) {
+    let page = read_page(manifest_dir, page_name).unwrap();
+    let documented = table_keys(&page, "Flags");
+    let problems = compare(page_name, "flag", &command_flags(command, dashes), &documented);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 /// Differences between what a program names and what its page documents, as lines.
@@ -84,19 +72,6 @@ mod tests {
 
     fn set(items: &[&str]) -> BTreeSet<String> {
         items.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn usage_flags_are_the_leading_words_of_indented_lines() {
-        let usage = "usage: tool --must URL [options]
-Does things; flags may also be written --flag or -flag=value.
-
-  -socketpath PATH  a path
-  --max-tcp N       a number, not -5
-  -v, --verbose     louder
-  -h, --help        this text
-      continued description --not-a-flag";
-        assert_eq!(usage_flags(usage), set(&["--max-tcp", "--must", "--verbose", "-socketpath", "-v"]));
     }
 
     #[test]

@@ -112,7 +112,6 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cni_testkit::docs;
 
     use clap::CommandFactory;
 
@@ -123,12 +122,12 @@ mod tests {
     /// docs/plugins/cni-dnsd.md documents exactly the daemon's flags.
     #[test]
     fn the_page_documents_exactly_the_flags() {
-        let page = docs::read_page(env!("CARGO_MANIFEST_DIR"), "cni-dnsd.md").unwrap();
-        let documented = docs::table_keys(&page, "Flags");
-        let flags =
-            Args::command().get_arguments().filter_map(|a| a.get_long()).map(|l| format!("--{l}")).collect();
-        let problems = docs::compare("cni-dnsd.md", "flag", &flags, &documented);
-        assert!(problems.is_empty(), "{}", problems.join("\n"));
+        cni_testkit::docs::assert_page_documents_exactly_the_flags(
+            env!("CARGO_MANIFEST_DIR"),
+            "cni-dnsd.md",
+            &Args::command(),
+            "--",
+        );
     }
 
     #[test]
