@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use cni_etcd_testing::EtcdCluster;
+use cni_testkit::poll::EVENTUALLY;
 use cni_testkit::scrape::{self, Samples};
 use serde_json::{json, Value};
 
@@ -146,12 +147,6 @@ fn hostile_metrics_clients_do_not_stop_allocations() {
     assert!(refusal.is_empty() || refusal.starts_with("HTTP/1.1 431"), "{refusal}");
     // Once the idle clients are gone, scrapes are served again (the first tries may still
     // find the queue full and be closed, as a flood's are) and show the work done.
-    let served = (0..100).find_map(|_| match scrape::get(agent.metrics, "/metrics") {
-        Ok((200, body)) => Some(Samples::parse(&body)),
-        _ => {
-            std::thread::sleep(Duration::from_millis(100));
-            None
-        }
-    });
-    assert_eq!(counter(&served.expect("scrapes are served again"), "allocations_total", &[]), 5.0);
+    let served = Samples::scrape_once_served(agent.metrics, EVENTUALLY);
+    assert_eq!(counter(&served, "allocations_total", &[]), 5.0);
 }

@@ -90,6 +90,16 @@ impl Samples {
         Samples::parse(&body)
     }
 
+    /// Scrapes `/metrics` at `address` once the endpoint serves again, for up to `limit`:
+    /// after a flood of idle clients an endpoint closes new connections at once while its
+    /// queue is full (by design), so the first tries after the flood goes may be refused.
+    pub fn scrape_once_served(address: SocketAddr, limit: Duration) -> Samples {
+        crate::poll::eventually("/metrics served again", limit, || match get(address, "/metrics") {
+            Ok((200, body)) => Some(Samples::parse(&body)),
+            _ => None,
+        })
+    }
+
     /// The value of the sample `name` with exactly `labels`, if present.
     pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         self.0.get(&key(name, labels)).copied()
