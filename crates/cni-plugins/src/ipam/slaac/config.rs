@@ -13,12 +13,12 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct RawConf {
-    ipam: SlaacConf,
+    ipam: RawIpamConf,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct SlaacConf {
+pub(crate) struct RawIpamConf {
     /// Seconds to wait for a usable autoconfigured address (fractions allowed).
     #[serde(default)]
     timeout: Option<f64>,
@@ -26,18 +26,18 @@ pub(crate) struct SlaacConf {
 
 /// The validated configuration.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Settings {
+pub struct SlaacConf {
     pub timeout: Duration,
 }
 
 /// Parses and validates `ipam` of the request's configuration.
-pub fn load(req: &Request) -> Result<Settings, CniError> {
+pub fn load(req: &Request) -> Result<SlaacConf, CniError> {
     let conf: RawConf = req.config()?;
     let timeout = match conf.ipam.timeout {
         None => DEFAULT_TIMEOUT,
         Some(seconds) => timeout_from_seconds(seconds)?,
     };
-    Ok(Settings { timeout })
+    Ok(SlaacConf { timeout })
 }
 
 fn timeout_from_seconds(seconds: f64) -> Result<Duration, CniError> {
