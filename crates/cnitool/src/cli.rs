@@ -286,6 +286,30 @@ mod tests {
         }
     }
 
+    /// docs/plugins/cnitool.md documents exactly the verbs and the flags cnitool parses
+    /// (with those clap and cni-cli add: `help`, `--help`, `--version`, `--completions`).
+    #[test]
+    fn the_page_documents_exactly_the_verbs_and_flags() {
+        let mut command = cni_cli::command::<Args>();
+        command.build();
+        let manifest_dir = env!("CARGO_MANIFEST_DIR");
+        cni_testkit::docs::assert_page_documents_exactly_the_flags(
+            manifest_dir,
+            "cnitool.md",
+            &command,
+            "--",
+        );
+        let page = cni_testkit::docs::read_page(manifest_dir, "cnitool.md").unwrap();
+        let verbs = command.get_subcommands().map(|verb| verb.get_name().to_string()).collect();
+        let problems = cni_testkit::docs::compare(
+            "cnitool.md",
+            "verb",
+            &verbs,
+            &cni_testkit::docs::table_keys(&page, "Verbs"),
+        );
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+
     #[test]
     fn cni_args_are_strict() {
         assert_eq!(
