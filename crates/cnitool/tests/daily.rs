@@ -186,7 +186,9 @@ fn the_fish_completion_offers_what_the_parser_accepts() {
 /// Drives an interactive zsh on a pseudo-terminal (zsh's own zpty module): loads the
 /// generated script through compinit, types `line` and a tab, and prints what the
 /// completion offered (a `compadd` wrapper records the candidates). Each step waits for the
-/// shell's own output, never for time; `timeout` bounds a hung shell.
+/// shell's own output, never for time; `timeout` bounds a hung shell. The keys are typed
+/// once the line editor reads (its `zle-line-init` says so): typed while the terminal is
+/// still in cooked mode, `^D` was taken as end-of-file and the probe hung now and then.
 const ZSH_PROBE: &str = r#"
 zmodload zsh/zpty
 zpty z zsh -f -i
@@ -194,8 +196,9 @@ zpty -w z "fpath=($1 \$fpath); autoload -Uz compinit; compinit -u -D"
 zpty -w z 'compadd () { local -a hits; builtin compadd -O hits "$@"; (( $#hits )) && print -l -- "<m>"${^hits} >&2; builtin compadd "$@" }'
 zpty -w z 'finish () { print -u2 "<done>"; zle kill-whole-line }; zle -N finish; bindkey "^X^D" finish'
 zpty -w z "exec 2>$1/offered"
-zpty -w z 'print ${(L):-READY}'
-zpty -r z line '*ready*'
+zpty -w z 'zle-line-init () { [[ -n $armed ]] && { unset armed; print -nr -- ${(L):-ZLE-READY} } }; zle -N zle-line-init'
+zpty -w z 'armed=1'
+zpty -r z line '*zle-ready*'
 zpty -w -n z "$2"$'\t'
 zpty -w -n z $'\C-x\C-d'
 zpty -w z 'print ${(L):-COMPLETION-DONE}'
