@@ -26,23 +26,6 @@ fn option_value_arms(spec: &Spec) -> String {
         .collect()
 }
 
-/// `case` arms: after a verb, what its n-th positional word completes to.
-fn verb_arms(spec: &Spec) -> String {
-    spec.verbs
-        .iter()
-        .filter_map(|verb| {
-            let positions: String = verb
-                .positionals
-                .iter()
-                .enumerate()
-                .filter_map(|(n, values)| Some(format!(" {n}) {} ;;", reply(values)?)))
-                .collect();
-            (!positions.is_empty())
-                .then(|| format!("        {}) case $positional in{positions} esac ;;\n", verb.name))
-        })
-        .collect()
-}
-
 fn option_list(spec: &Spec, after_verb: bool) -> String {
     let options = spec.options.iter().filter(|o| o.after_verb == after_verb);
     options.flat_map(|o| o.spellings()).collect::<Vec<_>>().join(" ")
@@ -88,6 +71,6 @@ complete -F _{program} {program}
         before_verb = option_list(spec, false),
         valued = spec.valued_spellings().join(" "),
         option_values = option_value_arms(spec),
-        verb_arms = verb_arms(spec),
+        verb_arms = spec.verb_case_arms("$positional", 0, reply),
     )
 }

@@ -114,6 +114,29 @@ impl Spec {
         self.verbs.iter().map(|v| v.name.as_str()).collect()
     }
 
+    /// The arms of a shell `case` on the verb (bash's and zsh's) that complete its
+    /// positional words: `add) case $N in 1) ACTION ;; esac ;;`, where `$N` is `position`
+    /// (the word's number, `first` for the verb's first positional) and ACTION is
+    /// `action(values)`, for the words that complete to something.
+    fn verb_case_arms(
+        &self,
+        position: &str,
+        first: usize,
+        action: impl Fn(&Values) -> Option<String>,
+    ) -> String {
+        self.verbs
+            .iter()
+            .filter_map(|verb| {
+                let arms: String = (first..)
+                    .zip(&verb.positionals)
+                    .filter_map(|(n, values)| Some(format!(" {n}) {} ;;", action(values)?)))
+                    .collect();
+                (!arms.is_empty())
+                    .then(|| format!("        {}) case {position} in{arms} esac ;;\n", verb.name))
+            })
+            .collect()
+    }
+
     /// Every spelling of the options that take a value.
     fn valued_spellings(&self) -> Vec<String> {
         self.options.iter().filter(|o| o.value.is_some()).flat_map(Opt::spellings).collect()

@@ -51,26 +51,6 @@ fn option_spec(option: &Opt) -> String {
     format!("    {names}'[{}]{value}' \\\n", zsh_text(&option.about))
 }
 
-/// `case` arms: after a verb, what its positional words complete to (`$CURRENT` counts the
-/// verb as 1).
-fn verb_arms(spec: &Spec) -> String {
-    spec.verbs
-        .iter()
-        .filter_map(|verb| {
-            let positions: String = verb
-                .positionals
-                .iter()
-                .enumerate()
-                .filter_map(|(n, values)| {
-                    Some(format!(" {}) {} ;;", n + 2, positional_action(&spec.program, values)?))
-                })
-                .collect();
-            (!positions.is_empty())
-                .then(|| format!("        {}) case $CURRENT in{positions} esac ;;\n", verb.name))
-        })
-        .collect()
-}
-
 pub(super) fn script(spec: &Spec) -> String {
     let program = &spec.program;
     let verbs: String =
@@ -96,7 +76,8 @@ _{program}() {{
 }}
 _{program} "$@"
 "#,
-        verb_arms = verb_arms(spec),
+        // `$CURRENT` counts the verb as 1.
+        verb_arms = spec.verb_case_arms("$CURRENT", 2, |values| positional_action(program, values)),
     )
 }
 
