@@ -63,7 +63,9 @@ pub enum Verb {
     /// NETNS, caches the result and prints it as JSON. Uses CNI_PATH, CAP_ARGS, CNI_ARGS,
     /// CNI_IFNAME, CNI_CACHE_DIR.
     Add {
+        /// The network's name (the `name` of a file in NETCONFPATH)
         network: String,
+        /// The namespace's path (/run/netns/NAME, /proc/PID/ns/net)
         #[arg(value_hint = ValueHint::FilePath)]
         netns: String,
     },
@@ -72,7 +74,9 @@ pub enum Verb {
     /// Runs CHECK through every plugin with the cached ADD result. Needs cniVersion 0.4.0 or
     /// newer; does nothing when the list sets disableCheck.
     Check {
+        /// The network's name (the `name` of a file in NETCONFPATH)
         network: String,
+        /// The namespace's path (/run/netns/NAME, /proc/PID/ns/net)
         #[arg(value_hint = ValueHint::FilePath)]
         netns: String,
     },
@@ -81,7 +85,9 @@ pub enum Verb {
     /// Runs DEL through the plugins in reverse order with the cached ADD result, then
     /// removes the cache entry.
     Del {
+        /// The network's name (the `name` of a file in NETCONFPATH)
         network: String,
+        /// The namespace's path (/run/netns/NAME, /proc/PID/ns/net)
         #[arg(value_hint = ValueHint::FilePath)]
         netns: String,
     },
@@ -92,6 +98,7 @@ pub enum Verb {
     /// Without --keep every cached attachment of the network is deleted, as with the
     /// reference cnitool.
     Gc {
+        /// The network's name (the `name` of a file in NETCONFPATH)
         network: String,
         /// Accepted for compatibility with the reference cnitool, and ignored
         #[arg(value_hint = ValueHint::FilePath)]
@@ -102,6 +109,7 @@ pub enum Verb {
     /// Runs STATUS on every plugin (cniVersion 1.1.0 and newer; older lists are always
     /// ready).
     Status {
+        /// The network's name (the `name` of a file in NETCONFPATH)
         network: String,
         /// Accepted for compatibility with the reference cnitool, and ignored
         #[arg(value_hint = ValueHint::FilePath)]
@@ -112,14 +120,20 @@ pub enum Verb {
     /// Prints the cached attachments (all, or those of NETWORK) as a JSON array: network,
     /// container ID, interface, namespace, the addresses of the cached result (`ips`), the
     /// CNI_ARGS and capability arguments, and the result itself.
-    List { network: Option<String> },
+    List {
+        /// Only this network's attachments
+        network: Option<String>,
+    },
     /// Print everything cached about one container's attachments
     ///
     /// Prints, as a JSON array, every cached attachment of one container: what `list`
     /// shows, plus the network configuration it was made with and the cache file. CONTAINER
     /// is a container ID, an unambiguous prefix of one, or a namespace path (as given to
     /// add).
-    Inspect { container: String },
+    Inspect {
+        /// A container ID, an unambiguous prefix of one, or a namespace path
+        container: String,
+    },
     /// Report unknown keys, bad values, missing plugins, unsupported versions
     ///
     /// Loads the configuration file(s) as libcni does (a directory: every *.conflist, *.conf,
@@ -145,7 +159,10 @@ pub enum Verb {
     ///
     /// With a plugin type: runs VERSION on that plugin (found in CNI_PATH) and prints its
     /// answer. Without: prints cnitool's version and the spec versions it speaks, as JSON.
-    Version { plugin_type: Option<String> },
+    Version {
+        /// A plugin's type: its executable's name in CNI_PATH
+        plugin_type: Option<String>,
+    },
     /// Attach a throwaway namespace, prove it works, detach
     ///
     /// Creates a throwaway container namespace and a throwaway host-side namespace, attaches
@@ -155,7 +172,10 @@ pub enum Verb {
     /// of the bridge (and through the port mapping), runs CHECK, detaches and removes
     /// everything. The machine's own network is never touched. Needs root. Plugins come
     /// from CNI_PATH, else from the cni-plugins binary next to cnitool, else /opt/cni/bin.
-    Demo { network: Option<String> },
+    Demo {
+        /// A network from NETCONFPATH instead of the embedded one
+        network: Option<String>,
+    },
     /// Print a completion script for SHELL (the same as --completions SHELL)
     ///
     /// Prints a completion script for the shell: verbs, options, help topics, shells, files
@@ -164,7 +184,10 @@ pub enum Verb {
     ///   zsh:  cnitool completions zsh > "${fpath[1]}/_cnitool"
     ///   fish: cnitool completions fish > ~/.config/fish/completions/cnitool.fish
     #[command(verbatim_doc_comment)]
-    Completions { shell: Shell },
+    Completions {
+        /// The shell the script is for
+        shell: Shell,
+    },
 }
 
 impl Verb {
