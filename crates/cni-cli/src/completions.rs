@@ -18,11 +18,28 @@ where
     I: IntoIterator,
     I::Item: Into<std::ffi::OsString> + Clone,
 {
+    parse_from_with_scripts(args, script)
+}
+
+/// [`parse`] for a program that writes completion scripts of its own (richer than the
+/// generated ones for some shells): `--completions SHELL` prints `scripts(command, shell)`,
+/// which may hand the shells it has nothing better for to [`script`].
+pub fn parse_with_scripts<T: Parser>(scripts: impl Fn(&mut Command, Shell) -> String) -> T {
+    parse_from_with_scripts(std::env::args_os(), scripts)
+}
+
+/// [`parse_with_scripts`] over given arguments (the first is the program name).
+pub fn parse_from_with_scripts<T, I>(args: I, scripts: impl Fn(&mut Command, Shell) -> String) -> T
+where
+    T: Parser,
+    I: IntoIterator,
+    I::Item: Into<std::ffi::OsString> + Clone,
+{
     let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
     let mut command = command::<T>();
     match completions_request(&command, &args) {
         Some(Ok(shell)) => {
-            print!("{}", script(&mut command, shell));
+            print!("{}", scripts(&mut command, shell));
             std::process::exit(0);
         }
         Some(Err(e)) => e.exit(),
@@ -118,6 +135,13 @@ mod tests {
             command::<Demo>().try_get_matches_from(["demo", "--completions", "bash", "add", "n"]).unwrap();
         assert!(completion_shell(&matches).is_some(), "parse_from refuses this one after parsing");
         assert!(request(&["demo", "--completions", "tcsh"]).unwrap().is_err());
+    }
+
+    #[test]
+    fn a_program_with_scripts_of_its_own_parses_its_arguments_the_same_way() {
+        let parsed: Demo = parse_from_with_scripts(["demo", "add", "net1"], |_, _| unreachable!());
+        let Verb::Add { network } = parsed.verb;
+        assert_eq!(network, "net1");
     }
 
     #[test]

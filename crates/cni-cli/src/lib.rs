@@ -4,7 +4,8 @@
 //!   `--version` and error messages look alike everywhere, and every program accepts
 //!   `--completions SHELL` (bash, zsh, fish, elvish, powershell), which prints a completion
 //!   script generated from the very parser that reads the arguments, so the two cannot
-//!   drift apart.
+//!   drift apart. A program with richer scripts of its own (cnitool) parses with
+//!   [`parse_with_scripts`], feeding them from the same parser.
 //! - **Drop-in binaries** whose reference takes Go-style flags (`dhcp daemon -socketpath P`)
 //!   pass their arguments through [`go_style_flags`] first: Go's flag package accepts `-flag`
 //!   and `--flag` alike, clap only the latter.
@@ -19,7 +20,7 @@ mod logging;
 
 pub use clap;
 pub use clap_complete::Shell;
-pub use completions::{command, parse, parse_from, script};
+pub use completions::{command, parse, parse_from, parse_from_with_scripts, parse_with_scripts, script};
 pub use logging::{init_logging, LogArgs, LogFormat, LogLevel};
 pub use tracing;
 

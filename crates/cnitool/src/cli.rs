@@ -1,260 +1,228 @@
-//! Command-line parsing (hand-rolled: the tool starts in a millisecond and needs nothing
-//! more than positional arguments and a few options).
+//! cnitool's command line, declared with clap and parsed through cni-cli like every cni-rs
+//! program's. The completion scripts (`completions`) are written from this declaration:
+//! verbs, their summaries, options, and what each argument's values are (the value hints
+//! and possible values below), so a verb or option added here is offered by every shell.
 
+use cni_cli::clap::{self, Parser, Subcommand, ValueHint};
+use cni_cli::Shell;
 use std::time::Duration;
 
-pub const USAGE: &str = "\
-cnitool: attach a network namespace to a CNI network by hand, and inspect attachments
-
-Usage:
-  cnitool add      <network> <netns>     run ADD through the network's plugins, print the result
-  cnitool check    <network> <netns>     run CHECK against the cached ADD result
-  cnitool del      <network> <netns>     run DEL (in reverse order, with the cached result)
-  cnitool gc       <network> [<netns>]   DEL cached attachments not kept, then GC every plugin
-  cnitool status   <network> [<netns>]   ask every plugin whether it is ready for ADDs
-  cnitool list     [<network>]           print the cached attachments, with their IPs, as JSON
-  cnitool inspect  <container>           print everything cached about one container's attachments
-  cnitool validate <conflist|dir|network> [--json]
-                                         report unknown keys, bad values, missing plugins,
-                                         unsupported versions, unread capabilities
-  cnitool version  [<plugin-type>]       print a plugin's VERSION answer, or cnitool's own
-  cnitool demo     [<network>]           attach a throwaway namespace, prove it works, detach
-  cnitool completions <shell>            print a completion script for bash, zsh or fish
-  cnitool help     [<command>]           this text, or a command's (also <command> --help)
-
-Options:
-  -i, --ifname NAME     interface name inside the container (env CNI_IFNAME; default eth0)
-      --cache-dir DIR   result cache directory (env CNI_CACHE_DIR; default /var/lib/cni)
-      --timeout SECS    time limit of the whole operation (default 60)
-      --keep ID[:IF]    gc: keep this attachment (container ID, interface; repeatable)
-      --json            validate: print the findings as a JSON array
-  -h, --help            show help
-
+/// What `--help` adds after the verbs and options.
+const AFTER_HELP: &str = "\
 Environment:
-  NETCONFPATH   directory of *.conflist / *.conf / *.json files (default /etc/cni/net.d)
-  CNI_PATH      colon-separated plugin directories
-  CAP_ARGS      JSON object of capability arguments, e.g. {\"portMappings\":[...]}
-  CNI_ARGS      plugin arguments, strictly KEY=VALUE;KEY=VALUE
-  CNI_IFNAME    interface name (overridden by --ifname)
-  CNI_CACHE_DIR result cache directory (overridden by --cache-dir)
+  NETCONFPATH    directory of *.conflist / *.conf / *.json files (default /etc/cni/net.d)
+  CNI_PATH       colon-separated plugin directories
+  CAP_ARGS       JSON object of capability arguments, e.g. {\"portMappings\":[...]}
+  CNI_ARGS       plugin arguments, strictly KEY=VALUE;KEY=VALUE
+  CNI_IFNAME     interface name (overridden by --ifname)
+  CNI_CACHE_DIR  result cache directory (overridden by --cache-dir)
 
 The container ID is \"cnitool-\" + the first 20 hex digits of sha512(<absolute netns path>),
 as the reference cnitool derives it. Results and listings are printed as JSON on stdout;
 errors go to stderr with exit status 1 (2 for usage errors).
-";
+Run 'cnitool help <command>' for a command's details.";
 
-/// Per-command help.
-pub fn command_help(command: &str) -> Option<&'static str> {
-    Some(match command {
-        "add" => "Usage: cnitool add <network> <netns> [-i IFNAME] [--cache-dir DIR] [--timeout SECS]\n\nRuns ADD through every plugin of <network> (found in NETCONFPATH) for the namespace\nat <netns>, caches the result and prints it as JSON.\nUses CNI_PATH, CAP_ARGS, CNI_ARGS, CNI_IFNAME, CNI_CACHE_DIR.\n",
-        "check" => "Usage: cnitool check <network> <netns> [-i IFNAME] [--cache-dir DIR] [--timeout SECS]\n\nRuns CHECK through every plugin with the cached ADD result. Needs cniVersion 0.4.0 or\nnewer; does nothing when the list sets disableCheck.\n",
-        "del" => "Usage: cnitool del <network> <netns> [-i IFNAME] [--cache-dir DIR] [--timeout SECS]\n\nRuns DEL through the plugins in reverse order with the cached ADD result, then removes\nthe cache entry.\n",
-        "gc" => "Usage: cnitool gc <network> [<netns>] [--keep CONTAINERID[:IFNAME]]... [--cache-dir DIR]\n\nRuns DEL for every cached attachment of <network> that is not kept, then (cniVersion\n1.1.0 and newer) GC to every plugin with the kept attachments as valid. Without --keep\nevery cached attachment of the network is deleted, as with the reference cnitool.\n<netns> is accepted for compatibility and ignored.\n",
-        "status" => "Usage: cnitool status <network> [<netns>]\n\nRuns STATUS on every plugin (cniVersion 1.1.0 and newer; older lists are always ready).\n<netns> is accepted for compatibility and ignored.\n",
-        "list" => "Usage: cnitool list [<network>] [--cache-dir DIR]\n\nPrints the cached attachments (all, or those of <network>) as a JSON array: network,\ncontainer ID, interface, namespace, the addresses of the cached result (`ips`), the\nCNI_ARGS and capability arguments, and the result itself.\n",
-        "inspect" => "Usage: cnitool inspect <container> [--cache-dir DIR]\n\nPrints, as a JSON array, every cached attachment of one container: what `list` shows,\nplus the network configuration it was made with and the cache file. <container> is a\ncontainer ID, an unambiguous prefix of one, or a namespace path (as given to add).\n",
-        "completions" => "Usage: cnitool completions <bash|zsh|fish>\n\nPrints a completion script for the shell: commands, options, help topics, shells.\n  bash: source <(cnitool completions bash)\n  zsh:  cnitool completions zsh > \"${fpath[1]}/_cnitool\"\n  fish: cnitool completions fish > ~/.config/fish/completions/cnitool.fish\n",
-        "validate" => "Usage: cnitool validate <conflist file | directory | network> [--json]\n\nLoads the configuration file(s) as libcni does (a directory: every *.conflist, *.conf,\n*.json in it; a bare name: that network in NETCONFPATH) and reports, per plugin:\n  error    the plugin or its IPAM plugin is not in CNI_PATH, or does not support the\n           list's cniVersion (each plugin is asked VERSION: the only thing run);\n  error    a key the plugin does not read, with a did-you-mean (cni-rs plugins);\n  error    a value the plugin refuses (its own ADD validation, run dry: wrong types,\n           out of range), with the plugin's CNI error (cni-rs plugins);\n  warning  a capability enabled that the plugin never reads (cni-rs plugins);\n  note     a key spelt in another case than documented (accepted).\nPlugins that are not cni-rs's get the CNI_PATH and version checks only. Nothing on the\nnetwork is touched. --json prints the findings as a JSON array of objects (file,\nnetwork, pluginIndex, pluginType, severity, key, message, suggestion).\nExit status: 0 no errors (warnings and notes allowed), 1 errors, 2 usage.\n",
-        "version" => "Usage: cnitool version [<plugin-type>]\n\nWith a plugin type: runs VERSION on that plugin (found in CNI_PATH) and prints its\nanswer. Without: prints cnitool's version and the spec versions it speaks.\n",
-        "demo" => "Usage: cnitool demo [<network>]\n\nCreates a throwaway container namespace and a throwaway host-side namespace, attaches\nthe container to <network> (from NETCONFPATH) or to an embedded default network\n(bridge + host-local + portmap + firewall + tuning, like podman's), prints the result,\nproves connectivity with a TCP connection from the container to the host side of the\nbridge (and through the port mapping), runs CHECK, detaches and removes everything.\nThe machine's own network is never touched. Needs root. Plugins come from CNI_PATH,\nelse from the cni-plugins binary next to cnitool, else /opt/cni/bin.\n",
-        "help" => "Usage: cnitool help [<command>]\n",
-        _ => return None,
-    })
+/// Attach a network namespace to a CNI network by hand, and inspect attachments
+#[derive(Parser, Debug)]
+#[command(name = "cnitool", version, after_help = AFTER_HELP)]
+pub struct Args {
+    #[command(flatten)]
+    pub options: Options,
+    #[command(subcommand)]
+    pub verb: Verb,
 }
 
-/// What the user asked for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Command {
-    Add { network: String, netns: String },
-    Check { network: String, netns: String },
-    Del { network: String, netns: String },
-    Gc { network: String },
-    Status { network: String },
-    List { network: Option<String> },
-    Inspect { container: String },
-    Completions { shell: Shell },
-    Validate { target: String },
-    Version { plugin_type: Option<String> },
-    Demo { network: Option<String> },
-}
-
-/// The shells `completions` writes scripts for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shell {
-    Bash,
-    Zsh,
-    Fish,
-}
-
-impl Shell {
-    pub const NAMES: [&'static str; 3] = ["bash", "zsh", "fish"];
-
-    fn parse(name: &str) -> Option<Shell> {
-        match name {
-            "bash" => Some(Shell::Bash),
-            "zsh" => Some(Shell::Zsh),
-            "fish" => Some(Shell::Fish),
-            _ => None,
-        }
-    }
-}
-
-/// Every command with its one-line summary, in the order `--help` lists them: what the
-/// completion scripts offer. A test keeps it in step with USAGE and the parser.
-pub const COMMANDS: &[(&str, &str)] = &[
-    ("add", "run ADD through the network's plugins"),
-    ("check", "run CHECK against the cached ADD result"),
-    ("del", "run DEL with the cached result"),
-    ("gc", "DEL cached attachments not kept, then GC every plugin"),
-    ("status", "ask every plugin whether it is ready"),
-    ("list", "print the cached attachments with their IPs"),
-    ("inspect", "print everything cached about one container"),
-    ("validate", "report unknown keys, bad values, missing plugins, unsupported versions"),
-    ("version", "print a plugin's VERSION answer, or cnitool's own"),
-    ("demo", "attach a throwaway namespace, prove it works, detach"),
-    ("completions", "print a completion script for bash, zsh or fish"),
-    ("help", "show help"),
-];
-
-/// Every option: its names, whether it takes a value, and a summary (for completions).
-pub const OPTIONS: &[(&[&str], bool, &str)] = &[
-    (&["-i", "--ifname"], true, "interface name inside the container"),
-    (&["--cache-dir"], true, "result cache directory"),
-    (&["--timeout"], true, "time limit of the whole operation, in seconds"),
-    (&["--keep"], true, "gc: keep this attachment (ID[:IF])"),
-    (&["--json"], false, "validate: print the findings as a JSON array"),
-    (&["-h", "--help"], false, "show help"),
-];
-
-/// Options that apply to several commands.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The options, accepted before or after any verb (as cnitool always has); each says which
+/// verbs read it.
+#[derive(clap::Args, Debug, Clone, Default, PartialEq)]
 pub struct Options {
+    /// Interface name inside the container (default: CNI_IFNAME, else eth0)
+    #[arg(short, long, global = true, value_name = "NAME")]
     pub ifname: Option<String>,
+    /// Result cache directory (default: CNI_CACHE_DIR, else /var/lib/cni)
+    #[arg(long, global = true, value_name = "DIR", value_hint = ValueHint::DirPath)]
     pub cache_dir: Option<String>,
+    /// Time limit of the whole operation, in seconds (default 60)
+    #[arg(long, global = true, value_name = "SECS", value_parser = parse_timeout)]
     pub timeout: Option<Duration>,
-    /// gc: attachments to keep, as (container ID, interface name or None for the default).
+    /// gc: keep this attachment (container ID, and interface when not the default;
+    /// repeatable)
+    #[arg(long, global = true, value_name = "ID[:IF]", value_parser = parse_keep)]
     pub keep: Vec<(String, Option<String>)>,
-    /// validate: findings as JSON.
+    /// validate: print the findings as a JSON array
+    #[arg(long, global = true)]
     pub json: bool,
 }
 
-/// The parsed command line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Invocation {
-    Help(&'static str),
-    Run(Command, Options),
+/// What the user asked for, in the order `--help` lists it.
+#[derive(Subcommand, Debug, Clone, PartialEq)]
+pub enum Verb {
+    /// Run ADD through the network's plugins, print the result
+    ///
+    /// Runs ADD through every plugin of NETWORK (found in NETCONFPATH) for the namespace at
+    /// NETNS, caches the result and prints it as JSON. Uses CNI_PATH, CAP_ARGS, CNI_ARGS,
+    /// CNI_IFNAME, CNI_CACHE_DIR.
+    Add {
+        /// The network's name (the `name` of a file in NETCONFPATH)
+        network: String,
+        /// The namespace's path (/run/netns/NAME, /proc/PID/ns/net)
+        #[arg(value_hint = ValueHint::FilePath)]
+        netns: String,
+    },
+    /// Run CHECK against the cached ADD result
+    ///
+    /// Runs CHECK through every plugin with the cached ADD result. Needs cniVersion 0.4.0 or
+    /// newer; does nothing when the list sets disableCheck.
+    Check {
+        /// The network's name (the `name` of a file in NETCONFPATH)
+        network: String,
+        /// The namespace's path (/run/netns/NAME, /proc/PID/ns/net)
+        #[arg(value_hint = ValueHint::FilePath)]
+        netns: String,
+    },
+    /// Run DEL (in reverse order, with the cached result)
+    ///
+    /// Runs DEL through the plugins in reverse order with the cached ADD result, then
+    /// removes the cache entry.
+    Del {
+        /// The network's name (the `name` of a file in NETCONFPATH)
+        network: String,
+        /// The namespace's path (/run/netns/NAME, /proc/PID/ns/net)
+        #[arg(value_hint = ValueHint::FilePath)]
+        netns: String,
+    },
+    /// DEL cached attachments not kept, then GC every plugin
+    ///
+    /// Runs DEL for every cached attachment of NETWORK that is not kept (--keep), then
+    /// (cniVersion 1.1.0 and newer) GC to every plugin with the kept attachments as valid.
+    /// Without --keep every cached attachment of the network is deleted, as with the
+    /// reference cnitool.
+    Gc {
+        /// The network's name (the `name` of a file in NETCONFPATH)
+        network: String,
+        /// Accepted for compatibility with the reference cnitool, and ignored
+        #[arg(value_hint = ValueHint::FilePath)]
+        netns: Option<String>,
+    },
+    /// Ask every plugin whether it is ready for ADDs
+    ///
+    /// Runs STATUS on every plugin (cniVersion 1.1.0 and newer; older lists are always
+    /// ready).
+    Status {
+        /// The network's name (the `name` of a file in NETCONFPATH)
+        network: String,
+        /// Accepted for compatibility with the reference cnitool, and ignored
+        #[arg(value_hint = ValueHint::FilePath)]
+        netns: Option<String>,
+    },
+    /// Print the cached attachments, with their IPs, as JSON
+    ///
+    /// Prints the cached attachments (all, or those of NETWORK) as a JSON array: network,
+    /// container ID, interface, namespace, the addresses of the cached result (`ips`), the
+    /// CNI_ARGS and capability arguments, and the result itself.
+    List {
+        /// Only this network's attachments
+        network: Option<String>,
+    },
+    /// Print everything cached about one container's attachments
+    ///
+    /// Prints, as a JSON array, every cached attachment of one container: what `list`
+    /// shows, plus the network configuration it was made with and the cache file. CONTAINER
+    /// is a container ID, an unambiguous prefix of one, or a namespace path (as given to
+    /// add).
+    Inspect {
+        /// A container ID, an unambiguous prefix of one, or a namespace path
+        container: String,
+    },
+    /// Report unknown keys, bad values, missing plugins, unsupported versions
+    ///
+    /// Loads the configuration file(s) as libcni does (a directory: every *.conflist, *.conf,
+    /// *.json in it; a bare name: that network in NETCONFPATH) and reports, per plugin:
+    ///   error    the plugin or its IPAM plugin is not in CNI_PATH, or does not support the
+    ///            list's cniVersion (each plugin is asked VERSION: the only thing run);
+    ///   error    a key the plugin does not read, with a did-you-mean (cni-rs plugins);
+    ///   error    a value the plugin refuses (its own ADD validation, run dry: wrong types,
+    ///            out of range), with the plugin's CNI error (cni-rs plugins);
+    ///   warning  a capability enabled that the plugin never reads (cni-rs plugins);
+    ///   note     a key spelt in another case than documented (accepted).
+    /// Plugins that are not cni-rs's get the CNI_PATH and version checks only. Nothing on
+    /// the network is touched. --json prints the findings as a JSON array of objects (file,
+    /// network, pluginIndex, pluginType, severity, key, message, suggestion).
+    /// Exit status: 0 no errors (warnings and notes allowed), 1 errors, 2 usage.
+    #[command(verbatim_doc_comment)]
+    Validate {
+        /// A conflist file, a directory of configuration files, or a network's name
+        #[arg(value_name = "CONFLIST|DIR|NETWORK", value_hint = ValueHint::AnyPath)]
+        target: String,
+    },
+    /// Print a plugin's VERSION answer, or cnitool's own
+    ///
+    /// With a plugin type: runs VERSION on that plugin (found in CNI_PATH) and prints its
+    /// answer. Without: prints cnitool's version and the spec versions it speaks, as JSON.
+    Version {
+        /// A plugin's type: its executable's name in CNI_PATH
+        plugin_type: Option<String>,
+    },
+    /// Attach a throwaway namespace, prove it works, detach
+    ///
+    /// Creates a throwaway container namespace and a throwaway host-side namespace, attaches
+    /// the container to NETWORK (from NETCONFPATH) or to an embedded default network
+    /// (bridge + host-local + portmap + firewall + tuning, like podman's), prints the
+    /// result, proves connectivity with a TCP connection from the container to the host side
+    /// of the bridge (and through the port mapping), runs CHECK, detaches and removes
+    /// everything. The machine's own network is never touched. Needs root. Plugins come
+    /// from CNI_PATH, else from the cni-plugins binary next to cnitool, else /opt/cni/bin.
+    Demo {
+        /// A network from NETCONFPATH instead of the embedded one
+        network: Option<String>,
+    },
+    /// Print a completion script for SHELL (the same as --completions SHELL)
+    ///
+    /// Prints a completion script for the shell: verbs, options, help topics, shells, files
+    /// where a verb takes a path. `cnitool --completions SHELL` prints the same.
+    ///   bash: source <(cnitool completions bash)
+    ///   zsh:  cnitool completions zsh > "${fpath[1]}/_cnitool"
+    ///   fish: cnitool completions fish > ~/.config/fish/completions/cnitool.fish
+    #[command(verbatim_doc_comment)]
+    Completions {
+        /// The shell the script is for
+        shell: Shell,
+    },
 }
 
-/// Parses the arguments after the program name. The error is a usage message.
-pub fn parse(args: &[String]) -> Result<Invocation, String> {
-    let mut positional = Vec::new();
-    let mut options = Options::default();
-    let mut help = false;
-    let mut iter = args.iter();
-    while let Some(arg) = iter.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (arg.as_str(), None),
-        };
-        let mut value = |name: &str| -> Result<String, String> {
-            inline.clone().or_else(|| iter.next().cloned()).ok_or_else(|| format!("{name} needs a value"))
-        };
-        match flag {
-            "-h" | "--help" => help = true,
-            "--json" => options.json = true,
-            "-i" | "--ifname" => options.ifname = Some(value(flag)?),
-            "--cache-dir" => options.cache_dir = Some(value(flag)?),
-            "--timeout" => {
-                let text = value(flag)?;
-                let secs: f64 =
-                    text.parse().map_err(|_| format!("--timeout: {text:?} is not a number of seconds"))?;
-                if !(secs > 0.0 && secs.is_finite()) {
-                    return Err(format!("--timeout: {text:?} must be positive"));
-                }
-                options.timeout = Some(Duration::from_secs_f64(secs));
-            }
-            "--keep" => {
-                let text = value(flag)?;
-                let (id, ifname) = match text.split_once(':') {
-                    Some((id, ifname)) => (id.to_string(), Some(ifname.to_string())),
-                    None => (text, None),
-                };
-                options.keep.push((id, ifname));
-            }
-            "--" => positional.extend(iter.by_ref().cloned()),
-            _ if flag.starts_with('-') && flag.len() > 1 => return Err(format!("unknown option {flag}")),
-            _ => positional.push(arg.clone()),
+impl Verb {
+    /// The verb as typed, for error messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Verb::Add { .. } => "add",
+            Verb::Check { .. } => "check",
+            Verb::Del { .. } => "del",
+            Verb::Gc { .. } => "gc",
+            Verb::Status { .. } => "status",
+            Verb::List { .. } => "list",
+            Verb::Inspect { .. } => "inspect",
+            Verb::Validate { .. } => "validate",
+            Verb::Version { .. } => "version",
+            Verb::Demo { .. } => "demo",
+            Verb::Completions { .. } => "completions",
         }
     }
-    let Some((name, rest)) = positional.split_first() else {
-        return if help { Ok(Invocation::Help(USAGE)) } else { Err("missing command".into()) };
-    };
-    if help {
-        return command_help(name).map(Invocation::Help).ok_or_else(|| format!("unknown command {name:?}"));
-    }
-    if name == "help" {
-        return match rest.first() {
-            None => Ok(Invocation::Help(USAGE)),
-            Some(c) => command_help(c).map(Invocation::Help).ok_or_else(|| format!("unknown command {c:?}")),
-        };
-    }
-    parse_command(name, rest).map(|command| Invocation::Run(command, options))
 }
 
-fn parse_command(name: &str, args: &[String]) -> Result<Command, String> {
-    let arity = |min: usize, max: usize| -> Result<(), String> {
-        if args.len() < min || args.len() > max {
-            let expected = if min == max { format!("{min}") } else { format!("{min} to {max}") };
-            return Err(format!("{name} takes {expected} arguments, got {}", args.len()));
-        }
-        Ok(())
-    };
-    let arg = |i: usize| args[i].clone();
-    Ok(match name {
-        "add" | "check" | "del" => {
-            arity(2, 2)?;
-            let (network, netns) = (arg(0), arg(1));
-            match name {
-                "add" => Command::Add { network, netns },
-                "check" => Command::Check { network, netns },
-                _ => Command::Del { network, netns },
-            }
-        }
-        "gc" => {
-            arity(1, 2)?;
-            Command::Gc { network: arg(0) }
-        }
-        "status" => {
-            arity(1, 2)?;
-            Command::Status { network: arg(0) }
-        }
-        "list" => {
-            arity(0, 1)?;
-            Command::List { network: args.first().cloned() }
-        }
-        "inspect" => {
-            arity(1, 1)?;
-            Command::Inspect { container: arg(0) }
-        }
-        "completions" => {
-            arity(1, 1)?;
-            let shell = Shell::parse(&args[0])
-                .ok_or_else(|| format!("completions: unknown shell {:?} (bash, zsh or fish)", args[0]))?;
-            Command::Completions { shell }
-        }
-        "validate" => {
-            arity(1, 1)?;
-            Command::Validate { target: arg(0) }
-        }
-        "version" => {
-            arity(0, 1)?;
-            Command::Version { plugin_type: args.first().cloned() }
-        }
-        "demo" => {
-            arity(0, 1)?;
-            Command::Demo { network: args.first().cloned() }
-        }
-        other => return Err(format!("unknown command {other:?}")),
+/// `--timeout`: a positive, finite number of seconds (fractions allowed).
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text.parse().map_err(|_| "not a number of seconds".to_string())?;
+    if !(secs > 0.0 && secs.is_finite()) {
+        return Err("must be a positive number of seconds".into());
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// `--keep ID[:IF]`: a container ID, and the interface when it is not the default.
+fn parse_keep(text: &str) -> Result<(String, Option<String>), String> {
+    Ok(match text.split_once(':') {
+        Some((id, ifname)) => (id.to_string(), Some(ifname.to_string())),
+        None => (text.to_string(), None),
     })
 }
 
@@ -275,78 +243,94 @@ pub fn parse_cni_args(text: &str) -> Result<Vec<(String, String)>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cni_cli::clap::error::ErrorKind;
+    use cni_cli::clap::CommandFactory;
 
-    fn parse_strs(args: &[&str]) -> Result<Invocation, String> {
-        parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("cnitool").chain(args.iter().copied()))
     }
 
     #[test]
-    fn commands_and_options() {
-        let Invocation::Run(cmd, opts) = parse_strs(&["add", "net", "/run/netns/x", "-i", "eth1"]).unwrap()
-        else {
-            panic!()
-        };
-        assert_eq!(cmd, Command::Add { network: "net".into(), netns: "/run/netns/x".into() });
-        assert_eq!(opts.ifname.as_deref(), Some("eth1"));
-        let Invocation::Run(cmd, opts) =
-            parse_strs(&["gc", "net", "--keep", "c1", "--keep=c2:eth1", "--timeout", "1.5"]).unwrap()
-        else {
-            panic!()
-        };
-        assert_eq!(cmd, Command::Gc { network: "net".into() });
-        assert_eq!(opts.keep, vec![("c1".into(), None), ("c2".into(), Some("eth1".into()))]);
-        assert_eq!(opts.timeout, Some(Duration::from_millis(1500)));
+    fn the_declaration_is_consistent() {
+        Args::command().debug_assert();
     }
 
     #[test]
-    fn help_everywhere_and_usage_errors() {
-        assert_eq!(parse_strs(&["--help"]).unwrap(), Invocation::Help(USAGE));
-        assert_eq!(parse_strs(&["help"]).unwrap(), Invocation::Help(USAGE));
-        for (cmd, _) in COMMANDS {
-            let Invocation::Help(text) = parse_strs(&[cmd, "--help"]).unwrap() else { panic!("{cmd}") };
-            assert!(text.starts_with(&format!("Usage: cnitool {cmd}")), "{cmd}");
-            assert_eq!(parse_strs(&["help", cmd]).unwrap(), Invocation::Help(text));
+    fn verbs_and_options_anywhere_on_the_line() {
+        let args = parse(&["add", "net", "/run/netns/x", "-i", "eth1"]).unwrap();
+        assert_eq!(args.verb, Verb::Add { network: "net".into(), netns: "/run/netns/x".into() });
+        assert_eq!(args.options.ifname.as_deref(), Some("eth1"));
+        let args = parse(&["--ifname=eth2", "--cache-dir", "/tmp/c", "check", "net", "p"]).unwrap();
+        assert_eq!(args.options.ifname.as_deref(), Some("eth2"));
+        assert_eq!(args.options.cache_dir.as_deref(), Some("/tmp/c"));
+        let args =
+            parse(&["gc", "net", "/run/netns/x", "--keep", "c1", "--keep=c2:eth1", "--timeout", "1.5"])
+                .unwrap();
+        assert_eq!(args.verb, Verb::Gc { network: "net".into(), netns: Some("/run/netns/x".into()) });
+        assert_eq!(args.options.keep, vec![("c1".into(), None), ("c2".into(), Some("eth1".into()))]);
+        assert_eq!(args.options.timeout, Some(Duration::from_millis(1500)));
+        let args = parse(&["validate", "--json", "--", "-odd-name"]).unwrap();
+        assert_eq!(args.verb, Verb::Validate { target: "-odd-name".into() });
+        assert!(args.options.json);
+        let args = parse(&["completions", "fish"]).unwrap();
+        assert_eq!(args.verb, Verb::Completions { shell: Shell::Fish });
+    }
+
+    #[test]
+    fn usage_errors_name_what_is_wrong() {
+        let kind = |args: &[&str]| parse(args).unwrap_err().kind();
+        let no_verb = parse(&[]).unwrap_err();
+        assert_eq!(no_verb.kind(), ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand);
+        assert_eq!(no_verb.exit_code(), 2, "help on stderr, as a usage error");
+        assert_eq!(kind(&["add", "net"]), ErrorKind::MissingRequiredArgument);
+        assert_eq!(kind(&["add", "a", "b", "c"]), ErrorKind::UnknownArgument);
+        assert_eq!(kind(&["frobnicate"]), ErrorKind::InvalidSubcommand);
+        assert_eq!(kind(&["add", "n", "p", "--bogus"]), ErrorKind::UnknownArgument);
+        assert_eq!(kind(&["add", "n", "p", "-i"]), ErrorKind::InvalidValue);
+        assert_eq!(kind(&["completions", "tcsh"]), ErrorKind::InvalidValue);
+        for bad in ["0", "-1", "inf", "NaN", "soon"] {
+            let err = parse(&["add", "n", "p", &format!("--timeout={bad}")]).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::ValueValidation, "{bad}");
+            assert!(err.to_string().contains("--timeout"), "{err}");
         }
-        assert!(parse_strs(&[]).is_err());
-        assert!(parse_strs(&["add", "net"]).unwrap_err().contains("2 arguments"));
-        assert!(parse_strs(&["frobnicate"]).is_err());
-        assert!(parse_strs(&["add", "n", "p", "--bogus"]).is_err());
-        assert!(parse_strs(&["add", "n", "p", "--timeout", "0"]).is_err());
-        assert!(parse_strs(&["add", "n", "p", "-i"]).is_err());
     }
 
-    /// COMMANDS (what completions offer) is exactly what USAGE lists and the parser knows.
     #[test]
-    fn the_command_table_matches_usage_and_parser() {
-        let listed: Vec<&str> = USAGE
-            .lines()
-            .filter_map(|l| l.strip_prefix("  cnitool "))
-            .filter_map(|l| l.split_whitespace().next())
-            .collect();
-        let table: Vec<&str> = COMMANDS.iter().map(|(name, _)| *name).collect();
-        assert_eq!(listed, table);
-        for name in table.iter().filter(|n| **n != "help") {
-            let err = parse_strs(&[name, "a", "b", "c", "d"]).unwrap_err();
-            assert!(err.contains("arguments"), "{name}: {err}");
-        }
-        for (names, takes_value, _) in OPTIONS {
-            for name in *names {
-                assert!(USAGE.contains(name), "{name}");
-                let parsed = parse_strs(&["list", name, "1"]);
-                assert!(!parsed.as_ref().is_err_and(|e| e.contains("unknown option")), "{name}");
-                assert_eq!(parse_strs(&["list", name]).is_err(), *takes_value, "{name}");
+    fn help_for_cnitool_and_for_each_verb() {
+        let err = parse(&["--help"]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::DisplayHelp);
+        assert!(err.to_string().contains("NETCONFPATH"), "{err}");
+        for verb in Args::command().get_subcommands() {
+            let name = verb.get_name();
+            for args in [vec![name, "--help"], vec!["help", name]] {
+                let text = parse(&args).unwrap_err().to_string();
+                assert!(text.contains(&format!("Usage: cnitool {name}")), "{args:?}: {text}");
             }
         }
     }
 
+    /// docs/plugins/cnitool.md documents exactly the verbs and the flags cnitool parses
+    /// (with those clap and cni-cli add: `help`, `--help`, `--version`, `--completions`).
     #[test]
-    fn inspect_and_completions_arguments() {
-        let Invocation::Run(cmd, _) = parse_strs(&["inspect", "abc"]).unwrap() else { panic!() };
-        assert_eq!(cmd, Command::Inspect { container: "abc".into() });
-        let Invocation::Run(cmd, _) = parse_strs(&["completions", "fish"]).unwrap() else { panic!() };
-        assert_eq!(cmd, Command::Completions { shell: Shell::Fish });
-        assert!(parse_strs(&["completions", "tcsh"]).unwrap_err().contains("unknown shell"));
-        assert!(parse_strs(&["inspect"]).is_err());
+    fn the_page_documents_exactly_the_verbs_and_flags() {
+        let mut command = cni_cli::command::<Args>();
+        command.build();
+        let manifest_dir = env!("CARGO_MANIFEST_DIR");
+        cni_testkit::docs::assert_page_documents_exactly_the_flags(
+            manifest_dir,
+            "cnitool.md",
+            &command,
+            "--",
+        );
+        let page = cni_testkit::docs::read_page(manifest_dir, "cnitool.md").unwrap();
+        let verbs = command.get_subcommands().map(|verb| verb.get_name().to_string()).collect();
+        let problems = cni_testkit::docs::compare(
+            "cnitool.md",
+            "verb",
+            &verbs,
+            &cni_testkit::docs::table_keys(&page, "Verbs"),
+        );
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
     }
 
     #[test]

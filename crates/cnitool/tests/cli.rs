@@ -57,14 +57,24 @@ fn container_id(netns: &str) -> String {
 }
 
 #[test]
+fn the_conventions_of_every_cni_rs_program() {
+    cni_testkit::cli::assert_conventions(Path::new(CNITOOL), &[], "cnitool");
+}
+
+#[test]
 fn help_usage_errors_and_own_version() {
     let out = Command::new(CNITOOL).arg("--help").output().unwrap();
-    assert!(ok(out).contains("cnitool add      <network> <netns>"));
+    let help = ok(out);
+    assert!(help.contains("Usage: cnitool [OPTIONS] <COMMAND>") && help.contains("NETCONFPATH"), "{help}");
     let out = Command::new(CNITOOL).args(["del", "--help"]).output().unwrap();
-    assert!(ok(out).starts_with("Usage: cnitool del"));
+    assert!(ok(out).contains("Usage: cnitool del [OPTIONS] <NETWORK> <NETNS>"));
     let out = Command::new(CNITOOL).arg("add").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("add takes 2 arguments"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("required arguments were not provided") && stderr.contains("<NETNS>"),
+        "{stderr}"
+    );
     let version: Value =
         serde_json::from_str(&ok(Command::new(CNITOOL).arg("version").output().unwrap())).unwrap();
     assert_eq!(version["cniVersion"], "1.1.0");

@@ -94,6 +94,22 @@ fn list_shows_each_attachments_addresses_and_inspect_finds_one_container() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("several container IDs"), "{out:?}");
 }
 
+/// The shells `completions` and `--completions` take (clap_complete's), as each shell offers
+/// them.
+const SHELLS: [&str; 5] = ["bash", "elvish", "fish", "powershell", "zsh"];
+
+/// `cnitool completions SHELL` and `cnitool --completions SHELL` (every cni-rs program's
+/// spelling) print the same script.
+#[test]
+fn both_spellings_print_the_same_script() {
+    for shell in SHELLS {
+        let verb = ok(Command::new(CNITOOL).args(["completions", shell]).output().unwrap());
+        let flag = ok(Command::new(CNITOOL).args(["--completions", shell]).output().unwrap());
+        assert_eq!(verb, flag, "{shell}");
+        assert!(verb.contains("validate"), "{shell}: {verb}");
+    }
+}
+
 /// The script for `shell`, written to a file in `dir`.
 fn script_file(dir: &Path, shell: &str) -> std::path::PathBuf {
     let script = ok(Command::new(CNITOOL).args(["completions", shell]).output().unwrap());
@@ -118,7 +134,8 @@ fn bash_complete(line: &str) -> Vec<String> {
 fn the_bash_completion_offers_what_the_parser_accepts() {
     assert_eq!(bash_complete("cnitool in"), ["inspect"]);
     assert_eq!(bash_complete("cnitool c"), ["check", "completions"]);
-    assert_eq!(bash_complete("cnitool completions "), ["bash", "zsh", "fish"]);
+    assert_eq!(bash_complete("cnitool completions "), SHELLS);
+    assert_eq!(bash_complete("cnitool --completions "), SHELLS);
     assert_eq!(bash_complete("cnitool help li"), ["list"]);
     assert_eq!(bash_complete("cnitool add net --ca"), ["--cache-dir"]);
     assert_eq!(bash_complete("cnitool -i eth1 st"), ["status"]);
@@ -132,6 +149,14 @@ fn the_bash_completion_offers_what_the_parser_accepts() {
     assert_eq!(bash_complete("cnitool validate --js"), ["--json"]);
     // A finished command line gets nothing more.
     assert!(bash_complete("cnitool completions bash ").is_empty());
+    // Options only cnitool itself takes are offered before the verb, not after it.
+    assert_eq!(bash_complete("cnitool --vers"), ["--version"]);
+    assert!(bash_complete("cnitool list --vers").is_empty());
+    // --cache-dir: directories only (/proc/self/environ is a file).
+    let mut dirs = bash_complete("cnitool --cache-dir /proc/self/n");
+    dirs.sort();
+    assert_eq!(dirs, ["/proc/self/net", "/proc/self/ns"]);
+    assert!(bash_complete("cnitool --cache-dir /proc/self/enviro").is_empty());
 }
 
 /// What fish completes `line` to with the generated script loaded (candidates only).
@@ -150,16 +175,20 @@ fn fish_complete(line: &str) -> Vec<String> {
 #[test]
 fn the_fish_completion_offers_what_the_parser_accepts() {
     assert_eq!(fish_complete("cnitool in"), ["inspect"]);
-    assert_eq!(fish_complete("cnitool completions "), ["bash", "fish", "zsh"]);
+    assert_eq!(fish_complete("cnitool completions "), SHELLS);
     assert_eq!(fish_complete("cnitool help li"), ["list"]);
     assert_eq!(fish_complete("cnitool --ca"), ["--cache-dir"]);
+    assert_eq!(fish_complete("cnitool --completions "), SHELLS);
+    assert!(fish_complete("cnitool --timeout ").is_empty());
     assert_eq!(fish_complete("cnitool add net /proc/self/ns/ne"), ["/proc/self/ns/net"]);
 }
 
 /// Drives an interactive zsh on a pseudo-terminal (zsh's own zpty module): loads the
 /// generated script through compinit, types `line` and a tab, and prints what the
 /// completion offered (a `compadd` wrapper records the candidates). Each step waits for the
-/// shell's own output, never for time; `timeout` bounds a hung shell.
+/// shell's own output, never for time; `timeout` bounds a hung shell. The keys are typed
+/// once the line editor reads (its `zle-line-init` says so): typed while the terminal is
+/// still in cooked mode, `^D` was taken as end-of-file and the probe hung now and then.
 const ZSH_PROBE: &str = r#"
 zmodload zsh/zpty
 zpty z zsh -f -i
@@ -167,8 +196,9 @@ zpty -w z "fpath=($1 \$fpath); autoload -Uz compinit; compinit -u -D"
 zpty -w z 'compadd () { local -a hits; builtin compadd -O hits "$@"; (( $#hits )) && print -l -- "<m>"${^hits} >&2; builtin compadd "$@" }'
 zpty -w z 'finish () { print -u2 "<done>"; zle kill-whole-line }; zle -N finish; bindkey "^X^D" finish'
 zpty -w z "exec 2>$1/offered"
-zpty -w z 'print ${(L):-READY}'
-zpty -r z line '*ready*'
+zpty -w z 'zle-line-init () { [[ -n $armed ]] && { unset armed; print -nr -- ${(L):-ZLE-READY} } }; zle -N zle-line-init'
+zpty -w z 'armed=1'
+zpty -r z line '*zle-ready*'
 zpty -w -n z "$2"$'\t'
 zpty -w -n z $'\C-x\C-d'
 zpty -w z 'print ${(L):-COMPLETION-DONE}'
@@ -198,7 +228,7 @@ fn zsh_complete(line: &str) -> Vec<String> {
 fn the_zsh_completion_offers_what_the_parser_accepts() {
     assert_eq!(zsh_complete("cnitool in"), ["inspect"]);
     assert_eq!(zsh_complete("cnitool c"), ["check", "completions"]);
-    assert_eq!(zsh_complete("cnitool completions "), ["bash", "zsh", "fish"]);
+    assert_eq!(zsh_complete("cnitool completions "), SHELLS);
     assert_eq!(zsh_complete("cnitool help li"), ["list"]);
     assert_eq!(zsh_complete("cnitool --ca"), ["--cache-dir"]);
     assert!(zsh_complete("cnitool list --timeout ").is_empty());
