@@ -101,7 +101,6 @@ pub fn run(command: &mut Command, stdin: &[u8], limits: &Limits) -> Result<Finis
 /// (see [`prepare`]) is killed with its whole group, any other child alone.
 pub fn finish(mut child: Child, stdin: &[u8], limits: &Limits) -> Result<Finished, Error> {
     let mut io = ChildIo::new(&mut child, stdin, limits.output_cap);
-    // Without a pidfd (kernels before 5.3) the exit is noticed by polling every 5 ms.
     let pidfd = crate::process::pidfd(child.id()).ok();
     let status = loop {
         match child.try_wait() {
@@ -249,7 +248,6 @@ impl<'a> ChildIo<'a> {
     fn poll(&mut self, exit: Option<&OwnedFd>, timeout: Duration) {
         // Without a pidfd the exit is noticed by polling every 5 ms.
         let timeout = if exit.is_some() { timeout } else { timeout.min(Duration::from_millis(5)) };
-        let timeout = timeout.max(Duration::from_millis(1));
         self.wait_ready(exit, timeout);
         self.write_available();
         self.read_available();
