@@ -21,7 +21,7 @@ use crate::error::ExecFailure;
 
 /// The most of each of an executable's stdout and stderr that is kept: far above any CNI
 /// result or error message.
-pub const EXEC_OUTPUT_CAP: usize = 4 << 20;
+pub const EXEC_OUTPUT_CAP: usize = 1 << 20;
 
 /// Every capability (in kernel bit order): netplugins configure the host's and the
 /// containers' networks. Those outside our own bounding set are left out (the runtime
