@@ -53,8 +53,10 @@ pub struct Finished {
     pub status: ExitStatus,
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
-    /// Some output was dropped because a stream passed the cap.
-    pub truncated: bool,
+    /// Output of stdout was dropped because it passed the cap.
+    pub stdout_truncated: bool,
+    /// Output of stderr was dropped because it passed the cap.
+    pub stderr_truncated: bool,
 }
 
 /// Why [`finish`] or [`run`] returned no normal end.
@@ -217,7 +219,8 @@ impl<'a> ChildIo<'a> {
     fn finished(self, status: ExitStatus) -> Finished {
         Finished {
             status,
-            truncated: self.stdout.truncated || self.stderr.truncated,
+            stdout_truncated: self.stdout.truncated,
+            stderr_truncated: self.stderr.truncated,
             stdout: self.stdout.buffer,
             stderr: self.stderr.buffer,
         }

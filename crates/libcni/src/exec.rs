@@ -55,6 +55,12 @@ impl PluginRun<'_> {
         let child = self.spawn_retrying_busy(&mut command)?;
         let limits = cni_os::child::Limits::new(self.deadline).output_cap(OUTPUT_CAP);
         match cni_os::child::finish(child, self.stdin, &limits) {
+            Ok(done) if done.status.success() && done.stdout_truncated => Err(Error::Decode {
+                plugin_type: self.plugin_type.to_string(),
+                command: self.command.to_string(),
+                reason: format!("the result is larger than the {} MiB a plugin may print", OUTPUT_CAP >> 20),
+                output: String::from_utf8_lossy(&done.stdout[..512]).into_owned(),
+            }),
             Ok(done) if done.status.success() => Ok(done.stdout),
             Ok(done) => Err(self.failure(done.status, &done.stdout, &done.stderr)),
             Err(cni_os::child::Error::Timeout(_)) => Err(Error::Timeout {
