@@ -205,33 +205,57 @@ impl PluginCall {
         let started = std::time::Instant::now();
         let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot run {}: {e}", self.binary.display()));
         before_input(child.id());
-        let limits = cni_os::child::Limits::new(started + self.limit);
-        let outcome = cni_os::child::finish(child, &self.stdin, &limits);
+        let what = format_args!("plugin {} {}", self.binary.display(), self.verb());
+        let done = finish_within(child, &self.stdin, started + self.limit, self.limit, what);
         let elapsed = started.elapsed();
         drop(ns_file);
-        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-        match outcome {
-            Ok(done) => PluginOutput {
-                status: done.status.code().unwrap_or(-1),
-                stdout: text(&done.stdout),
-                stderr: text(&done.stderr),
-                elapsed,
-            },
-            Err(cni_os::child::Error::Timeout(partial)) => panic!(
-                "plugin {} {} did not finish within its limit of {:?}; its process group was killed\n\
-                 stdout so far: {}\nstderr so far: {}",
-                self.binary.display(),
-                self.verb(),
-                self.limit,
-                text(&partial.stdout),
-                text(&partial.stderr)
-            ),
-            Err(e) => panic!("running plugin {} {}: {e}", self.binary.display(), self.verb()),
+        PluginOutput {
+            status: done.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&done.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&done.stderr).into_owned(),
+            elapsed,
         }
     }
 
     /// The CNI_COMMAND this call passes (for messages).
     fn verb(&self) -> &str {
         self.env.iter().find(|(k, _)| k == "CNI_COMMAND").map_or("(no CNI_COMMAND)", |(_, v)| v)
+    }
+}
+
+/// Runs `command` to its end with `stdin` as its input (stdio piped and a process group
+/// of its own, see [`cni_os::child::prepare`]); past `limit` its group is killed and the
+/// test fails naming `what`.
+pub fn run_within(
+    command: &mut Command,
+    stdin: &[u8],
+    limit: Duration,
+    what: std::fmt::Arguments<'_>,
+) -> cni_os::child::Finished {
+    let started = std::time::Instant::now();
+    let child = cni_os::child::prepare(command).spawn().unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    finish_within(child, stdin, started + limit, limit, what)
+}
+
+/// [`cni_os::child::finish`] for a test: a timeout (the child's group killed at
+/// `deadline`, `limit` after its start) or a failed wait fails the test, naming `what`
+/// with what it printed so far.
+pub fn finish_within(
+    child: std::process::Child,
+    stdin: &[u8],
+    deadline: std::time::Instant,
+    limit: Duration,
+    what: std::fmt::Arguments<'_>,
+) -> cni_os::child::Finished {
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    match cni_os::child::finish(child, stdin, &cni_os::child::Limits::new(deadline)) {
+        Ok(done) => done,
+        Err(cni_os::child::Error::Timeout(partial)) => panic!(
+            "{what} did not finish within its limit of {limit:?}; its process group was killed\n\
+             stdout so far: {}\nstderr so far: {}",
+            text(&partial.stdout),
+            text(&partial.stderr)
+        ),
+        Err(e) => panic!("running {what}: {e}"),
     }
 }
