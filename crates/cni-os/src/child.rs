@@ -139,15 +139,9 @@ fn kill_and_reap(child: &mut Child) -> ExitStatus {
     if kill_group(child.id(), Signal::KILL).is_err() {
         let _ = kill(child.id(), Signal::KILL);
     }
-    loop {
-        match child.wait() {
-            Ok(status) => return status,
-            // Only EINTR could end up here (std retries it itself): the child is ours and
-            // unreaped, so wait cannot fail otherwise.
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(_) => return std::os::unix::process::ExitStatusExt::from_raw(libc::SIGKILL),
-        }
-    }
+    // Waiting cannot fail for our own unreaped child (std retries EINTR); should it,
+    // report what was done to it.
+    child.wait().unwrap_or_else(|_| std::os::unix::process::ExitStatusExt::from_raw(libc::SIGKILL))
 }
 
 /// A child's stdin being written and its stdout and stderr being read, without blocking.
