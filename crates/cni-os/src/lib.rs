@@ -21,6 +21,7 @@
 //! `unsafe` block is allowed where it stands and states why it is sound.
 #![deny(unsafe_code)]
 
+pub mod child;
 pub mod fs;
 pub mod inet;
 pub mod lock;

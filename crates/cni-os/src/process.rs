@@ -184,6 +184,21 @@ pub fn pass_as_fd3_on_spawn(command: &mut Command, listener: OwnedFd) -> &mut Co
     }
 }
 
+/// Waits (up to 10 s) for process `pid`, killed, to be gone: it no longer exists, or it is
+/// a zombie its new parent has not reaped yet. Whether it did.
+#[cfg(test)]
+pub(crate) fn ended(pid: u32) -> bool {
+    let running = || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        !stat.is_empty() && !stat.contains(") Z ")
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while running() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    !running()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,16 +221,7 @@ mod tests {
         kill_group(child.id(), Signal::KILL).unwrap();
         assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
         // The grandchild was killed too; once init reaps it, it is gone.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while exists(grandchild) && std::time::Instant::now() < deadline {
-            let state = std::fs::read_to_string(format!("/proc/{grandchild}/stat")).unwrap_or_default();
-            if state.contains(") Z ") {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        let state = std::fs::read_to_string(format!("/proc/{grandchild}/stat")).unwrap_or_default();
-        assert!(state.is_empty() || state.contains(") Z "), "grandchild still running: {state}");
+        assert!(ended(grandchild), "grandchild {grandchild} still running");
     }
 
     #[test]

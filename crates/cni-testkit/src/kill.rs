@@ -8,9 +8,8 @@
 //! a sweep over the operation's measured duration (see [`sweep`]) rather than at random.
 
 use crate::runner::PluginCall;
-use std::io::{Read, Write};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// How a run chosen to be killed ended.
@@ -37,54 +36,25 @@ impl KillOutcome {
 /// kills the group with SIGKILL once `after` has passed since the start, unless the
 /// process has exited by then.
 pub fn run_killed_after(mut cmd: Command, stdin: &[u8], after: Duration) -> KillOutcome {
-    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.process_group(0);
     let started = Instant::now();
-    let mut child = cmd.spawn().expect("spawn the process to be killed");
-    let pgid = child.id();
-    if let Some(mut pipe) = child.stdin.take() {
-        // A process killed before it read its stdin makes this fail: that is the point.
-        let _ = pipe.write_all(stdin);
-    }
-    // Readers on threads: a full pipe must not hold the process up before its kill.
-    let stdout = reader(child.stdout.take());
-    let stderr = reader(child.stderr.take());
-    let deadline = started + after;
-    let mut killed = false;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for the process") {
-            break status;
+    let limits = cni_os::child::Limits::new(started + after);
+    let (done, killed) = match cni_os::child::run(&mut cmd, stdin, &limits) {
+        Ok(done) => (done, false),
+        // It may have exited by itself between the last look and the kill.
+        Err(cni_os::child::Error::Timeout(done)) => {
+            let killed = done.status.signal() == Some(libc::SIGKILL);
+            (done, killed)
         }
-        let now = Instant::now();
-        if now >= deadline {
-            // The group this process leads (its id is the group's); it may be gone already.
-            let _ = cni_os::process::kill_group(pgid, cni_os::process::Signal::KILL);
-            killed = true;
-            break child.wait().expect("wait for the killed process");
-        }
-        std::thread::sleep((deadline - now).min(Duration::from_micros(50)));
+        Err(e) => panic!("running the process to be killed: {e}"),
     };
-    let elapsed = started.elapsed();
-    use std::os::unix::process::ExitStatusExt;
-    // It may have exited by itself between the last look and the kill.
-    let killed = killed && status.signal() == Some(libc::SIGKILL);
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
     KillOutcome {
         killed,
-        status: status.code(),
-        stdout: stdout.join().unwrap_or_default(),
-        stderr: stderr.join().unwrap_or_default(),
-        elapsed,
+        status: done.status.code(),
+        stdout: text(&done.stdout),
+        stderr: text(&done.stderr),
+        elapsed: started.elapsed(),
     }
-}
-
-fn reader(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut text = Vec::new();
-        if let Some(mut pipe) = pipe {
-            let _ = pipe.read_to_end(&mut text);
-        }
-        String::from_utf8_lossy(&text).into_owned()
-    })
 }
 
 impl PluginCall {

@@ -2,9 +2,8 @@
 
 use cni_types::CniError;
 use serde_json::Value;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 /// What a plugin run printed and how it exited.
@@ -50,7 +49,13 @@ pub struct PluginCall {
     stdin: Vec<u8>,
     netns_fd_path: Option<PathBuf>,
     own_uts_namespace: bool,
+    limit: Duration,
 }
+
+/// How long a call may run unless [`PluginCall::limit`] says otherwise: far above any
+/// healthy plugin run, so only a hung plugin reaches it — and then fails its one call
+/// instead of hanging the whole test binary.
+pub const DEFAULT_LIMIT: Duration = Duration::from_secs(120);
 
 impl PluginCall {
     /// A call of `binary` for `command` as a runtime on the test's host makes it: the process
@@ -89,6 +94,7 @@ impl PluginCall {
             stdin: Vec::new(),
             netns_fd_path: None,
             own_uts_namespace: false,
+            limit: DEFAULT_LIMIT,
         }
     }
 
@@ -151,15 +157,20 @@ impl PluginCall {
         self
     }
 
-    /// The process this call runs, not started yet (stdin, stdout and stderr piped), and
+    /// Lets the call run for `limit` (instead of [`DEFAULT_LIMIT`]) before its process
+    /// group is killed and the test fails.
+    pub fn limit(mut self, limit: Duration) -> PluginCall {
+        self.limit = limit;
+        self
+    }
+
+    /// The process this call runs, not started yet (stdin, stdout and stderr piped, in a
+    /// process group of its own), and
     /// the namespace file its `pre_exec` enters, which must stay open until it is spawned.
     pub fn command(&self) -> (Command, Option<std::fs::File>) {
         let mut cmd = Command::new(&self.binary);
-        cmd.env_clear()
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        cmd.env_clear().envs(self.env.iter().map(|(k, v)| (k, v)));
+        cni_os::child::prepare(&mut cmd);
         let ns_file = self.netns_fd_path.as_ref().map(|p| {
             std::fs::File::open(p).unwrap_or_else(|e| panic!("cannot open namespace {}: {e}", p.display()))
         });
@@ -186,23 +197,65 @@ impl PluginCall {
     /// and before it is given its stdin. A plugin reads its stdin before it does anything,
     /// so `before_input` acts before the plugin does: it can plant files named after the
     /// plugin's pid (its temporary files), or open the plugin's namespaces.
+    ///
+    /// Panics (failing the test) when the plugin runs past its [limit](PluginCall::limit),
+    /// after killing its process group.
     pub fn run_paused(&self, before_input: impl FnOnce(u32)) -> PluginOutput {
         let (mut cmd, ns_file) = self.command();
         let started = std::time::Instant::now();
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot run {}: {e}", self.binary.display()));
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot run {}: {e}", self.binary.display()));
         before_input(child.id());
-        let stdin = std::mem::take(&mut child.stdin);
-        if let Some(mut pipe) = stdin {
-            let _ = pipe.write_all(&self.stdin);
-        }
-        let out = child.wait_with_output().expect("waiting for plugin");
+        let what = format_args!("plugin {} {}", self.binary.display(), self.verb());
+        let done = finish_within(child, &self.stdin, started + self.limit, self.limit, what);
         let elapsed = started.elapsed();
         drop(ns_file);
         PluginOutput {
-            status: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            status: done.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&done.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&done.stderr).into_owned(),
             elapsed,
         }
+    }
+
+    /// The CNI_COMMAND this call passes (for messages).
+    fn verb(&self) -> &str {
+        self.env.iter().find(|(k, _)| k == "CNI_COMMAND").map_or("(no CNI_COMMAND)", |(_, v)| v)
+    }
+}
+
+/// Runs `command` to its end with `stdin` as its input (stdio piped and a process group
+/// of its own, see [`cni_os::child::prepare`]); past `limit` its group is killed and the
+/// test fails naming `what`.
+pub fn run_within(
+    command: &mut Command,
+    stdin: &[u8],
+    limit: Duration,
+    what: std::fmt::Arguments<'_>,
+) -> cni_os::child::Finished {
+    let started = std::time::Instant::now();
+    let child = cni_os::child::prepare(command).spawn().unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    finish_within(child, stdin, started + limit, limit, what)
+}
+
+/// [`cni_os::child::finish`] for a test: a timeout (the child's group killed at
+/// `deadline`, `limit` after its start) or a failed wait fails the test, naming `what`
+/// with what it printed so far.
+pub fn finish_within(
+    child: std::process::Child,
+    stdin: &[u8],
+    deadline: std::time::Instant,
+    limit: Duration,
+    what: std::fmt::Arguments<'_>,
+) -> cni_os::child::Finished {
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    match cni_os::child::finish(child, stdin, &cni_os::child::Limits::new(deadline)) {
+        Ok(done) => done,
+        Err(cni_os::child::Error::Timeout(partial)) => panic!(
+            "{what} did not finish within its limit of {limit:?}; its process group was killed\n\
+             stdout so far: {}\nstderr so far: {}",
+            text(&partial.stdout),
+            text(&partial.stderr)
+        ),
+        Err(e) => panic!("running {what}: {e}"),
     }
 }

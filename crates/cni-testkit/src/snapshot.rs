@@ -98,20 +98,10 @@ impl<'a> Scope<'a> {
 /// Runs `program args` in `ns` with `batch` on stdin; each JSON document it printed,
 /// without volatile keys, as compact text (empty output is one empty list).
 fn read_netns(ns: &TestNetns, program: &str, args: &[&str], batch: &str) -> Vec<String> {
-    use std::io::Write;
-    use std::process::Stdio;
-    let mut child = ns
-        .command(program)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
-    let mut stdin = child.stdin.take().expect("piped stdin");
-    stdin.write_all(batch.as_bytes()).expect("write the batch");
-    drop(stdin);
-    let out = child.wait_with_output().expect("wait for the snapshot reader");
+    let mut command = ns.command(program);
+    command.args(args);
+    let what = format_args!("{program} {args:?} in {}", ns.name());
+    let out = crate::runner::run_within(&mut command, batch.as_bytes(), crate::runner::DEFAULT_LIMIT, what);
     assert!(
         out.status.success(),
         "{program} {args:?} in {} failed: {}",

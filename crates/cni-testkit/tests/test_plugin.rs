@@ -88,3 +88,21 @@ fn records_every_invocation() {
     assert_eq!(calls[0].stdin["name"], "n");
     assert_eq!((calls[1].command.as_str(), calls[1].var("CNI_IFNAME")), ("DEL", "net1"));
 }
+
+#[test]
+fn a_hung_plugin_fails_its_one_call_naming_the_plugin_verb_and_limit() {
+    let conf =
+        json!({"cniVersion": "1.0.0", "name": "n", "type": "t", "testBehaviour": {"sleepMs": 600_000}});
+    let hung = call("ADD", conf).limit(std::time::Duration::from_millis(300));
+    let mut pid = None;
+    let failure =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hung.run_paused(|p| pid = Some(p))))
+            .expect_err("a plugin sleeping ten minutes must fail its call at the limit");
+    let message = failure.downcast_ref::<String>().expect("a formatted panic message");
+    let expected = format!("plugin {} ADD did not finish within its limit of 300ms", test_plugin().display());
+    assert!(message.contains(&expected), "{message}");
+    assert!(message.contains("its process group was killed"), "{message}");
+    // Killed and reaped: nothing of it is left, not even a zombie.
+    let pid = pid.expect("the plugin started");
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "plugin {pid} is still there");
+}

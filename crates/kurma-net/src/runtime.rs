@@ -10,6 +10,7 @@
 //! host's (a recursive, slave bind mount: namespaces named later appear too).
 
 use std::fs::File;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -17,6 +18,10 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::error::ExecFailure;
+
+/// The most of each of an executable's stdout and stderr that is kept: far above any CNI
+/// result or error message.
+pub const EXEC_OUTPUT_CAP: usize = 1 << 20;
 
 /// Every capability (in kernel bit order): netplugins configure the host's and the
 /// containers' networks. Those outside our own bounding set are left out (the runtime
@@ -207,8 +212,11 @@ impl Runtime {
 
     /// Runs `args` in container `id` with `stdin` as its standard input, killing it (and
     /// everything it started that still hangs on) after `limit`. `scratch` is a private
-    /// directory for the output files: files, not pipes, so a background process that
-    /// `setup` leaves behind cannot keep the read open.
+    /// directory for the runtime's pid file.
+    ///
+    /// The output comes through pipes (kept up to [`EXEC_OUTPUT_CAP`] a stream): a
+    /// background process that `setup` leaves behind holding them only delays the return
+    /// by [`cni_os::child::PIPE_GRACE`], after which it gets EPIPE on writing.
     pub fn exec(
         &self,
         id: &str,
@@ -217,53 +225,46 @@ impl Runtime {
         limit: Duration,
         scratch: &Path,
     ) -> Result<ExecOutput, String> {
-        let io_err = |what: &str| {
-            let what = what.to_string();
-            move |err: std::io::Error| format!("{what}: {err}")
-        };
-        std::fs::create_dir_all(scratch).map_err(io_err("create the scratch directory"))?;
-        let (stdin_path, stdout_path, stderr_path, pid_path) =
-            (scratch.join("stdin"), scratch.join("stdout"), scratch.join("stderr"), scratch.join("pid"));
-        std::fs::write(&stdin_path, stdin).map_err(io_err("write stdin"))?;
-        let mut child = self
+        std::fs::create_dir_all(scratch).map_err(|err| format!("create the scratch directory: {err}"))?;
+        let pid_path = scratch.join("pid");
+        // Not a process group of its own: at the limit runc alone is killed, and the
+        // executable's tree is walked from the pid file, while its descendants are still
+        // its children (a group kill first would orphan those that left the group).
+        let child = self
             .command()
             .arg("exec")
             .arg("--pid-file")
             .arg(&pid_path)
             .arg(id)
             .args(args)
-            .stdin(File::open(&stdin_path).map_err(io_err("open stdin"))?)
-            .stdout(File::create(&stdout_path).map_err(io_err("create stdout"))?)
-            .stderr(File::create(&stderr_path).map_err(io_err("create stderr"))?)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .map_err(|err| format!("cannot run {}: {err}", self.program.display()))?;
-        let deadline = Instant::now() + limit;
-        let outcome = loop {
-            if let Some(status) = child.try_wait().map_err(io_err("wait for the runtime"))? {
-                break match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
+        let limits = cni_os::child::Limits::new(Instant::now() + limit).output_cap(EXEC_OUTPUT_CAP);
+        let (done, outcome) = match cni_os::child::finish(child, stdin, &limits) {
+            Ok(done) => {
+                let outcome = match (done.status.code(), done.status.signal()) {
                     (Some(0), _) => Ok(()),
                     (Some(code), _) => Err(ExecFailure::Exit(code)),
                     (None, Some(signal)) => Err(ExecFailure::Signal(signal)),
                     (None, None) => Err(ExecFailure::Exit(-1)),
                 };
+                (done, outcome)
             }
-            if Instant::now() >= deadline {
-                // The executable first (with all it spawned), then the runtime's exec.
+            Err(cni_os::child::Error::Timeout(partial)) => {
                 if let Some(pid) = std::fs::read_to_string(&pid_path).ok().and_then(|s| s.trim().parse().ok())
                 {
                     kill_tree(pid);
                 }
-                let _ = child.kill();
-                let _ = child.wait();
-                break Err(ExecFailure::Timeout(limit));
+                (partial, Err(ExecFailure::Timeout(limit)))
             }
-            std::thread::sleep(Duration::from_millis(10));
+            Err(err) => return Err(format!("running {}: {err}", self.program.display())),
         };
-        let read =
-            |path: &Path| String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned();
-        let output = ExecOutput { outcome, stdout: read(&stdout_path), stderr: read(&stderr_path) };
         let _ = std::fs::remove_dir_all(scratch);
-        Ok(output)
+        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+        Ok(ExecOutput { outcome, stdout: text(&done.stdout), stderr: text(&done.stderr) })
     }
 }
 

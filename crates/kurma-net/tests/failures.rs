@@ -1,4 +1,5 @@
-//! Netplugins that misbehave: `setup` past the limit, `add` past the limit, `add` exiting 3.
+//! Netplugins that misbehave: `setup` past the limit, `add` past the limit, `add` exiting 3,
+//! `add` flooding its output.
 #![forbid(unsafe_code)]
 
 mod common;
@@ -157,4 +158,32 @@ fn detach_attempts_every_network_and_collects_the_errors() {
     assert_eq!(left.networks.len(), 1);
     assert_eq!(left.networks[0].network, "stubborn");
     assert!(host.detach("kh-del").is_err(), "a retry runs stubborn's del again");
+}
+
+#[test]
+fn an_executable_flooding_its_output_is_cut_at_the_cap_and_still_fails_cleanly() {
+    let bed = Bed::new();
+    let images = ImageFiles::build(&bed.tmp.path().join("images"));
+    let entry = with_mode(
+        mynet_entry("flood", &images.file_uri("shell.aci"), "kh-br-f", "10.209.26"),
+        "flood-add",
+        "0",
+    );
+    let host = bed.host(&json!({ "container_networks": [entry] }));
+    host.start_plugins().unwrap();
+    let container = TestNetns::with_prefix(PREFIX).unwrap();
+    let err = host.attach("kh-flood", container.path(), None).unwrap_err();
+    match &err {
+        Error::Executable { executable: "add", failure: ExecFailure::Exit(3), stdout, stderr, .. } => {
+            // 64 MiB each were printed; the cap was kept, and the pipes were drained to the
+            // end (the executable exited 3 rather than hanging on a full pipe).
+            assert_eq!(stdout.len(), kurma_net::runtime::EXEC_OUTPUT_CAP);
+            assert_eq!(stderr.len(), kurma_net::runtime::EXEC_OUTPUT_CAP);
+            assert!(stdout.starts_with("kh-flood\n"));
+        }
+        other => {
+            panic!("expected add to exit 3, got {}", other.to_string().chars().take(300).collect::<String>())
+        }
+    }
+    assert_eq!(links_of(&container), ["lo"]);
 }

@@ -1,29 +1,28 @@
 //! Finding and running plugin binaries.
 //!
-//! A plugin runs in its own process group so that, on timeout, it and everything it
-//! started can be killed together. Its stdin is written and its stdout/stderr read by one
-//! poll loop on the calling thread (non-blocking pipes, and a pidfd for the exit), so a
-//! plugin that never reads its input, or a child that keeps the output pipes open after
-//! the plugin exited, can never hang the caller — and no thread is started per plugin.
+//! A plugin runs through [`cni_os::child`]: in its own process group so that, on timeout,
+//! it and everything it started are killed together, its pipes served by one poll loop on
+//! the calling thread, so a plugin that never reads its input, or a child that keeps the
+//! output pipes open after the plugin exited, can never hang the caller — and no thread
+//! is started per plugin.
 
 use crate::error::{Error, Result};
 use cni_types::trace::TRACE_VARS;
 use cni_types::validate::validate_plugin_type;
 use cni_types::CniError;
-use std::io::{ErrorKind, Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::io::ErrorKind;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 /// The variables libcni sets itself; inherited values of these never reach a plugin.
 pub(crate) const CNI_VARS: [&str; 6] =
     ["CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH"];
 
-/// How long to wait for output pipes to close after the plugin itself exited (a child it
-/// left behind may hold them open).
-const PIPE_GRACE: Duration = Duration::from_millis(500);
+/// The most of each of a plugin's stdout and stderr that is kept: far above any real
+/// result, so a runaway plugin cannot make its runtime hold gigabytes.
+const OUTPUT_CAP: usize = 16 << 20;
 
 /// Finds plugin `plugin_type`: the first regular file of that name in `dirs`, in order.
 /// Names that could escape the directories (paths, `..`, empty) are refused.
@@ -53,43 +52,26 @@ impl PluginRun<'_> {
     /// Runs the plugin; its stdout on success, its error otherwise.
     pub fn run(&self) -> Result<Vec<u8>> {
         let mut command = self.command();
-        let mut child = self.spawn_retrying_busy(&mut command)?;
-        let mut io = PluginIo::new(&mut child, self.stdin);
-        let pidfd = cni_os::process::pidfd(child.id()).ok();
-
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) => {}
-                Err(e) => {
-                    kill_group_and_reap(&mut child);
-                    return Err(Error::io(format!("waiting for plugin {:?}", self.plugin_type), e));
-                }
+        let child = self.spawn_retrying_busy(&mut command)?;
+        let limits = cni_os::child::Limits::new(self.deadline).output_cap(OUTPUT_CAP);
+        match cni_os::child::finish(child, self.stdin, &limits) {
+            Ok(done) if done.status.success() && done.stdout_truncated => Err(Error::Decode {
+                plugin_type: self.plugin_type.to_string(),
+                command: self.command.to_string(),
+                reason: format!("the result is larger than the {} MiB a plugin may print", OUTPUT_CAP >> 20),
+                output: String::from_utf8_lossy(&done.stdout[..512]).into_owned(),
+            }),
+            Ok(done) if done.status.success() => Ok(done.stdout),
+            Ok(done) => Err(self.failure(done.status, &done.stdout, &done.stderr)),
+            Err(cni_os::child::Error::Timeout(_)) => Err(Error::Timeout {
+                plugin_type: self.plugin_type.to_string(),
+                command: self.command.to_string(),
+                timeout: self.timeout,
+            }),
+            Err(cni_os::child::Error::Wait(e) | cni_os::child::Error::Spawn(e)) => {
+                Err(Error::io(format!("waiting for plugin {:?}", self.plugin_type), e))
             }
-            let now = Instant::now();
-            if now >= self.deadline {
-                kill_group_and_reap(&mut child);
-                return Err(Error::Timeout {
-                    plugin_type: self.plugin_type.to_string(),
-                    command: self.command.to_string(),
-                    timeout: self.timeout,
-                });
-            }
-            io.poll(pidfd.as_ref(), self.deadline - now);
-        };
-        let grace = Instant::now() + PIPE_GRACE;
-        while io.output_open() {
-            let now = Instant::now();
-            if now >= grace {
-                break;
-            }
-            io.poll(None, grace - now);
         }
-        let (stdout, stderr) = (io.stdout.buffer, io.stderr.buffer);
-        if status.success() {
-            return Ok(stdout);
-        }
-        Err(self.failure(status, &stdout, &stderr))
     }
 
     /// The process to start: this process's environment without the variables libcni
@@ -106,12 +88,8 @@ impl PluginRun<'_> {
                 command.env_remove(var);
             }
         }
-        command
-            .envs(self.env.iter().map(|(k, v)| (*k, v)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
+        command.envs(self.env.iter().map(|(k, v)| (*k, v)));
+        cni_os::child::prepare(&mut command);
         command
     }
 
@@ -171,120 +149,6 @@ impl PluginRun<'_> {
             output,
         }
     }
-}
-
-/// Kills the plugin's whole process group, then reaps the plugin. The plugin is not yet
-/// reaped when this is called, so its pid (= the group id) cannot have been reused.
-fn kill_group_and_reap(child: &mut Child) {
-    let _ = cni_os::process::kill_group(child.id(), cni_os::process::Signal::KILL);
-    let _ = child.wait();
-}
-
-/// A plugin's stdin being written and its stdout and stderr being read, without blocking.
-struct PluginIo<'a> {
-    stdin: Option<ChildStdin>,
-    input: &'a [u8],
-    stdout: Output<ChildStdout>,
-    stderr: Output<ChildStderr>,
-}
-
-/// An output pipe and what came out of it so far; `pipe` is `None` once it closed.
-struct Output<P> {
-    pipe: Option<P>,
-    buffer: Vec<u8>,
-}
-
-impl<P: Read + AsFd> Output<P> {
-    fn new(pipe: Option<P>) -> Output<P> {
-        if let Some(p) = &pipe {
-            set_nonblocking(p);
-        }
-        Output { pipe, buffer: Vec::new() }
-    }
-
-    /// Reads what is there; closes the pipe at its end (or on an error).
-    fn read_available(&mut self) {
-        let Some(pipe) = &mut self.pipe else { return };
-        let mut chunk = [0u8; 8192];
-        loop {
-            match pipe.read(&mut chunk) {
-                Ok(0) => break,
-                Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => break,
-            }
-        }
-        self.pipe = None;
-    }
-}
-
-impl<'a> PluginIo<'a> {
-    fn new(child: &mut Child, input: &'a [u8]) -> PluginIo<'a> {
-        let stdin = child.stdin.take();
-        if let Some(pipe) = &stdin {
-            set_nonblocking(pipe);
-        }
-        let mut io = PluginIo {
-            stdin,
-            input,
-            stdout: Output::new(child.stdout.take()),
-            stderr: Output::new(child.stderr.take()),
-        };
-        io.write_available();
-        io
-    }
-
-    fn output_open(&self) -> bool {
-        self.stdout.pipe.is_some() || self.stderr.pipe.is_some()
-    }
-
-    /// Writes what the pipe takes; closes it when all is written, or when the plugin
-    /// stopped reading (EPIPE: a plugin need not read its input).
-    fn write_available(&mut self) {
-        let Some(pipe) = &mut self.stdin else { return };
-        while !self.input.is_empty() {
-            match pipe.write(self.input) {
-                Ok(n) => self.input = &self.input[n..],
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => break,
-            }
-        }
-        self.stdin = None;
-    }
-
-    /// Waits up to `timeout` for a pipe to be ready or `exit` (a pidfd) to signal, then
-    /// moves whatever data can move.
-    fn poll(&mut self, exit: Option<&OwnedFd>, timeout: Duration) {
-        use cni_os::poll::{PollFd, PollFlags};
-        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(4);
-        if let Some(pipe) = &self.stdin {
-            fds.push(PollFd::new(pipe, PollFlags::OUT));
-        }
-        let outputs =
-            [self.stdout.pipe.as_ref().map(AsFd::as_fd), self.stderr.pipe.as_ref().map(AsFd::as_fd)];
-        for pipe in outputs.into_iter().flatten() {
-            fds.push(PollFd::from_borrowed_fd(pipe, PollFlags::IN));
-        }
-        if let Some(exit) = exit {
-            fds.push(PollFd::new(exit, PollFlags::IN));
-        }
-        // Without a pidfd (old kernels) the exit is noticed by polling every 5 ms.
-        let timeout = if exit.is_some() { timeout } else { timeout.min(Duration::from_millis(5)) };
-        // Whatever poll says, everything is tried below: a failed wait costs a spin only.
-        let _ = cni_os::poll::wait(&mut fds, timeout.max(Duration::from_millis(1)));
-        drop(fds);
-        self.write_available();
-        self.stdout.read_available();
-        self.stderr.read_available();
-    }
-}
-
-fn set_nonblocking(fd: impl AsFd) {
-    // A pipe left blocking would only make this loop wait in read or write for the plugin
-    // instead of in poll: still bounded by the plugin's exit, so the error is not fatal.
-    let _ = cni_os::poll::set_nonblocking(fd);
 }
 
 #[cfg(test)]

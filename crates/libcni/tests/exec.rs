@@ -199,6 +199,21 @@ fn large_input_and_output_never_deadlock() {
 }
 
 #[test]
+fn a_plugin_flooding_its_output_fails_with_a_decode_error_naming_the_cap() {
+    let rig = Rig::new();
+    // 64 MiB of blanks before a valid result: JSON would accept it whole, but only the
+    // first 16 MiB are kept (the rest is drained), so the run fails instead of holding it all.
+    rig.script(
+        "flood",
+        "#!/bin/sh\nhead -c 67108864 /dev/zero | tr '\\0' ' '\necho '{\"cniVersion\":\"1.0.0\"}'\n",
+    );
+    let list = one_plugin(&rig, json!({"type": "flood"}));
+    let err = rig.cni.add_network_list(&list, &rt().with_timeout(Duration::from_secs(60))).unwrap_err();
+    assert!(matches!(err, Error::Decode { .. }), "{err}");
+    assert!(err.to_string().contains("larger than the 16 MiB a plugin may print"), "{err}");
+}
+
+#[test]
 fn every_plugin_run_carries_the_runtimes_trace_context() {
     let rig = Rig::new();
     rig.plugin("traced");

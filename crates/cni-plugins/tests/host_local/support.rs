@@ -1,12 +1,11 @@
 //! Helpers shared by the host-local integration tests.
 #![allow(dead_code)]
 
-use std::io::Write;
 use std::net::IpAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use cni_plugins::ipam::host_local::HostLocalConf;
+use cni_testkit::runner::PluginCall;
 
 /// The Go reference plugin (Debian package `containernetworking-plugins`).
 pub const GO_HOST_LOCAL: &str = "/usr/lib/cni/host-local";
@@ -41,29 +40,23 @@ pub fn run_go(
         Path::new(GO_HOST_LOCAL).exists(),
         "{GO_HOST_LOCAL} is missing: apt-get install -y containernetworking-plugins"
     );
-    let mut cmd = Command::new(GO_HOST_LOCAL);
-    cmd.env_clear()
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", container_id)
-        .env("CNI_NETNS", "/proc/self/ns/net-not-used")
-        .env("CNI_IFNAME", ifname)
-        .env("CNI_PATH", "/usr/lib/cni")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut call = PluginCall::new(GO_HOST_LOCAL, command)
+        .container_id(container_id)
+        .ifname(ifname)
+        .netns("/proc/self/ns/net-not-used")
+        .cni_path("/usr/lib/cni")
+        .stdin(conf_json);
     if let Some(args) = cni_args {
-        cmd.env("CNI_ARGS", args);
+        call = call.args(args);
     }
-    let mut child = cmd.spawn().expect("spawn Go host-local");
-    child.stdin.take().unwrap().write_all(conf_json.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = call.run();
     let value = if out.stdout.is_empty() {
         serde_json::Value::Null
     } else {
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("Go stdout not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+        serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("Go stdout not JSON ({e}): {}", out.stdout))
     };
-    (out.status.success(), value)
+    (out.success(), value)
 }
 
 /// The addresses (without prefix) of a Go ADD result.

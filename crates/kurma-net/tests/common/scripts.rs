@@ -8,7 +8,8 @@
 //! namespace, moves the host end to the host and onto the bridge, and prints the Kurma
 //! result; `del` releases the reservation and the link (idempotent). The entry's
 //! `khMode` makes it misbehave (`daemon-setup` leaves a background `sleep khDaemonSleep`): `sleep-setup`, `sleep-add` (sleep past any limit: `khSleep` seconds, 600 by default) or
-//! `fail-add` (exit 3 with text on stderr), `fail-del` (exit 4).
+//! `fail-add` (exit 3 with text on stderr), `flood-add` (64 MiB on stdout and on stderr,
+//! then exit 3), `fail-del` (exit 4).
 
 /// Reads the entry from stdin into `cfg` and its keys into shell variables.
 const PARSE_CONFIG: &str = r#"cfg=$(cat)
@@ -46,6 +47,7 @@ pub fn shell_add() -> String {
 netns=$1 uuid=$2 ifname=$3
 [ "$mode" = sleep-add ] && sleep "${{seconds:-600}}"
 if [ "$mode" = fail-add ]; then echo "kh-failure: the subnet is exhausted" >&2; echo partial; exit 3; fi
+if [ "$mode" = flood-add ]; then yes kh-flood | head -c 67108864; yes kh-flood | head -c 67108864 >&2; exit 3; fi
 n=2
 while ! mkdir "/var/lib/kh-ipam/$base.$n" 2>/dev/null; do
   n=$((n+1)); [ $n -lt 255 ] || {{ echo "no free address in $subnet" >&2; exit 2; }}

@@ -6,12 +6,12 @@
 
 use cni_testkit::binaries::workspace_binary;
 use cni_testkit::ns::TestNetns;
+use cni_testkit::runner::{run_within, DEFAULT_LIMIT};
 use kurma_model::image::aci;
 use kurma_model::image::build::{netplugins, write_all, Inputs, Written, COMMAND};
 use serde_json::Value;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// Name prefix of everything these tests create (namespaces, bridges, temp dirs).
 pub const PREFIX: &str = "kn";
@@ -131,23 +131,18 @@ impl Plugin {
     /// Runs `/opt/network/<verb>` of the unpacked image inside `host`, with `entry` on
     /// stdin. The image's paths are reached through the variables the executables read.
     pub fn run(&self, host: &TestNetns, verb: &str, args: &[&str], entry: &Value) -> Run {
-        let mut child = host
-            .command(self.rootfs.join("opt/network").join(verb))
+        let mut command = host.command(self.rootfs.join("opt/network").join(verb));
+        command
             .args(args)
             .env_clear()
             .env("CNI_PATH", &self.cni_path)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("KURMA_NETPLUGIN_STATE_DIR", &self.state)
-            .env("KURMA_NETPLUGIN_DEFAULTS", self.rootfs.join("opt/network/defaults.json"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("running {verb}: {e}"));
-        // An executable refusing its arguments exits before reading stdin: a broken pipe
-        // here is its business, judged by what it printed.
-        let _ = child.stdin.take().unwrap().write_all(&serde_json::to_vec(entry).unwrap());
-        let out = child.wait_with_output().unwrap();
+            .env("KURMA_NETPLUGIN_DEFAULTS", self.rootfs.join("opt/network/defaults.json"));
+        // An executable refusing its arguments exits before reading stdin: that is its
+        // business, judged by what it printed.
+        let entry = serde_json::to_vec(entry).unwrap();
+        let out = run_within(&mut command, &entry, DEFAULT_LIMIT, format_args!("/opt/network/{verb}"));
         Run {
             status: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
