@@ -1,7 +1,7 @@
 //! `ipvlan` in the kernel rig: traffic in each mode, the verbs, chaining, bad input.
 
 use crate::common::{add, call, ok};
-use crate::ip;
+use crate::{assert_refused_leaving_nothing, ip};
 use cni_net::netlink::LinkKind;
 use cni_testkit::kernel_rig::require_rig;
 use cni_testkit::ns::HostAndContainers;
@@ -117,15 +117,6 @@ fn bad_input_is_refused_and_leaves_nothing() {
         (json!({"master": "m0", "mtu": 9000, "ipam": host_local}), "mtu"),
         (json!({"master": "m0"}), "ipam"),
     ];
-    for (keys, field) in cases {
-        let mut c = json!({"cniVersion": "1.0.0", "name": "ipvlannet", "type": "ipvlan"});
-        c.as_object_mut().unwrap().extend(keys.as_object().unwrap().clone());
-        let err = call("ipvlan", "ADD", &env.host, Some(a), &c).run().error();
-        assert_eq!(err.code, 7, "{keys}: {}", err.msg);
-        assert!(err.msg.contains(field), "{keys}: {}", err.msg);
-    }
-    let links = a.netlink().unwrap().links().unwrap();
-    assert_eq!(links.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(), ["lo"]);
-    let leftovers = std::fs::read_dir(data.path().join("ipvlannet")).map(|d| d.count()).unwrap_or(0);
-    assert_eq!(leftovers, 0, "an allocation was kept");
+    let base = json!({"cniVersion": "1.0.0", "name": "ipvlannet", "type": "ipvlan"});
+    assert_refused_leaving_nothing(&env, a, &base, &cases, data.path());
 }
