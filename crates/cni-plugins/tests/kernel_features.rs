@@ -73,3 +73,19 @@ fn assert_refused_leaving_nothing(
     let leftovers = std::fs::read_dir(data_dir.join(network)).map(|d| d.count()).unwrap_or(0);
     assert_eq!(leftovers, 0, "an allocation was kept");
 }
+
+/// CHECK of the attachment `conf` (with its prevResult) made in `container` passes; DEL
+/// takes its `eth0` away; DEL again, and DEL of an attachment that never was, succeed.
+fn check_and_delete_idempotently(
+    env: &cni_testkit::ns::HostAndContainers,
+    container: &cni_testkit::ns::TestNetns,
+    conf: &serde_json::Value,
+) {
+    use common::{call, ok};
+    let plugin = conf["type"].as_str().expect("the plugin's type");
+    ok(call(plugin, "CHECK", &env.host, Some(container), conf).run());
+    ok(call(plugin, "DEL", &env.host, Some(container), conf).run());
+    assert!(container.netlink().unwrap().link_by_name("eth0").unwrap().is_none());
+    ok(call(plugin, "DEL", &env.host, Some(container), conf).run());
+    ok(call(plugin, "DEL", &env.host, None, conf).container_id("gone").ifname("eth0").run());
+}

@@ -1,7 +1,7 @@
 //! `ipvlan` in the kernel rig: traffic in each mode, the verbs, chaining, bad input.
 
 use crate::common::{add, call, ok};
-use crate::{assert_refused_leaving_nothing, ip};
+use crate::{assert_refused_leaving_nothing, check_and_delete_idempotently, ip};
 use cni_net::netlink::LinkKind;
 use cni_testkit::kernel_rig::require_rig;
 use cni_testkit::ns::HostAndContainers;
@@ -61,11 +61,7 @@ fn every_verb() {
     ok(call("ipvlan", "STATUS", &env.host, None, &c).run());
     let mut with_prev = c.clone();
     with_prev["prevResult"] = result;
-    ok(call("ipvlan", "CHECK", &env.host, Some(a), &with_prev).run());
-    ok(call("ipvlan", "DEL", &env.host, Some(a), &with_prev).run());
-    assert!(a.netlink().unwrap().link_by_name("eth0").unwrap().is_none());
-    ok(call("ipvlan", "DEL", &env.host, Some(a), &with_prev).run());
-    ok(call("ipvlan", "DEL", &env.host, None, &with_prev).container_id("gone").ifname("eth0").run());
+    check_and_delete_idempotently(&env, a, &with_prev);
     // GC releases what a lost attachment kept.
     add("ipvlan", &env.host, a, &c);
     c["cni.dev/valid-attachments"] = json!([]);

@@ -1,7 +1,7 @@
 //! `vlan` in the kernel rig: traffic within a VLAN, none across VLANs, bad input.
 
 use crate::common::{add, call, ok};
-use crate::{assert_refused_leaving_nothing, ip, segment};
+use crate::{assert_refused_leaving_nothing, check_and_delete_idempotently, ip, segment};
 use cni_net::netlink::LinkKind;
 use cni_testkit::kernel_rig::require_rig;
 use cni_testkit::ns::HostAndContainers;
@@ -57,11 +57,7 @@ fn verbs_mtu_and_link_in_container() {
     let eth0 = a.netlink().unwrap().require_link("eth0").unwrap();
     assert_eq!((eth0.kind, eth0.mtu), (LinkKind::Vlan, 1400));
     c["prevResult"] = result;
-    ok(call("vlan", "CHECK", &env.host, Some(a), &c).run());
-    ok(call("vlan", "DEL", &env.host, Some(a), &c).run());
-    assert!(a.netlink().unwrap().link_by_name("eth0").unwrap().is_none());
-    ok(call("vlan", "DEL", &env.host, Some(a), &c).run());
-    ok(call("vlan", "DEL", &env.host, None, &c).container_id("gone").ifname("eth0").run());
+    check_and_delete_idempotently(&env, a, &c);
     let status = conf("m1", 0, "10.94.0.2/24");
     ok(call("vlan", "STATUS", &env.host, None, &status).run());
     ok(call("vlan", "GC", &env.host, None, &status).run());
