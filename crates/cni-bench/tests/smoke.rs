@@ -103,25 +103,7 @@ fn check_outcome(workload: &str, set: &Value) {
 /// on our plugins and with netavark, and derives each stack's share of a container start.
 #[test]
 fn podman_workload_runs_both_stacks_and_reports_the_network_share() {
-    cni_testkit::ns::require_root();
-    let plugins = cni_testkit::binaries::workspace_binary("cni-plugins", "cni-plugins");
-    let out_dir = tempfile::tempdir().unwrap();
-    let json_path = out_dir.path().join("bench.json");
-    let output = Command::new(env!("CARGO_BIN_EXE_cni-bench"))
-        .args(["--workloads", "podman", "-n", "2", "--rounds", "1", "--only-a"])
-        .arg("--plugins-bin")
-        .arg(&plugins)
-        .arg("--json")
-        .arg(&json_path)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "cni-bench failed\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let document: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    let document = run_bench(&["--workloads", "podman", "-n", "2", "--rounds", "1", "--only-a"]);
     let set = &document["workloads"][0]["sets"][0];
     check_outcome("podman", set);
     assert_eq!(set["status"], "ran", "{set}");
@@ -143,17 +125,15 @@ fn podman_workload_runs_both_stacks_and_reports_the_network_share() {
     }
 }
 
-/// The cri workload (only when named) drives containerd's CRI plugin on our plugins and on
-/// the Go reference, times RunPodSandbox with and without a network, and derives the
-/// network's share of a sandbox start for each.
-#[test]
-fn cri_workload_times_run_pod_sandbox_on_both_sets() {
+/// Runs cni-bench with `args` on our plugins (as root: it makes namespaces), asserts it
+/// succeeded and returns the JSON document it wrote.
+fn run_bench(args: &[&str]) -> Value {
     cni_testkit::ns::require_root();
     let plugins = cni_testkit::binaries::workspace_binary("cni-plugins", "cni-plugins");
     let out_dir = tempfile::tempdir().unwrap();
     let json_path = out_dir.path().join("bench.json");
     let output = Command::new(env!("CARGO_BIN_EXE_cni-bench"))
-        .args(["--workloads", "cri", "-n", "2", "--rounds", "1", "--b", "/usr/lib/cni"])
+        .args(args)
         .arg("--plugins-bin")
         .arg(&plugins)
         .arg("--json")
@@ -167,6 +147,15 @@ fn cri_workload_times_run_pod_sandbox_on_both_sets() {
         String::from_utf8_lossy(&output.stderr)
     );
     let document: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    document
+}
+
+/// The cri workload (only when named) drives containerd's CRI plugin on our plugins and on
+/// the Go reference, times RunPodSandbox with and without a network, and derives the
+/// network's share of a sandbox start for each.
+#[test]
+fn cri_workload_times_run_pod_sandbox_on_both_sets() {
+    let document = run_bench(&["--workloads", "cri", "-n", "2", "--rounds", "1", "--b", "/usr/lib/cni"]);
     for set in document["workloads"][0]["sets"].as_array().unwrap() {
         check_outcome("cri", set);
         assert_eq!(set["status"], "ran", "{set}");

@@ -146,23 +146,12 @@ impl Lease6 {
 mod tests {
     use super::*;
     use crate::options::encode_domain_search;
-    use crate::wire6::{IaAddr, MessageType, Status, OPT_IA_NA, STATUS_NO_ADDRS_AVAIL};
+    use crate::wire6::{MessageType, Status, OPT_IA_NA, STATUS_NO_ADDRS_AVAIL};
 
     fn reply(address: &str, preferred: u32, valid: u32, t1: u32, t2: u32) -> Message {
         let mut m = Message::new(MessageType::Reply, 1);
         m.push(OPT_SERVER_ID, vec![0, 3, 0, 1, 2, 0, 0, 0, 0, 1]);
-        let ia = IaNa {
-            iaid: 9,
-            t1,
-            t2,
-            addresses: vec![IaAddr {
-                address: address.parse().unwrap(),
-                preferred,
-                valid,
-                status: Status::default(),
-            }],
-            status: Status::default(),
-        };
+        let ia = IaNa::grant(9, (t1, t2), address.parse().unwrap(), (preferred, valid));
         m.push(OPT_IA_NA, ia.encode());
         m
     }

@@ -235,6 +235,18 @@ impl IaNa {
         }
     }
 
+    /// The IA_NA a server grants: one address with its preferred and valid lifetimes, and
+    /// when to renew (T1) and rebind (T2), all in seconds; every status a success.
+    pub fn grant(iaid: u32, (t1, t2): (u32, u32), address: Ipv6Addr, (preferred, valid): (u32, u32)) -> IaNa {
+        IaNa {
+            iaid,
+            t1,
+            t2,
+            addresses: vec![IaAddr { address, preferred, valid, status: Status::default() }],
+            status: Status::default(),
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(40);
         for n in [self.iaid, self.t1, self.t2] {

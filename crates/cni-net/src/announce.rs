@@ -12,6 +12,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use crate::mac::MacAddr;
+use cni_os::inet;
 
 const ETH_P_ARP: u16 = 0x0806;
 
@@ -92,29 +93,12 @@ fn unsolicited_na(mac: MacAddr, target: Ipv6Addr) -> [u8; 32] {
     packet
 }
 
-fn set_int(fd: &OwnedFd, level: i32, name: i32, value: i32) -> io::Result<()> {
-    // SAFETY: value is a live i32 for the duration of the call and its size is passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (&value as *const i32).cast(),
-            std::mem::size_of::<i32>() as u32,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// Sends an unsolicited neighbour advertisement for `target` to all nodes on link `index`.
 pub fn unsolicited_na_v6(index: u32, mac: MacAddr, target: Ipv6Addr) -> io::Result<()> {
     let fd = socket(libc::AF_INET6, libc::SOCK_RAW, libc::IPPROTO_ICMPV6)?;
     // Receivers drop neighbour discovery that did not come with hop limit 255.
-    set_int(&fd, libc::IPPROTO_IPV6, libc::IPV6_MULTICAST_HOPS, 255)?;
-    set_int(&fd, libc::IPPROTO_IPV6, libc::IPV6_MULTICAST_IF, index as i32)?;
+    inet::set_ipv6_multicast_hops(&fd, 255)?;
+    inet::set_ipv6_multicast_if(&fd, index)?;
     // SAFETY: sockaddr_in6 is plain old data; all-zero is a valid starting value.
     let mut from: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
     from.sin6_family = libc::AF_INET6 as u16;
@@ -156,8 +140,8 @@ fn router_solicitation_packet(mac: MacAddr) -> [u8; 16] {
 pub fn router_solicitation(index: u32, mac: MacAddr) -> io::Result<()> {
     let fd = socket(libc::AF_INET6, libc::SOCK_RAW, libc::IPPROTO_ICMPV6)?;
     // Routers drop neighbour discovery that did not come with hop limit 255.
-    set_int(&fd, libc::IPPROTO_IPV6, libc::IPV6_MULTICAST_HOPS, 255)?;
-    set_int(&fd, libc::IPPROTO_IPV6, libc::IPV6_MULTICAST_IF, index as i32)?;
+    inet::set_ipv6_multicast_hops(&fd, 255)?;
+    inet::set_ipv6_multicast_if(&fd, index)?;
     // SAFETY: sockaddr_in6 is plain old data; all-zero is a valid starting value.
     let mut to: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
     to.sin6_family = libc::AF_INET6 as u16;

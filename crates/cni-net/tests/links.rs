@@ -15,6 +15,11 @@ fn ip_link(ns: &TestNetns, name: &str) -> Value {
     links[0].clone()
 }
 
+/// The veth pair `cntv0`/`cntv0p`, both ends in `nl`'s namespace; returns `cntv0`.
+fn add_veth_pair(nl: &mut cni_net::Netlink) -> cni_net::Link {
+    nl.add_veth(&VethSpec { link: LinkSpec::new("cntv0"), peer: LinkSpec::new("cntv0p") }).unwrap().unwrap()
+}
+
 #[test]
 fn veth_peer_is_created_directly_in_the_other_namespace() {
     let host = TestNetns::new().unwrap();
@@ -79,10 +84,7 @@ fn veth_peer_is_created_directly_in_the_other_namespace() {
 fn link_attributes_can_be_changed_and_read_back() {
     let ns = TestNetns::new().unwrap();
     let mut nl = ns.netlink().unwrap();
-    let veth = nl
-        .add_veth(&VethSpec { link: LinkSpec::new("cntv0"), peer: LinkSpec::new("cntv0p") })
-        .unwrap()
-        .unwrap();
+    let veth = add_veth_pair(&mut nl);
     let index = veth.index;
     let mac: MacAddr = "02:aa:bb:cc:dd:ee".parse().unwrap();
     nl.set_link_mtu(index, 1280).unwrap();
@@ -140,10 +142,7 @@ fn bridge_with_ports_hairpin_and_isolation() {
     assert_eq!(bridge.kind, LinkKind::Bridge);
     assert_eq!(ip_link(&ns, "cntbr0")["linkinfo"]["info_kind"], "bridge");
 
-    let port = nl
-        .add_veth(&VethSpec { link: LinkSpec::new("cntv0"), peer: LinkSpec::new("cntv0p") })
-        .unwrap()
-        .unwrap();
+    let port = add_veth_pair(&mut nl);
     nl.set_link_master(port.index, bridge.index).unwrap();
     nl.set_bridge_port_hairpin(port.index, true).unwrap();
     nl.set_bridge_port_isolated(port.index, true).unwrap();
@@ -166,10 +165,7 @@ fn macvlan_and_vxlan() {
     let host = TestNetns::new().unwrap();
     let container = TestNetns::new().unwrap();
     let mut nl = host.netlink().unwrap();
-    let parent = nl
-        .add_veth(&VethSpec { link: LinkSpec::new("cntv0"), peer: LinkSpec::new("cntv0p") })
-        .unwrap()
-        .unwrap();
+    let parent = add_veth_pair(&mut nl);
 
     // A macvlan created straight into the container namespace.
     let created = nl
@@ -247,10 +243,7 @@ fn persistent_tap_and_tun_devices() {
 fn waiting_for_a_link_times_out_when_it_never_gets_carrier() {
     let ns = TestNetns::new().unwrap();
     let mut nl = ns.netlink().unwrap();
-    let veth = nl
-        .add_veth(&VethSpec { link: LinkSpec::new("cntv0"), peer: LinkSpec::new("cntv0p") })
-        .unwrap()
-        .unwrap();
+    let veth = add_veth_pair(&mut nl);
     nl.set_link_up(veth.index).unwrap(); // peer stays down: no carrier
     let started = Instant::now();
     let err = nl.wait_for_link(veth.index, LinkCondition::Carrier, Duration::from_millis(200)).unwrap_err();

@@ -15,22 +15,8 @@ fn net(s: &str) -> ipnet::IpNet {
 
 fn nat_table(b: &mut Batch) {
     b.add_table(&Table::new(Family::Inet, T));
-    b.add_chain(&Chain::base(
-        Family::Inet,
-        T,
-        "postrouting",
-        ChainType::Nat,
-        Hook::Postrouting,
-        priority::SRCNAT,
-    ));
-    b.add_chain(&Chain::base(
-        Family::Inet,
-        T,
-        "prerouting",
-        ChainType::Nat,
-        Hook::Prerouting,
-        priority::DSTNAT,
-    ));
+    add_nat_chain(b, T, "postrouting", Hook::Postrouting);
+    add_nat_chain(b, T, "prerouting", Hook::Prerouting);
 }
 
 fn exprs_of(rule: &Value) -> Value {

@@ -64,14 +64,7 @@ fn per_container_chains_and_elements_come_and_go_exactly() {
         let mut nft = NftClient::new().unwrap();
         let mut b = Batch::new();
         b.add_table(&Table::new(Family::Inet, T));
-        b.add_chain(&Chain::base(
-            Family::Inet,
-            T,
-            "postrouting",
-            ChainType::Nat,
-            Hook::Postrouting,
-            priority::SRCNAT,
-        ));
+        add_nat_chain(&mut b, T, "postrouting", Hook::Postrouting);
         let jumps =
             b.add_set(&Set::named(Family::Inet, T, "jumps", &[KeyType::Ipv4Addr]).map_to(MapData::Verdict));
         b.add_rule(
@@ -107,15 +100,8 @@ fn per_container_map_elements_come_and_go_exactly() {
         let mut nft = NftClient::new().unwrap();
         let mut b = Batch::new();
         b.add_table(&Table::new(Family::Inet, T));
-        b.add_chain(&Chain::base(
-            Family::Inet,
-            T,
-            "post",
-            ChainType::Nat,
-            Hook::Postrouting,
-            priority::SRCNAT,
-        ));
-        b.add_chain(&Chain::base(Family::Inet, T, "pre", ChainType::Nat, Hook::Prerouting, priority::DSTNAT));
+        add_nat_chain(&mut b, T, "post", Hook::Postrouting);
+        add_nat_chain(&mut b, T, "pre", Hook::Prerouting);
         let sources = b.add_set(&Set::named(Family::Inet, T, "masq", &[KeyType::Ipv4Addr]));
         let ports = b.add_set(
             &Set::named(Family::Inet, T, "ports", &[KeyType::InetProto, KeyType::InetService])

@@ -87,7 +87,7 @@ fn dnat_redirects_a_local_connection() {
         let mut nft = NftClient::new().unwrap();
         let mut b = Batch::new();
         b.add_table(&Table::new(Family::Inet, T));
-        b.add_chain(&Chain::base(Family::Inet, T, "output", ChainType::Nat, Hook::Output, priority::DSTNAT));
+        add_nat_chain(&mut b, T, "output", Hook::Output);
         b.add_rule(
             &RuleBuilder::new(Family::Inet, T, "output")
                 .daddr("127.0.0.1/32".parse().unwrap())
@@ -114,7 +114,7 @@ fn dnat_through_a_port_map_redirects_with_one_element_per_mapping() {
         let mut nft = NftClient::new().unwrap();
         let mut b = Batch::new();
         b.add_table(&Table::new(Family::Inet, T));
-        b.add_chain(&Chain::base(Family::Inet, T, "output", ChainType::Nat, Hook::Output, priority::DSTNAT));
+        add_nat_chain(&mut b, T, "output", Hook::Output);
         let ports = b.add_set(
             &Set::named(Family::Inet, T, "ports", &[KeyType::InetProto, KeyType::InetService])
                 .map_to(MapData::Value(vec![KeyType::Ipv4Addr, KeyType::InetService])),

@@ -2,14 +2,58 @@
 //! error and leaves the node's network untouched (no device, no subnet file).
 #![forbid(unsafe_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cni_etcd_testing::HostileServer;
 use cni_testkit::ns::TestNetns;
+use tempfile::TempDir;
 
 fn agent() -> Command {
     Command::new(env!("CARGO_BIN_EXE_cni-overlay-agent"))
+}
+
+/// A node for one agent run that must fail: a host namespace and a directory for its
+/// subnet file, named with `prefix`.
+struct Node {
+    host: TestNetns,
+    dir: TempDir,
+    name: String,
+}
+
+impl Node {
+    fn new(prefix: &str) -> Node {
+        Node {
+            host: TestNetns::with_prefix(&format!("{prefix}cli")).unwrap(),
+            dir: tempfile::Builder::new().prefix(&format!("{prefix}-cli-")).tempdir().unwrap(),
+            name: format!("{prefix}-cli"),
+        }
+    }
+
+    /// The agent against `endpoint` on the namespace's `lo`, with this node's name, netns
+    /// and subnet file; the test adds its own flags.
+    fn agent(&self, endpoint: &str) -> Command {
+        let mut command = agent();
+        command
+            .args(["--etcd-endpoints", endpoint, "--iface", "lo", "--node", &self.name, "--netns"])
+            .arg(self.host.path())
+            .arg("--subnet-file")
+            .arg(self.subnet_file());
+        command
+    }
+
+    fn subnet_file(&self) -> PathBuf {
+        self.dir.path().join("subnet.env")
+    }
+
+    fn has_link(&self, name: &str) -> bool {
+        self.host.netlink().unwrap().link_by_name(name).unwrap().is_some()
+    }
+}
+
+/// An etcd endpoint nobody listens on: the kernel's pick of a port, released at once.
+fn unreachable_endpoint() -> String {
+    format!("http://127.0.0.1:{}", cni_etcd_testing::free_port())
 }
 
 #[test]
@@ -43,45 +87,27 @@ fn bad_flags_are_refused_naming_the_flag() {
 
 #[test]
 fn unreachable_etcd_fails_clearly_and_changes_nothing() {
-    let host = TestNetns::with_prefix("ovcli").unwrap();
-    let dir = tempfile::Builder::new().prefix("ov-cli-").tempdir().unwrap();
-    // A port nobody listens on: the kernel's pick, released at once.
-    let port = cni_etcd_testing::free_port();
-    let out = agent()
-        .args(["--etcd-endpoints", &format!("http://127.0.0.1:{port}"), "--iface", "lo", "--node", "ov-cli"])
-        .args(["--device", "ovvx0", "--netns"])
-        .arg(host.path())
-        .arg("--subnet-file")
-        .arg(dir.path().join("subnet.env"))
-        .output()
-        .unwrap();
+    let node = Node::new("ov");
+    let out = node.agent(&unreachable_endpoint()).args(["--device", "ovvx0"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("etcd unreachable"), "{stderr}");
-    assert!(host.netlink().unwrap().link_by_name("ovvx0").unwrap().is_none(), "a device was left behind");
-    assert!(!dir.path().join("subnet.env").exists(), "a subnet file was written");
+    assert!(!node.has_link("ovvx0"), "a device was left behind");
+    assert!(!node.subnet_file().exists(), "a subnet file was written");
 }
 
 /// A hostile etcd member (an answer claiming a 1e12-byte body) is a clear error naming the
 /// limit, exit status 1: not an abort on a huge allocation, and nothing is changed.
 #[test]
 fn a_hostile_etcd_member_is_an_error_not_an_abort() {
-    let host = TestNetns::with_prefix("otcli").unwrap();
-    let dir = tempfile::Builder::new().prefix("ot-cli-").tempdir().unwrap();
+    let node = Node::new("ot");
     let member = HostileServer::start(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n\r\n");
-    let out = agent()
-        .args(["--etcd-endpoints", &member.endpoint(), "--iface", "lo", "--node", "ot-cli"])
-        .args(["--device", "otvx0", "--netns"])
-        .arg(host.path())
-        .arg("--subnet-file")
-        .arg(dir.path().join("subnet.env"))
-        .output()
-        .unwrap();
+    let out = node.agent(&member.endpoint()).args(["--device", "otvx0"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "killed by a signal? {out:?}");
     assert!(stderr.contains("Content-Length of 1000000000000 bytes is over the 8 MiB limit"), "{stderr}");
-    assert!(host.netlink().unwrap().link_by_name("otvx0").unwrap().is_none(), "a device was left behind");
-    assert!(!dir.path().join("subnet.env").exists(), "a subnet file was written");
+    assert!(!node.has_link("otvx0"), "a device was left behind");
+    assert!(!node.subnet_file().exists(), "a subnet file was written");
 }
 
 /// `--backend direct` can route a pod subnet only via a next hop of its family: with an
@@ -89,15 +115,10 @@ fn a_hostile_etcd_member_is_an_error_not_an_abort() {
 /// flag and the way out) before it touches etcd or the node.
 #[test]
 fn direct_routing_of_a_family_the_underlay_lacks_is_refused() {
-    let host = TestNetns::with_prefix("orcli").unwrap();
-    let dir = tempfile::Builder::new().prefix("or-cli-").tempdir().unwrap();
-    let port = cni_etcd_testing::free_port();
-    let out = agent()
-        .args(["--etcd-endpoints", &format!("http://127.0.0.1:{port}"), "--iface", "lo", "--node", "or-cli"])
-        .args(["--backend", "direct", "--network6", "fd00:244::/48", "--device", "orvx0", "--netns"])
-        .arg(host.path())
-        .arg("--subnet-file")
-        .arg(dir.path().join("subnet.env"))
+    let node = Node::new("or");
+    let out = node
+        .agent(&unreachable_endpoint())
+        .args(["--backend", "direct", "--network6", "fd00:244::/48", "--device", "orvx0"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -105,7 +126,7 @@ fn direct_routing_of_a_family_the_underlay_lacks_is_refused() {
     assert!(stderr.contains("--backend direct needs every pod network of the underlay's family"), "{stderr}");
     assert!(stderr.contains("--backend auto"), "{stderr}");
     assert!(!stderr.contains("etcd unreachable"), "etcd was asked first: {stderr}");
-    assert!(!dir.path().join("subnet.env").exists(), "a subnet file was written");
+    assert!(!node.subnet_file().exists(), "a subnet file was written");
 }
 
 /// `--backend wireguard` with a key file that is not the node's alone (a mode others can
@@ -116,31 +137,19 @@ fn direct_routing_of_a_family_the_underlay_lacks_is_refused() {
 #[test]
 fn wireguard_refuses_a_key_file_others_can_read_and_a_kernel_without_it() {
     use std::os::unix::fs::PermissionsExt;
-    let host = TestNetns::with_prefix("wgcli").unwrap();
-    let dir = tempfile::Builder::new().prefix("wg-cli-").tempdir().unwrap();
-    let key_file = dir.path().join("wireguard.key");
-    let port = cni_etcd_testing::free_port();
+    let node = Node::new("wg");
+    let key_file = node.dir.path().join("wireguard.key");
+    let endpoint = unreachable_endpoint();
     let run = || {
-        let out = agent()
-            .args([
-                "--etcd-endpoints",
-                &format!("http://127.0.0.1:{port}"),
-                "--iface",
-                "lo",
-                "--node",
-                "wg-cli",
-            ])
+        let out = node
+            .agent(&endpoint)
             .args(["--backend", "wireguard", "--device", "wgcli0", "--wg-key-file"])
             .arg(&key_file)
-            .arg("--netns")
-            .arg(host.path())
-            .arg("--subnet-file")
-            .arg(dir.path().join("subnet.env"))
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(1), "{out:?}");
-        assert!(!dir.path().join("subnet.env").exists(), "a subnet file was written");
-        assert!(host.netlink().unwrap().link_by_name("wgcli0").unwrap().is_none(), "a device was made");
+        assert!(!node.subnet_file().exists(), "a subnet file was written");
+        assert!(!node.has_link("wgcli0"), "a device was made");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
     let key = format!("{}\n", cni_net::wireguard::base64(&[0x42; 32]));

@@ -32,10 +32,6 @@ fn want_direct(cluster: &Cluster, peers: &[usize]) -> Vec<(IpNet, IpAddr)> {
     want
 }
 
-fn others(i: usize) -> Vec<usize> {
-    (0..3).filter(|&p| p != i).collect()
-}
-
 #[test]
 fn direct_routing_across_three_hosts() {
     let mut cluster = Cluster::start("ord", EtcdCluster::start("ord", 1), 3);
@@ -46,7 +42,7 @@ fn direct_routing_across_three_hosts() {
         host.start_agent(&endpoints, &[]);
     }
     for i in 0..3 {
-        assert!(cluster.wait_peers(i, &others(i), WAIT), "host {i} over VXLAN\n{}", cluster.logs());
+        assert!(cluster.wait_peers(i, &cluster.others(i), WAIT), "host {i} over VXLAN\n{}", cluster.logs());
     }
     // A record claiming an underlay address off the hosts' segment (fine over VXLAN): with
     // --backend direct a route via it would hand the pods' packets to whatever the default
@@ -62,7 +58,7 @@ fn direct_routing_across_three_hosts() {
         host.start_agent(&endpoints, &["--backend", "direct"]);
     }
     for i in 0..3 {
-        let want = want_direct(&cluster, &others(i));
+        let want = want_direct(&cluster, &cluster.others(i));
         cluster.wait_entries(i, WAIT, "direct routes to both peers", |e| e.direct_routes() == want);
         let host = &cluster.hosts[i];
         let mut nl = host.netlink();
@@ -128,10 +124,25 @@ fn auto_is_direct_on_link_and_vxlan_across_a_router() {
     for host in &mut cluster.hosts {
         host.start_agent(&endpoints, &["--backend", "auto"]);
     }
-    let (c_subnet, c_underlay) = (subnet(&cluster, 2), cluster.hosts[2].underlay);
-    // A and B: each other direct, C over VXLAN (one route, neighbour, FDB entry).
+    let c_subnet = subnet(&cluster, 2);
+    on_link_peers_direct_the_routed_one_over_vxlan(&cluster);
+    let plugins = cluster.plugins.clone();
+    for host in &mut cluster.hosts {
+        host.add_pod(&plugins);
+    }
+    cluster.all_pods_talk(false);
+    a_routes_c_directly_while_c_is_on_link(&cluster, &layout);
+    cluster.all_pods_talk(false);
+    c_moved_onto_the_segment_is_direct_for_every_peer(&mut cluster, &layout, &endpoints, c_subnet);
+    cluster.all_pods_talk(false);
+}
+
+/// A and B: each other direct, C over VXLAN (one route, neighbour, FDB entry) — C on the
+/// far side of the router. C: both over VXLAN, nothing direct.
+fn on_link_peers_direct_the_routed_one_over_vxlan(cluster: &Cluster) {
+    let (c_subnet, c_underlay) = (subnet(cluster, 2), cluster.hosts[2].underlay);
     for i in [0, 1] {
-        let want = want_direct(&cluster, &[1 - i]);
+        let want = want_direct(cluster, &[1 - i]);
         cluster.wait_entries(i, WAIT, "B/A direct, C over VXLAN", |e| {
             e.direct_routes() == want
                 && e.vxlan_routes() == [c_subnet]
@@ -140,22 +151,19 @@ fn auto_is_direct_on_link_and_vxlan_across_a_router() {
                 && e.has_underlay(c_underlay)
         });
     }
-    // C: both over VXLAN, nothing direct.
-    let mut ab = vec![subnet(&cluster, 0), subnet(&cluster, 1)];
+    let mut ab = vec![subnet(cluster, 0), subnet(cluster, 1)];
     ab.sort();
     cluster.wait_entries(2, WAIT, "A and B over VXLAN", |e| {
         e.direct.is_empty() && e.vxlan_routes() == ab && e.neighbours.len() == 2 && e.fdb.len() == 2
     });
-    let plugins = cluster.plugins.clone();
-    for host in &mut cluster.hosts {
-        host.add_pod(&plugins);
-    }
-    cluster.all_pods_talk(false);
+}
 
-    // The two segments joined at L2 and A given an address in C's prefix: C is on-link for
-    // A now, and A's agent (which rereads its prefixes every keep-alive) routes C directly
-    // while C still reaches A over VXLAN through the router; the address removed, A goes
-    // back to VXLAN for C.
+/// The two segments joined at L2 and A given an address in C's prefix: C is on-link for A
+/// now, and A's agent (which rereads its prefixes every keep-alive) routes C directly
+/// while C still reaches A over VXLAN through the router; the address removed, A goes back
+/// to VXLAN for C. The segments are parted again at the end.
+fn a_routes_c_directly_while_c_is_on_link(cluster: &Cluster, layout: &Layout) {
+    let (c_subnet, c_underlay) = (subnet(cluster, 2), cluster.hosts[2].underlay);
     let mut unl = cluster.underlay_ns.netlink().unwrap();
     unl.add_veth(&VethSpec { link: LinkSpec::new("orj1"), peer: LinkSpec::new("orj2") }).unwrap();
     for (end, bridge) in [("orj1", "ovbr"), ("orj2", "ovbr2")] {
@@ -170,7 +178,7 @@ fn auto_is_direct_on_link_and_vxlan_across_a_router() {
     a_nl.delete_route(&via_router).unwrap();
     let second: IpNet = "192.168.92.101/24".parse().unwrap();
     a_nl.add_address(a_ovu0, second, AddressFlags::Nodad).unwrap();
-    let b_direct = (subnet(&cluster, 1), cluster.hosts[1].underlay);
+    let b_direct = (subnet(cluster, 1), cluster.hosts[1].underlay);
     let mut both = vec![b_direct, (c_subnet, c_underlay)];
     both.sort();
     cluster.wait_entries(0, WAIT, "C direct once on-link", |e| e.direct_routes() == both && e.fdb.is_empty());
@@ -189,23 +197,28 @@ fn auto_is_direct_on_link_and_vxlan_across_a_router() {
     });
     let junction = unl.require_link("orj1").unwrap().index;
     unl.delete_link(junction).unwrap();
-    cluster.all_pods_talk(false);
+}
 
-    // C moves onto A's and B's segment: its restarted agent publishes the new underlay
-    // address (same subnet, same lease), and every peer's path to it turns direct; the
-    // VXLAN entries for it go.
+/// C moves onto A's and B's segment: its restarted agent publishes the new underlay
+/// address (same subnet, same lease), and every peer's path to it turns direct; the VXLAN
+/// entries for it go, and C's device is made again for its new underlay address (its MAC
+/// is derived from it).
+fn c_moved_onto_the_segment_is_direct_for_every_peer(
+    cluster: &mut Cluster,
+    layout: &Layout,
+    endpoints: &[String],
+    c_subnet: IpNet,
+) {
     cluster.hosts[2].kill_agent();
-    move_to_first_segment(&mut cluster, &layout, 2);
-    cluster.hosts[2].start_agent(&endpoints, &["--backend", "auto"]);
-    assert_eq!(subnet(&cluster, 2), c_subnet, "C kept its subnet");
+    move_to_first_segment(cluster, layout, 2);
+    cluster.hosts[2].start_agent(endpoints, &["--backend", "auto"]);
+    assert_eq!(subnet(cluster, 2), c_subnet, "C kept its subnet");
     for i in 0..3 {
-        let want = want_direct(&cluster, &others(i));
+        let want = want_direct(cluster, &cluster.others(i));
         cluster.wait_entries(i, WAIT, "every peer direct after the move", |e| {
             e.direct_routes() == want && e.routes.is_empty() && e.neighbours.is_empty() && e.fdb.is_empty()
         });
     }
-    // C's device was made again for its new underlay address (its MAC is derived from it).
     let c_device = cluster.hosts[2].netlink().require_link(DEVICE).unwrap();
     assert_eq!(c_device.mac, Some(vtep_mac(cluster.hosts[2].underlay)));
-    cluster.all_pods_talk(false);
 }

@@ -74,6 +74,9 @@ fn plant_hostile_records(cluster: &Cluster) -> Vec<IpNet> {
     hostile
 }
 
+/// Each host's (IPv4, IPv6) subnets.
+type Subnets = Vec<(IpNet, IpNet)>;
+
 fn dual_stack_overlay(prefix: &str, layout: Layout, backend: &str) {
     let mut cluster = Cluster::start_with(prefix, EtcdCluster::start(prefix, 1), 3, &layout);
     let endpoints = cluster.etcd.endpoints();
@@ -81,74 +84,14 @@ fn dual_stack_overlay(prefix: &str, layout: Layout, backend: &str) {
     for host in &mut cluster.hosts {
         host.start_agent(&endpoints, &["--network6", NETWORK6, "--backend", backend]);
     }
-    let subnets: Vec<(IpNet, IpNet)> = cluster
-        .hosts
-        .iter()
-        .map(|h| {
-            (IpNet::V4(h.subnet().unwrap()), IpNet::V6(h.subnet6().expect("an IPv6 subnet in the env file")))
-        })
-        .collect();
-    for (i, host) in cluster.hosts.iter().enumerate() {
-        // The IPv6 subnet is the one paired with the IPv4 one (the n-th of each network).
-        let IpNet::V4(v4) = subnets[i].0 else { unreachable!() };
-        let n = u32::from(v4.network()) - u32::from(std::net::Ipv4Addr::new(10, 244, 0, 0));
-        let paired: Ipv6Net = format!("fd00:244:0:{:x}::/64", n >> 8).parse().unwrap();
-        assert_eq!(subnets[i].1, IpNet::V6(paired), "{}", host.name);
-        // The record carries it, and the conflist has a range (and a default route) per family.
-        let key = format!("{PREFIX}/subnets/{}-24", v4.network());
-        let kv = cluster.etcd.client().get(key.as_bytes()).unwrap().expect("the host's record");
-        let record: Value = serde_json::from_slice(&kv.value).unwrap();
-        assert_eq!(record["subnet6"], paired.to_string());
-        assert_eq!(record["underlay"], host.underlay.to_string());
-        let conflist: Value =
-            serde_json::from_str(&std::fs::read_to_string(host.conflist_path()).unwrap()).unwrap();
-        let ipam = &conflist["plugins"][0]["ipam"];
-        assert_eq!(ipam["ranges"][0][0]["subnet"], v4.to_string());
-        assert_eq!(ipam["ranges"][1][0]["subnet"], paired.to_string());
-        assert_eq!(ipam["routes"][1]["dst"], "::/0");
-    }
+    let subnets = each_host_has_the_paired_ipv6_subnet(&cluster);
     for i in 0..3 {
-        let peers: Vec<usize> = (0..3).filter(|&p| p != i).collect();
-        let underlay = |p: usize| cluster.hosts[p].underlay;
         if backend == "auto" {
-            // Every peer is on-link: its subnet of the underlay's family is routed via its
-            // underlay address, the other family's over VXLAN (a next hop is of its route's
-            // family).
-            let same = |p: usize| if layout.ipv6 { subnets[p].1 } else { subnets[p].0 };
-            let other = |p: usize| if layout.ipv6 { subnets[p].0 } else { subnets[p].1 };
-            let mut direct: Vec<(IpNet, IpAddr)> = peers.iter().map(|&p| (same(p), underlay(p))).collect();
-            direct.sort();
-            let mut vxlan: Vec<IpNet> = peers.iter().map(|&p| other(p)).collect();
-            vxlan.sort();
-            cluster.wait_entries(i, WAIT, "one family direct, the other over VXLAN", |e| {
-                e.direct_routes() == direct
-                    && e.vxlan_routes() == vxlan
-                    && e.neighbours.len() == 2
-                    && e.fdb.len() == 2
-                    && peers.iter().all(|&p| e.has_underlay(underlay(p)))
-            });
+            wait_underlay_family_direct_other_over_vxlan(&cluster, &layout, &subnets, i);
         } else {
-            let mut want: Vec<IpNet> = peers.iter().flat_map(|&p| [subnets[p].0, subnets[p].1]).collect();
-            want.sort();
-            cluster.wait_entries(i, WAIT, "a route per family and peer on the device", |e| {
-                e.direct.is_empty()
-                    && e.vxlan_routes() == want
-                    && e.neighbours.len() == 4
-                    && e.fdb.len() == 2
-                    && peers.iter().all(|&p| e.has_underlay(underlay(p)))
-            });
+            wait_a_route_per_family_and_peer_on_the_device(&cluster, &subnets, i);
         }
-        let entries = cluster.hosts[i].entries();
-        for subnet in &hostile {
-            assert!(
-                !entries.routes_to(*subnet),
-                "host {i} routes hostile {subnet}: {entries:?}\n{}",
-                cluster.logs()
-            );
-        }
-        let log = cluster.hosts[i].agent_log();
-        assert!(log.contains("the IPv6 subnet paired with 10.244.240.0/24"), "{log}");
-        assert!(log.contains("is not of the family of this node's underlay"), "{log}");
+        assert_hostile_records_got_nothing(&cluster, &hostile, i);
     }
     // VXLAN's overhead is that of the underlay's family.
     let overhead = if layout.ipv6 { 70 } else { 50 };
@@ -161,9 +104,98 @@ fn dual_stack_overlay(prefix: &str, layout: Layout, backend: &str) {
         assert!(host.pod_ip6.is_some(), "{}'s pod got no IPv6 address", host.name);
     }
     cluster.all_pods_talk(true);
+    a_record_claiming_anothers_ipv6_subnet_is_dropped_in_both_families(&cluster, &subnets);
+}
 
-    // C's record rewritten in place (same key, same lease) to claim A's IPv6 subnet: A and B
-    // drop C in both families at once; the genuine record back, C returns.
+/// Each host's IPv6 subnet is the one paired with its IPv4 one (the n-th of each network);
+/// its record carries it, and its conflist has a range (and a default route) per family.
+fn each_host_has_the_paired_ipv6_subnet(cluster: &Cluster) -> Subnets {
+    let subnets: Subnets = cluster
+        .hosts
+        .iter()
+        .map(|h| {
+            (IpNet::V4(h.subnet().unwrap()), IpNet::V6(h.subnet6().expect("an IPv6 subnet in the env file")))
+        })
+        .collect();
+    for (i, host) in cluster.hosts.iter().enumerate() {
+        let IpNet::V4(v4) = subnets[i].0 else { unreachable!() };
+        let n = u32::from(v4.network()) - u32::from(std::net::Ipv4Addr::new(10, 244, 0, 0));
+        let paired: Ipv6Net = format!("fd00:244:0:{:x}::/64", n >> 8).parse().unwrap();
+        assert_eq!(subnets[i].1, IpNet::V6(paired), "{}", host.name);
+        let key = format!("{PREFIX}/subnets/{}-24", v4.network());
+        let kv = cluster.etcd.client().get(key.as_bytes()).unwrap().expect("the host's record");
+        let record: Value = serde_json::from_slice(&kv.value).unwrap();
+        assert_eq!(record["subnet6"], paired.to_string());
+        assert_eq!(record["underlay"], host.underlay.to_string());
+        let conflist: Value =
+            serde_json::from_str(&std::fs::read_to_string(host.conflist_path()).unwrap()).unwrap();
+        let ipam = &conflist["plugins"][0]["ipam"];
+        assert_eq!(ipam["ranges"][0][0]["subnet"], v4.to_string());
+        assert_eq!(ipam["ranges"][1][0]["subnet"], paired.to_string());
+        assert_eq!(ipam["routes"][1]["dst"], "::/0");
+    }
+    subnets
+}
+
+/// `--backend auto`: every peer is on-link, so its subnet of the underlay's family is
+/// routed via its underlay address, the other family's over VXLAN (a next hop is of its
+/// route's family).
+fn wait_underlay_family_direct_other_over_vxlan(
+    cluster: &Cluster,
+    layout: &Layout,
+    subnets: &Subnets,
+    i: usize,
+) {
+    let peers = cluster.others(i);
+    let underlay = |p: usize| cluster.hosts[p].underlay;
+    let same = |p: usize| if layout.ipv6 { subnets[p].1 } else { subnets[p].0 };
+    let other = |p: usize| if layout.ipv6 { subnets[p].0 } else { subnets[p].1 };
+    let mut direct: Vec<(IpNet, IpAddr)> = peers.iter().map(|&p| (same(p), underlay(p))).collect();
+    direct.sort();
+    let mut vxlan: Vec<IpNet> = peers.iter().map(|&p| other(p)).collect();
+    vxlan.sort();
+    cluster.wait_entries(i, WAIT, "one family direct, the other over VXLAN", |e| {
+        e.direct_routes() == direct
+            && e.vxlan_routes() == vxlan
+            && e.neighbours.len() == 2
+            && e.fdb.len() == 2
+            && peers.iter().all(|&p| e.has_underlay(underlay(p)))
+    });
+}
+
+/// `--backend vxlan`: both families of every peer over the device.
+fn wait_a_route_per_family_and_peer_on_the_device(cluster: &Cluster, subnets: &Subnets, i: usize) {
+    let peers = cluster.others(i);
+    let underlay = |p: usize| cluster.hosts[p].underlay;
+    let mut want: Vec<IpNet> = peers.iter().flat_map(|&p| [subnets[p].0, subnets[p].1]).collect();
+    want.sort();
+    cluster.wait_entries(i, WAIT, "a route per family and peer on the device", |e| {
+        e.direct.is_empty()
+            && e.vxlan_routes() == want
+            && e.neighbours.len() == 4
+            && e.fdb.len() == 2
+            && peers.iter().all(|&p| e.has_underlay(underlay(p)))
+    });
+}
+
+/// Host `i` routes none of the hostile subnets, and its agent logged why it refused them.
+fn assert_hostile_records_got_nothing(cluster: &Cluster, hostile: &[IpNet], i: usize) {
+    let entries = cluster.hosts[i].entries();
+    for subnet in hostile {
+        assert!(
+            !entries.routes_to(*subnet),
+            "host {i} routes hostile {subnet}: {entries:?}\n{}",
+            cluster.logs()
+        );
+    }
+    let log = cluster.hosts[i].agent_log();
+    assert!(log.contains("the IPv6 subnet paired with 10.244.240.0/24"), "{log}");
+    assert!(log.contains("is not of the family of this node's underlay"), "{log}");
+}
+
+/// C's record rewritten in place (same key, same lease) to claim A's IPv6 subnet: A and B
+/// drop C in both families at once; the genuine record back, C returns.
+fn a_record_claiming_anothers_ipv6_subnet_is_dropped_in_both_families(cluster: &Cluster, subnets: &Subnets) {
     let IpNet::V4(c_v4) = subnets[2].0 else { unreachable!() };
     let c_key = format!("{PREFIX}/subnets/{}-24", c_v4.network());
     let genuine = cluster.etcd.client().get(c_key.as_bytes()).unwrap().expect("C's record");

@@ -69,48 +69,80 @@ fn hostile_records_get_no_entries_and_the_genuine_peers_converge() {
     let endpoints = cluster.etcd.endpoints();
     let lease = cluster.etcd.client().lease_grant(600).unwrap();
     let mut hostile = Hostile { keys: Vec::new(), subnets: Vec::new(), underlays: vec![EVIL] };
-    let evil = || value("ot-evil", EVIL, None);
+    plant_before_the_agents(&cluster, &mut hostile, lease);
+    let member = HostileServer::start(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n\r\n");
+    let obstacle = start_agents_with_a_refused_route_to_b(&mut cluster, &endpoints, &member);
+    plant_while_the_agents_watch(&cluster, &mut hostile, lease);
+    a_converges_around_the_refused_peer(&cluster);
+    the_retry_completes_the_mesh_once_the_obstacle_is_gone(&cluster, obstacle);
+    every_hostile_record_is_refused_once_with_its_reason(&cluster, &hostile);
+    pods_talk_across_the_overlay(&mut cluster);
+}
 
-    // Planted before any agent starts (read by the first full listing).
-    hostile.write(&cluster, lease, "0.0.0.0-0", evil());
-    hostile.write(&cluster, lease, "1.0.0.0-8", evil());
-    hostile.write(&cluster, lease, "128.0.0.0-1", evil());
-    hostile.write(&cluster, lease, "10.250.0.0-24", evil());
-    hostile.write(&cluster, lease, "10.244.0.0-16", evil());
-    hostile.write(&cluster, lease, "10.244.251.0-25", evil());
+fn evil() -> Vec<u8> {
+    value("ot-evil", EVIL, None)
+}
+
+/// Read by the agents' first full listing: the whole space, /8s, outside the pod network,
+/// the pod network itself, the wrong length, a multicast underlay, a peer's VTEP MAC, and a
+/// record on no lease.
+fn plant_before_the_agents(cluster: &Cluster, hostile: &mut Hostile, lease: i64) {
+    hostile.write(cluster, lease, "0.0.0.0-0", evil());
+    hostile.write(cluster, lease, "1.0.0.0-8", evil());
+    hostile.write(cluster, lease, "128.0.0.0-1", evil());
+    hostile.write(cluster, lease, "10.250.0.0-24", evil());
+    hostile.write(cluster, lease, "10.244.0.0-16", evil());
+    hostile.write(cluster, lease, "10.244.251.0-25", evil());
     let multicast = Ipv4Addr::new(239, 1, 1, 1);
     hostile.underlays.push(multicast);
-    hostile.write(&cluster, lease, "10.244.252.0-24", value("ot-evil", multicast, None));
+    hostile.write(cluster, lease, "10.244.252.0-24", value("ot-evil", multicast, None));
     let b_mac = vtep_mac(cluster.hosts[1].underlay).to_string();
-    hostile.write(&cluster, lease, "10.244.253.0-24", value("ot-evil", EVIL, Some(&b_mac)));
-    hostile.write(&cluster, 0, "10.244.254.0-24", evil());
+    hostile.write(cluster, lease, "10.244.253.0-24", value("ot-evil", EVIL, Some(&b_mac)));
+    hostile.write(cluster, 0, "10.244.254.0-24", evil());
+}
 
-    // B and C first; A starts with B's VTEP address on its loopback, so the kernel
-    // refuses B's route on A (EINVAL: the gateway is a local address).
-    cluster.hosts[1].start_agent(&endpoints, &[]);
-    // C's first endpoint is a hostile member: C fails over to the genuine one.
-    let member = HostileServer::start(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n\r\n");
-    let c_endpoints = [vec![member.endpoint()], endpoints.clone()].concat();
+/// The address on A's loopback that makes the kernel refuse A's route to B.
+struct Obstacle {
+    address: IpNet,
+    lo: u32,
+}
+
+/// B and C first; A starts with B's VTEP address on its loopback, so the kernel refuses
+/// B's route on A (EINVAL: the gateway is a local address). C's first endpoint is a
+/// hostile member: C fails over to the genuine one.
+fn start_agents_with_a_refused_route_to_b(
+    cluster: &mut Cluster,
+    endpoints: &[String],
+    member: &HostileServer,
+) -> Obstacle {
+    cluster.hosts[1].start_agent(endpoints, &[]);
+    let c_endpoints = [vec![member.endpoint()], endpoints.to_vec()].concat();
     cluster.hosts[2].start_agent(&c_endpoints, &[]);
     let b_subnet = cluster.hosts[1].subnet().expect("B's subnet");
-    let c_subnet = cluster.hosts[2].subnet().expect("C's subnet");
     let mut a_nl = cluster.hosts[0].netlink();
     let lo = a_nl.require_link("lo").unwrap().index;
     a_nl.set_link_up(lo).unwrap();
-    let obstacle = IpNet::V4(Ipv4Net::new(b_subnet.network(), 32).unwrap());
-    a_nl.add_address(lo, obstacle, AddressFlags::empty()).unwrap();
-    cluster.hosts[0].start_agent(&endpoints, &[]);
+    let address = IpNet::V4(Ipv4Net::new(b_subnet.network(), 32).unwrap());
+    a_nl.add_address(lo, address, AddressFlags::empty()).unwrap();
+    cluster.hosts[0].start_agent(endpoints, &[]);
+    Obstacle { address, lo }
+}
+
+/// Seen through the watch: records covering A's own subnet, and another /8.
+fn plant_while_the_agents_watch(cluster: &Cluster, hostile: &mut Hostile, lease: i64) {
     let a_subnet = cluster.hosts[0].subnet().expect("A's subnet");
-
-    // Planted while the agents watch: records covering A's own subnet, and another /8.
     let [_, _, x, _] = a_subnet.network().octets();
-    hostile.write(&cluster, lease, &format!("10.244.{}.0-23", x & !1), evil());
-    hostile.write(&cluster, lease, &format!("10.244.{x}.0-25"), evil());
-    hostile.write(&cluster, lease, &format!("10.244.{x}.128-25"), evil());
-    hostile.write(&cluster, lease, "2.0.0.0-8", evil());
+    hostile.write(cluster, lease, &format!("10.244.{}.0-23", x & !1), evil());
+    hostile.write(cluster, lease, &format!("10.244.{x}.0-25"), evil());
+    hostile.write(cluster, lease, &format!("10.244.{x}.128-25"), evil());
+    hostile.write(cluster, lease, "2.0.0.0-8", evil());
+}
 
-    // A: C converged around B, whose route the kernel refused; B's FDB entry and
-    // neighbour are in place.
+/// A: C converged around B, whose route the kernel refused; B's FDB entry and neighbour
+/// are in place.
+fn a_converges_around_the_refused_peer(cluster: &Cluster) {
+    let b_subnet = cluster.hosts[1].subnet().expect("B's subnet");
+    let c_subnet = cluster.hosts[2].subnet().expect("C's subnet");
     let converged_around_b = wait_for(Duration::from_secs(10), || {
         let entries = cluster.hosts[0].entries();
         let c = entries.routes.iter().any(|r| r.destination == IpNet::V4(c_subnet));
@@ -120,29 +152,26 @@ fn hostile_records_get_no_entries_and_the_genuine_peers_converge() {
     assert!(converged_around_b.is_some(), "{:?}\n{}", cluster.hosts[0].entries(), cluster.logs());
     let entries = cluster.hosts[0].entries();
     assert!(!entries.routes.iter().any(|r| r.destination == IpNet::V4(b_subnet)), "{entries:?}");
+}
 
-    // The obstacle gone, the retry gives A B's route too.
-    a_nl.delete_address(lo, obstacle).unwrap();
-    for i in 0..3 {
-        let peers: Vec<usize> = (0..3).filter(|&p| p != i).collect();
-        assert!(
-            cluster.wait_peers(i, &peers, Duration::from_secs(10)),
-            "host {i} did not get exactly its peers' entries: {:?}\n{}",
-            cluster.hosts[i].entries(),
-            cluster.logs()
-        );
-    }
-    // Every hostile record was seen (the last ones through the watch) and refused.
+/// The obstacle gone, the retry gives A B's route too.
+fn the_retry_completes_the_mesh_once_the_obstacle_is_gone(cluster: &Cluster, obstacle: Obstacle) {
+    cluster.hosts[0].netlink().delete_address(obstacle.lo, obstacle.address).unwrap();
+    cluster.assert_full_mesh(Duration::from_secs(10));
+}
+
+/// Every hostile record was seen (the last ones through the watch) and refused, and each
+/// refusal is logged once (per change of the record), with its key and reason.
+fn every_hostile_record_is_refused_once_with_its_reason(cluster: &Cluster, hostile: &Hostile) {
     let last = refusal_of(hostile.keys.last().unwrap());
     let seen = wait_for(Duration::from_secs(10), || {
         cluster.hosts.iter().all(|h| h.agent_log().contains(&last)).then_some(())
     });
     assert!(seen.is_some(), "{}", cluster.logs());
     for i in 0..3 {
-        assert!(cluster.wait_peers(i, &(0..3).filter(|&p| p != i).collect::<Vec<_>>(), Duration::ZERO));
-        hostile.assert_absent(&cluster, i);
+        assert!(cluster.wait_peers(i, &cluster.others(i), Duration::ZERO));
+        hostile.assert_absent(cluster, i);
     }
-    // Each refusal is logged once (per change of the record), with its key and reason.
     let log = cluster.hosts[0].agent_log();
     for key in &hostile.keys {
         let lines = log.matches(&refusal_of(key)).count();
@@ -159,7 +188,10 @@ fn hostile_records_get_no_entries_and_the_genuine_peers_converge() {
         let at = log.find(&line).unwrap_or_else(|| panic!("no refusal of {subnet}:\n{log}"));
         assert!(log[at..].lines().next().unwrap().contains(reason), "{subnet}: {log}");
     }
-    // Pods on different nodes talk across the overlay (real traffic, not only entries).
+}
+
+/// Pods on different nodes talk across the overlay (real traffic, not only entries).
+fn pods_talk_across_the_overlay(cluster: &mut Cluster) {
     let plugins = cluster.plugins.clone();
     for host in &mut cluster.hosts[..2] {
         host.add_pod(&plugins);

@@ -178,33 +178,45 @@ fn wireguard_encrypts_rotates_and_drops_peers(prefix: &str, layout: Layout) {
     for host in &mut cluster.hosts {
         start(host, &endpoints);
     }
+    let keys = devices_carry_the_published_keys_and_the_overhead(&cluster, &layout);
+    for i in 0..3 {
+        let peers = cluster.others(i);
+        let peer_keys: Vec<Key> = peers.iter().map(|&p| keys[p]).collect();
+        wait_device_peers(&cluster, i, &peers, &peer_keys);
+    }
+    let plugins = cluster.plugins.clone();
+    for host in &mut cluster.hosts {
+        host.add_pod(&plugins);
+    }
+    the_underlay_carries_only_wireguard(&cluster, &layout, prefix);
+    the_capture_sees_plaintext_sent_in_clear(&cluster);
+    let rotated = a_rotated_key_replaces_the_old_on_every_peer(&mut cluster, &endpoints, &keys);
+    a_removed_host_leaves_the_peers_devices_and_routes(&mut cluster, &[keys[0], rotated]);
+}
+
+/// Each device's public key is the one its host published, the key file is the node's
+/// alone (0600), and the MTU leaves room for WireGuard's overhead. Returns the keys.
+fn devices_carry_the_published_keys_and_the_overhead(cluster: &Cluster, layout: &Layout) -> Vec<Key> {
     let keys: Vec<Key> =
-        cluster.hosts.iter().map(|h| published_key(&cluster, h).expect("a published key")).collect();
+        cluster.hosts.iter().map(|h| published_key(cluster, h).expect("a published key")).collect();
     for (host, key) in cluster.hosts.iter().zip(&keys) {
-        // The device's public key is the published one; the key file is the node's alone.
         assert_eq!(device(host).public_key, Some(*key), "{}", host.name);
         let mode = std::os::unix::fs::PermissionsExt::mode(
             &std::fs::metadata(key_file(host)).unwrap().permissions(),
         );
         assert_eq!(mode & 0o777, 0o600);
         let mtu = host.netlink().require_link(WG_DEVICE).unwrap().mtu;
-        assert_eq!(mtu, host.netlink().require_link("ovu0").unwrap().mtu - wireguard_overhead(&layout));
+        assert_eq!(mtu, host.netlink().require_link("ovu0").unwrap().mtu - wireguard_overhead(layout));
     }
-    for i in 0..3 {
-        let peers: Vec<usize> = (0..3).filter(|&p| p != i).collect();
-        let peer_keys: Vec<Key> = peers.iter().map(|&p| keys[p]).collect();
-        wait_device_peers(&cluster, i, &peers, &peer_keys);
-    }
+    keys
+}
 
-    // Every pair talks while the underlay is captured: only UDP to or from WireGuard's
-    // port crosses it between the hosts (ARP and IPv6 neighbour discovery aside), and the
-    // pods' payload never does.
-    let plugins = cluster.plugins.clone();
-    for host in &mut cluster.hosts {
-        host.add_pod(&plugins);
-    }
+/// Every pair talks while the underlay is captured: only UDP to or from WireGuard's port
+/// crosses it between the hosts (ARP and IPv6 neighbour discovery aside), and the pods'
+/// payload never does.
+fn the_underlay_carries_only_wireguard(cluster: &Cluster, layout: &Layout, prefix: &str) {
     let capture = Capture::start(cluster.underlay_ns.netns()).unwrap();
-    all_pairs_talk(&cluster, &[0, 1, 2]);
+    all_pairs_talk(cluster, &[0, 1, 2]);
     let frames = capture.stop().unwrap();
     let mut wireguard_frames = 0;
     for frame in &frames {
@@ -221,7 +233,7 @@ fn wireguard_encrypts_rotates_and_drops_peers(prefix: &str, layout: Layout) {
                 );
                 assert_eq!(
                     frame.ethertype(),
-                    Some(underlay_ethertype(&layout)),
+                    Some(underlay_ethertype(layout)),
                     "WireGuard over the other family than the underlay's: {frame:?}"
                 );
                 wireguard_frames += 1;
@@ -231,41 +243,52 @@ fn wireguard_encrypts_rotates_and_drops_peers(prefix: &str, layout: Layout) {
     println!("{prefix} underlay capture: {} frames, {wireguard_frames} of them WireGuard UDP", frames.len());
     // 12 transfers (6 pairs, 2 families) of 32 KiB each way: far more than a few handshakes' worth.
     assert!(wireguard_frames > 100, "only {wireguard_frames} WireGuard frames of {} captured", frames.len());
+}
 
-    // The same capture does see the marker when it crosses in clear (UDP between two
-    // hosts' underlay addresses): the check above could fail.
+/// The same capture does see the marker when it crosses in clear (UDP between two hosts'
+/// underlay addresses): the check of [`the_underlay_carries_only_wireguard`] could fail.
+fn the_capture_sees_plaintext_sent_in_clear(cluster: &Cluster) {
     let capture = Capture::start(cluster.underlay_ns.netns()).unwrap();
     let (a, b) = (&cluster.hosts[0], &cluster.hosts[1]);
     let server = udp_echo_server(b.ns().netns(), SocketAddr::new(b.underlay, 0)).unwrap();
     udp_echo(a.ns().netns(), server.local_addr(), MARKER, Duration::from_secs(5)).unwrap();
     let clear = capture.stop().unwrap();
     assert!(clear.iter().any(|f| f.contains(MARKER)), "the capture missed plaintext: {} frames", clear.len());
+}
 
-    // Rotation: host 1's key file deleted and its agent restarted. The others drop the old
-    // key for the new one (same lease, same subnet), and traffic resumes.
+/// Rotation: host 1's key file deleted and its agent restarted. The others drop the old
+/// key for the new one (same lease, same subnet), and traffic resumes. Returns the new key.
+fn a_rotated_key_replaces_the_old_on_every_peer(
+    cluster: &mut Cluster,
+    endpoints: &[String],
+    keys: &[Key],
+) -> Key {
     cluster.hosts[1].kill_agent();
     std::fs::remove_file(key_file(&cluster.hosts[1])).unwrap();
-    start(&mut cluster.hosts[1], &endpoints);
-    let rotated = published_key(&cluster, &cluster.hosts[1]).unwrap();
+    start(&mut cluster.hosts[1], endpoints);
+    let rotated = published_key(cluster, &cluster.hosts[1]).unwrap();
     assert_ne!(rotated, keys[1], "a new key after rotation");
     assert_eq!(device(&cluster.hosts[1]).public_key, Some(rotated));
-    wait_device_peers(&cluster, 0, &[1, 2], &[rotated, keys[2]]);
-    wait_device_peers(&cluster, 2, &[0, 1], &[keys[0], rotated]);
+    wait_device_peers(cluster, 0, &[1, 2], &[rotated, keys[2]]);
+    wait_device_peers(cluster, 2, &[0, 1], &[keys[0], rotated]);
     for i in [0, 2] {
         assert!(
             device(&cluster.hosts[i]).peers.iter().all(|p| p.public_key != keys[1]),
             "old key kept on {i}"
         );
     }
-    all_pairs_talk(&cluster, &[0, 1, 2]);
+    all_pairs_talk(cluster, &[0, 1, 2]);
+    rotated
+}
 
-    // Removal: host 2's agent killed; its lease runs out, its record goes, and the others'
-    // devices drop its peer (and their routes to its subnet).
+/// Removal: host 2's agent killed; its lease runs out, its record goes, and the others'
+/// devices drop its peer (and their routes to its subnet). `keys` are hosts 0's and 1's.
+fn a_removed_host_leaves_the_peers_devices_and_routes(cluster: &mut Cluster, keys: &[Key; 2]) {
     let gone: [ipnet::IpNet; 2] =
         [cluster.hosts[2].subnet().unwrap().into(), cluster.hosts[2].subnet6().unwrap().into()];
     cluster.hosts[2].kill_agent();
-    wait_device_peers(&cluster, 0, &[1], &[rotated]);
-    wait_device_peers(&cluster, 1, &[0], &[keys[0]]);
+    wait_device_peers(cluster, 0, &[1], &[keys[1]]);
+    wait_device_peers(cluster, 1, &[0], &[keys[0]]);
     // The agent drops the device's peer before its routes: wait for the routes too.
     for i in [0, 1] {
         let routed = || {
@@ -278,5 +301,5 @@ fn wireguard_encrypts_rotates_and_drops_peers(prefix: &str, layout: Layout) {
         let dropped = wait_for(CONVERGE, || routed().is_empty().then_some(()));
         assert!(dropped.is_some(), "host {i} still routes {:?}\n{}", routed(), cluster.logs());
     }
-    all_pairs_talk(&cluster, &[0, 1]);
+    all_pairs_talk(cluster, &[0, 1]);
 }

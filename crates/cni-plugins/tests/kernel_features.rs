@@ -48,3 +48,44 @@ fn segment(host: &cni_testkit::ns::TestNetns, masters: &[&str]) {
         ip(host, &["link", "set", master, "up"]);
     }
 }
+
+/// ADD of `base` with each case's keys added is refused with code 7 naming the case's
+/// field, and leaves nothing: only `lo` in `container`, no allocation of the network in
+/// host-local's `data_dir`.
+fn assert_refused_leaving_nothing(
+    env: &cni_testkit::ns::HostAndContainers,
+    container: &cni_testkit::ns::TestNetns,
+    base: &serde_json::Value,
+    cases: &[(serde_json::Value, &str)],
+    data_dir: &std::path::Path,
+) {
+    let plugin = base["type"].as_str().expect("the plugin's type");
+    for (keys, field) in cases {
+        let mut c = base.clone();
+        c.as_object_mut().unwrap().extend(keys.as_object().unwrap().clone());
+        let err = common::call(plugin, "ADD", &env.host, Some(container), &c).run().error();
+        assert_eq!(err.code, 7, "{keys}: {}", err.msg);
+        assert!(err.msg.contains(field), "{keys}: {}", err.msg);
+    }
+    let links = container.netlink().unwrap().links().unwrap();
+    assert_eq!(links.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(), ["lo"]);
+    let network = base["name"].as_str().expect("the network's name");
+    let leftovers = std::fs::read_dir(data_dir.join(network)).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(leftovers, 0, "an allocation was kept");
+}
+
+/// CHECK of the attachment `conf` (with its prevResult) made in `container` passes; DEL
+/// takes its `eth0` away; DEL again, and DEL of an attachment that never was, succeed.
+fn check_and_delete_idempotently(
+    env: &cni_testkit::ns::HostAndContainers,
+    container: &cni_testkit::ns::TestNetns,
+    conf: &serde_json::Value,
+) {
+    use common::{call, ok};
+    let plugin = conf["type"].as_str().expect("the plugin's type");
+    ok(call(plugin, "CHECK", &env.host, Some(container), conf).run());
+    ok(call(plugin, "DEL", &env.host, Some(container), conf).run());
+    assert!(container.netlink().unwrap().link_by_name("eth0").unwrap().is_none());
+    ok(call(plugin, "DEL", &env.host, Some(container), conf).run());
+    ok(call(plugin, "DEL", &env.host, None, conf).container_id("gone").ifname("eth0").run());
+}

@@ -86,15 +86,20 @@ impl Capture {
         let thread = std::thread::spawn(move || {
             let mut frames = Vec::new();
             let mut buf = vec![0u8; 65_536];
-            while !flag.load(Ordering::SeqCst) {
-                match rustix::net::recv(&socket, &mut buf[..], RecvFlags::empty()) {
+            loop {
+                // Once told to stop, drain what the kernel queued before, without waiting:
+                // a thread first scheduled after `stop` (a busy or emulated CPU) would
+                // otherwise return nothing of frames that did cross.
+                let stopping = flag.load(Ordering::SeqCst);
+                let flags = if stopping { RecvFlags::DONTWAIT } else { RecvFlags::empty() };
+                match rustix::net::recv(&socket, &mut buf[..], flags) {
                     Ok((n, _)) if frames.len() < MAX_FRAMES => frames.push(Frame(buf[..n].to_vec())),
                     Ok(_) => {}
+                    Err(rustix::io::Errno::AGAIN) if stopping => return Ok(frames),
                     Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => {}
                     Err(e) => return Err(e.into()),
                 }
             }
-            Ok(frames)
         });
         Ok(Capture { stop, thread })
     }

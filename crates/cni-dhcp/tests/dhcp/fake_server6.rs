@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use cni_dhcp::options::encode_domain_search;
 use cni_dhcp::wire6::{
-    IaAddr, IaNa, Message, MessageType, Status, ALL_SERVERS, OPT_CLIENT_ID, OPT_DNS_SERVERS, OPT_DOMAIN_LIST,
+    IaNa, Message, MessageType, Status, ALL_SERVERS, OPT_CLIENT_ID, OPT_DNS_SERVERS, OPT_DOMAIN_LIST,
     OPT_IA_NA, OPT_SERVER_ID, STATUS_NO_BINDING,
 };
 use cni_testkit::ns::TestNetns;
@@ -41,18 +41,7 @@ fn reply(to: &Message, kind: MessageType, address: &str, preferred: u32, valid: 
     m.push(OPT_CLIENT_ID, to.option(OPT_CLIENT_ID).unwrap().to_vec());
     m.push(OPT_SERVER_ID, SERVER_DUID.to_vec());
     let iaid = to.ia_nas().next().unwrap().iaid;
-    let ia = IaNa {
-        iaid,
-        t1: 1,
-        t2: 25,
-        addresses: vec![IaAddr {
-            address: address.parse().unwrap(),
-            preferred,
-            valid,
-            status: Status::default(),
-        }],
-        status: Status::default(),
-    };
+    let ia = IaNa::grant(iaid, (1, 25), address.parse().unwrap(), (preferred, valid));
     m.push(OPT_IA_NA, ia.encode());
     m
 }

@@ -105,13 +105,29 @@ fn lease_with_routes_and_dns_then_release_and_same_address_again() {
     assert_eq!(ip(&second), ip(&result), "the same client id gets its address back");
 }
 
-#[test]
-fn renewal_survives_kill_9_and_restart() {
+/// Kea granting 8 s leases renewed after 2 s, the daemon, and a container holding a lease
+/// through it: where the tests that restart the daemon under a live lease start. (Bound in
+/// this order, the fields drop as the test's own locals did: container first, network last.)
+struct LeaseHeld {
+    net: Network,
+    _server: support::ChildGuard,
+    daemon: support::ChildGuard,
+    container: TestNetns,
+    result: Value,
+}
+
+fn lease_held() -> LeaseHeld {
     let net = Network::new(PREFIX);
     let _server = net.kea(8, 2, 5);
-    let mut daemon = net.daemon();
+    let daemon = net.daemon();
     let container = TestNetns::with_prefix(PREFIX).unwrap();
     let result = add(&net, &container);
+    LeaseHeld { net, _server, daemon, container, result }
+}
+
+#[test]
+fn renewal_survives_kill_9_and_restart() {
+    let LeaseHeld { net, _server, mut daemon, container, result } = lease_held();
     let ip = ip(&result);
     assert_eq!(kea_grants(&net, &ip), 1, "{}", net.log("kea.log"));
     wait_for("a renewal at the server", Duration::from_secs(20), || kea_grants(&net, &ip) >= 2);
@@ -136,11 +152,7 @@ fn renewal_survives_kill_9_and_restart() {
 #[test]
 fn a_record_under_its_old_name_is_renamed_and_its_lease_resumed() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let net = Network::new(PREFIX);
-    let _server = net.kea(8, 2, 5);
-    let mut daemon = net.daemon();
-    let container = TestNetns::with_prefix(PREFIX).unwrap();
-    let result = add(&net, &container);
+    let LeaseHeld { net, _server, mut daemon, container, result } = lease_held();
     let ip = ip(&result);
     daemon.kill();
     let current = net.state_dir().join(format!("dhnet+{}+eth0.json", container.name()));

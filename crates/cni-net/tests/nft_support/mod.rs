@@ -77,3 +77,11 @@ pub fn loopback_up() {
         libc::close(fd);
     }
 }
+
+/// Adds to `batch` an inet NAT base chain `name` of `table` on `hook`, at the priority NAT
+/// takes there (source NAT after routing, destination NAT before it and on output).
+pub fn add_nat_chain(batch: &mut cni_net::nft::Batch, table: &str, name: &str, hook: cni_net::nft::Hook) {
+    use cni_net::nft::{priority, Chain, ChainType, Family, Hook};
+    let priority = if hook == Hook::Postrouting { priority::SRCNAT } else { priority::DSTNAT };
+    batch.add_chain(&Chain::base(Family::Inet, table, name, ChainType::Nat, hook, priority));
+}

@@ -443,6 +443,24 @@ impl Cluster {
         assert!(reached.is_some(), "host {i}: {what}: {:?}\n{}", self.hosts[i].entries(), self.logs());
     }
 
+    /// The indices of every host but `i`.
+    pub fn others(&self, i: usize) -> Vec<usize> {
+        (0..self.hosts.len()).filter(|&p| p != i).collect()
+    }
+
+    /// Waits until every host has exactly its peers' entries; panics with the first
+    /// host's that does not within `limit`, and the logs.
+    pub fn assert_full_mesh(&self, limit: Duration) {
+        for i in 0..self.hosts.len() {
+            assert!(
+                self.wait_peers(i, &self.others(i), limit),
+                "host {i} did not get exactly its peers' entries: {:?}\n{}",
+                self.hosts[i].entries(),
+                self.logs()
+            );
+        }
+    }
+
     /// Waits until host `i` has exactly the entries of `peers` (by index).
     pub fn wait_peers(&self, i: usize, peers: &[usize], limit: Duration) -> bool {
         let want: Vec<(Ipv4Net, IpAddr)> = peers

@@ -1,7 +1,7 @@
 //! `ipvlan` in the kernel rig: traffic in each mode, the verbs, chaining, bad input.
 
 use crate::common::{add, call, ok};
-use crate::ip;
+use crate::{assert_refused_leaving_nothing, check_and_delete_idempotently, ip};
 use cni_net::netlink::LinkKind;
 use cni_testkit::kernel_rig::require_rig;
 use cni_testkit::ns::HostAndContainers;
@@ -61,11 +61,7 @@ fn every_verb() {
     ok(call("ipvlan", "STATUS", &env.host, None, &c).run());
     let mut with_prev = c.clone();
     with_prev["prevResult"] = result;
-    ok(call("ipvlan", "CHECK", &env.host, Some(a), &with_prev).run());
-    ok(call("ipvlan", "DEL", &env.host, Some(a), &with_prev).run());
-    assert!(a.netlink().unwrap().link_by_name("eth0").unwrap().is_none());
-    ok(call("ipvlan", "DEL", &env.host, Some(a), &with_prev).run());
-    ok(call("ipvlan", "DEL", &env.host, None, &with_prev).container_id("gone").ifname("eth0").run());
+    check_and_delete_idempotently(&env, a, &with_prev);
     // GC releases what a lost attachment kept.
     add("ipvlan", &env.host, a, &c);
     c["cni.dev/valid-attachments"] = json!([]);
@@ -117,15 +113,6 @@ fn bad_input_is_refused_and_leaves_nothing() {
         (json!({"master": "m0", "mtu": 9000, "ipam": host_local}), "mtu"),
         (json!({"master": "m0"}), "ipam"),
     ];
-    for (keys, field) in cases {
-        let mut c = json!({"cniVersion": "1.0.0", "name": "ipvlannet", "type": "ipvlan"});
-        c.as_object_mut().unwrap().extend(keys.as_object().unwrap().clone());
-        let err = call("ipvlan", "ADD", &env.host, Some(a), &c).run().error();
-        assert_eq!(err.code, 7, "{keys}: {}", err.msg);
-        assert!(err.msg.contains(field), "{keys}: {}", err.msg);
-    }
-    let links = a.netlink().unwrap().links().unwrap();
-    assert_eq!(links.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(), ["lo"]);
-    let leftovers = std::fs::read_dir(data.path().join("ipvlannet")).map(|d| d.count()).unwrap_or(0);
-    assert_eq!(leftovers, 0, "an allocation was kept");
+    let base = json!({"cniVersion": "1.0.0", "name": "ipvlannet", "type": "ipvlan"});
+    assert_refused_leaving_nothing(&env, a, &base, &cases, data.path());
 }

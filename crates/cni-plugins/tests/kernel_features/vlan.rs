@@ -1,7 +1,7 @@
 //! `vlan` in the kernel rig: traffic within a VLAN, none across VLANs, bad input.
 
 use crate::common::{add, call, ok};
-use crate::{ip, segment};
+use crate::{assert_refused_leaving_nothing, check_and_delete_idempotently, ip, segment};
 use cni_net::netlink::LinkKind;
 use cni_testkit::kernel_rig::require_rig;
 use cni_testkit::ns::HostAndContainers;
@@ -57,11 +57,7 @@ fn verbs_mtu_and_link_in_container() {
     let eth0 = a.netlink().unwrap().require_link("eth0").unwrap();
     assert_eq!((eth0.kind, eth0.mtu), (LinkKind::Vlan, 1400));
     c["prevResult"] = result;
-    ok(call("vlan", "CHECK", &env.host, Some(a), &c).run());
-    ok(call("vlan", "DEL", &env.host, Some(a), &c).run());
-    assert!(a.netlink().unwrap().link_by_name("eth0").unwrap().is_none());
-    ok(call("vlan", "DEL", &env.host, Some(a), &c).run());
-    ok(call("vlan", "DEL", &env.host, None, &c).container_id("gone").ifname("eth0").run());
+    check_and_delete_idempotently(&env, a, &c);
     let status = conf("m1", 0, "10.94.0.2/24");
     ok(call("vlan", "STATUS", &env.host, None, &status).run());
     ok(call("vlan", "GC", &env.host, None, &status).run());
@@ -94,17 +90,8 @@ fn bad_input_is_refused_and_leaves_nothing() {
         (json!({"master": "nosuchlink", "vlanId": 10}), "master"),
         (json!({"master": "m1", "vlanId": 10, "mtu": 9000}), "mtu"),
     ];
-    for (keys, field) in cases {
-        let mut c = json!({"cniVersion": "1.0.0", "name": "vlannet", "type": "vlan", "ipam": host_local});
-        c.as_object_mut().unwrap().extend(keys.as_object().unwrap().clone());
-        let err = call("vlan", "ADD", &env.host, Some(a), &c).run().error();
-        assert_eq!(err.code, 7, "{keys}: {}", err.msg);
-        assert!(err.msg.contains(field), "{keys}: {}", err.msg);
-    }
-    let links = a.netlink().unwrap().links().unwrap();
-    assert_eq!(links.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(), ["lo"]);
-    let leftovers = std::fs::read_dir(data.path().join("vlannet")).map(|d| d.count()).unwrap_or(0);
-    assert_eq!(leftovers, 0, "an allocation was kept");
+    let base = json!({"cniVersion": "1.0.0", "name": "vlannet", "type": "vlan", "ipam": host_local});
+    assert_refused_leaving_nothing(&env, a, &base, &cases, data.path());
     let host_vlans = env.host.netlink().unwrap().links().unwrap();
     assert!(host_vlans.iter().all(|l| l.kind != LinkKind::Vlan));
 }

@@ -32,18 +32,23 @@ fn reported_addresses(result: &Value, container: &cni_testkit::ns::TestNetns, wi
         .collect()
 }
 
-/// A /48, lifetimes 0 and a preferred lifetime of 0 (deprecated at birth): nothing usable,
-/// so code 11; the details show that the advertisement came and what it made.
-#[test]
-fn only_unusable_prefixes_fail_closed_with_code_11() {
-    cni_testkit::ns::require_root();
-    let options = [
+/// radvd options advertising only prefixes SLAAC cannot use: a /48, lifetimes 0, and a
+/// preferred lifetime of 0 (deprecated at birth).
+fn unusable_prefixes() -> Vec<String> {
+    vec![
         "  AdvDefaultLifetime 1800;\n".to_string(),
         prefix("2001:db8:5100::/48", ""),
         prefix("2001:db8:51:1::/64", "AdvValidLifetime 0; AdvPreferredLifetime 0;"),
         prefix("2001:db8:51:2::/64", "AdvValidLifetime 3600; AdvPreferredLifetime 0;"),
     ]
-    .concat();
+}
+
+/// A /48, lifetimes 0 and a preferred lifetime of 0 (deprecated at birth): nothing usable,
+/// so code 11; the details show that the advertisement came and what it made.
+#[test]
+fn only_unusable_prefixes_fail_closed_with_code_11() {
+    cni_testkit::ns::require_root();
+    let options = unusable_prefixes().concat();
     let lan = bridge_lan(1, Some(&options));
     let (host, container) = (&lan.env.host, &lan.env.containers[0]);
     let conf = bridge_conf(json!({"type": "slaac", "timeout": 8}));
@@ -65,14 +70,7 @@ fn only_unusable_prefixes_fail_closed_with_code_11() {
 #[test]
 fn a_valid_prefix_among_hostile_ones_is_the_only_one_reported() {
     cni_testkit::ns::require_root();
-    let options = [
-        "  AdvDefaultLifetime 1800;\n".to_string(),
-        prefix("2001:db8:5100::/48", ""),
-        prefix("2001:db8:51:1::/64", "AdvValidLifetime 0; AdvPreferredLifetime 0;"),
-        prefix("2001:db8:51:2::/64", "AdvValidLifetime 3600; AdvPreferredLifetime 0;"),
-        prefix(BRIDGE_PREFIX, ""),
-    ]
-    .concat();
+    let options = [unusable_prefixes(), vec![prefix(BRIDGE_PREFIX, "")]].concat().concat();
     let lan = bridge_lan(1, Some(&options));
     let (host, container) = (&lan.env.host, &lan.env.containers[0]);
     let result = add("bridge", host, container, &bridge_conf(json!({"type": "slaac"})));

@@ -7,6 +7,19 @@ fn write(dir: &Path, name: &str, value: &Value) -> PathBuf {
     path
 }
 
+/// A config directory holding `net.conflist` (plugin `a`) and the empty directory `net/`
+/// beside it, where sibling plugin files go.
+fn list_with_plugin_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "net.conflist",
+        &json!({"cniVersion": "1.1.0", "name": "net", "plugins": [{"type": "a"}]}),
+    );
+    std::fs::create_dir(dir.path().join("net")).unwrap();
+    dir
+}
+
 fn invalid_field(err: Error) -> (String, String) {
     match err {
         Error::InvalidConfig { origin, field, .. } => (origin, field),
@@ -75,13 +88,7 @@ fn a_broken_file_for_another_network_does_not_block_but_one_for_this_network_is_
 
 #[test]
 fn sibling_plugin_files_are_appended_unless_only_inlined() {
-    let dir = tempfile::tempdir().unwrap();
-    write(
-        dir.path(),
-        "net.conflist",
-        &json!({"cniVersion": "1.1.0", "name": "net", "plugins": [{"type": "a"}]}),
-    );
-    std::fs::create_dir(dir.path().join("net")).unwrap();
+    let dir = list_with_plugin_dir();
     write(&dir.path().join("net"), "20-c.conf", &json!({"type": "c"}));
     write(&dir.path().join("net"), "10-b.conf", &json!({"type": "b", "x": true}));
     write(&dir.path().join("net"), "ignored.json", &json!({"type": "z"}));
@@ -108,13 +115,7 @@ fn sibling_plugin_files_are_appended_unless_only_inlined() {
 
 #[test]
 fn bad_sibling_file_is_named() {
-    let dir = tempfile::tempdir().unwrap();
-    write(
-        dir.path(),
-        "net.conflist",
-        &json!({"cniVersion": "1.1.0", "name": "net", "plugins": [{"type": "a"}]}),
-    );
-    std::fs::create_dir(dir.path().join("net")).unwrap();
+    let dir = list_with_plugin_dir();
     write(&dir.path().join("net"), "bad.conf", &json!({"type": "../x"}));
     let (origin, field) = invalid_field(load_network(dir.path(), "net").unwrap_err());
     assert!(origin.ends_with("net/bad.conf"), "{origin}");
