@@ -208,11 +208,28 @@ impl Http {
     }
 
     /// POSTs `body` to `path` on `host` (`host:port`); returns the status and whole body.
+    #[cfg(test)]
     pub fn post(&self, host: &str, path: &str, body: &[u8]) -> io::Result<(u16, Vec<u8>)> {
+        self.post_within(host, path, body, self.timeout)
+    }
+
+    /// [`Http::post`] waiting at most `patience` (capped at the client's timeout) from the
+    /// request's sending to the answer's head: a `TimedOut` error then, and the connection
+    /// is dropped (the request may still take effect on the member).
+    pub fn post_within(
+        &self,
+        host: &str,
+        path: &str,
+        body: &[u8],
+        patience: Duration,
+    ) -> io::Result<(u16, Vec<u8>)> {
         let url = format!("{}://{host}{path}", self.scheme);
         let mut response = self
             .agent
             .post(&url)
+            .config()
+            .timeout_recv_response(Some(patience.min(self.timeout)))
+            .build()
             .header("content-type", "application/json")
             .send(body)
             .map_err(|e| self.error(e))?;

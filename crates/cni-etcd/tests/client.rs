@@ -100,6 +100,31 @@ fn a_killed_member_is_failed_over() {
     assert_eq!(client.get(b"/f").unwrap().unwrap().value, b"after19");
 }
 
+/// A member that accepts the connection and never answers (wedged, or holding a write for
+/// a dead leader) costs a call a short wait, not the client's timeout: the call goes on to
+/// the next member.
+#[test]
+fn a_member_that_never_answers_is_passed_over_for_the_next() {
+    let cluster = EtcdCluster::start("edh", 3);
+    // The kernel completes connections to a listening socket nobody accepts from.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent = format!("http://{}", silent.local_addr().unwrap());
+    // A timeout no call here may wait out: a limit for "never", not a speed claim.
+    let timeout = Duration::from_secs(60);
+    let mut client = cni_etcd::Client::new(&[silent, cluster.endpoints()[0].clone()], timeout).unwrap();
+    let started = std::time::Instant::now();
+    let revision = client.put(b"/h", b"one", 0).unwrap();
+    client.prefer(0);
+    let txn = Txn {
+        compare: vec![Compare::ModRevision(b"/h".to_vec(), revision)],
+        success: vec![Op::put(b"/h".to_vec(), b"two".to_vec())],
+        failure: vec![],
+    };
+    assert!(client.txn(&txn).unwrap().succeeded);
+    assert!(started.elapsed() < timeout, "a call waited out the client's timeout");
+    assert_eq!(client.get(b"/h").unwrap().unwrap().value, b"two");
+}
+
 #[test]
 fn no_member_up_is_unreachable() {
     let port = cni_etcd_testing::free_port();
