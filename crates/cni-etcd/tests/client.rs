@@ -125,6 +125,37 @@ fn a_member_that_never_answers_is_passed_over_for_the_next() {
     assert_eq!(client.get(b"/h").unwrap().unwrap().value, b"two");
 }
 
+/// A transaction of serializable reads is served by a member on its own: it still answers
+/// with two of three members down, when a transaction of ordinary reads cannot.
+#[test]
+fn a_transaction_of_serializable_reads_needs_no_quorum() {
+    let mut cluster = EtcdCluster::start("eds", 3);
+    let mut client = cluster.client();
+    client.put(b"/s/a", b"1", 0).unwrap();
+    client.put(b"/s/b", b"2", 0).unwrap();
+    let survivor = cluster.endpoints()[2].clone();
+    // Member 2 has applied both writes before the others go.
+    let mut local = cni_etcd::Client::new(&[&survivor], Duration::from_secs(1)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while local.get_serializable(b"/s/b").unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "member 2 never applied /s/b");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cluster.kill(0);
+    cluster.kill(1);
+    let reads = |get: fn(Vec<u8>) -> Op| Txn {
+        success: vec![get(b"/s/a".to_vec()), get(b"/s/missing".to_vec()), get(b"/s/b".to_vec())],
+        ..Txn::default()
+    };
+    let answer = local.txn(&reads(Op::get_serializable)).unwrap();
+    assert!(answer.succeeded);
+    assert_eq!(answer.range(0)[0].value, b"1");
+    assert!(answer.range(1).is_empty());
+    assert_eq!(answer.range(2)[0].value, b"2");
+    let err = local.txn(&reads(Op::get)).expect_err("a linearizable read without a quorum");
+    assert!(err.is_unavailable(), "{err}");
+}
+
 #[test]
 fn no_member_up_is_unreachable() {
     let port = cni_etcd_testing::free_port();
