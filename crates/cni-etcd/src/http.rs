@@ -213,9 +213,9 @@ impl Http {
         self.post_within(host, path, body, self.timeout)
     }
 
-    /// [`Http::post`] waiting at most `patience` (capped at the client's timeout) from the
-    /// request's sending to the answer's head: a `TimedOut` error then, and the connection
-    /// is dropped (the request may still take effect on the member).
+    /// [`Http::post`] waiting at most `patience` (when shorter than the client's timeout)
+    /// from the request's sending to the answer's head: a `TimedOut` error then, and the
+    /// connection is dropped (the request may still take effect on the member).
     pub fn post_within(
         &self,
         host: &str,
@@ -224,15 +224,16 @@ impl Http {
         patience: Duration,
     ) -> io::Result<(u16, Vec<u8>)> {
         let url = format!("{}://{host}{path}", self.scheme);
-        let mut response = self
-            .agent
-            .post(&url)
-            .config()
-            .timeout_recv_response(Some(patience.min(self.timeout)))
-            .build()
-            .header("content-type", "application/json")
-            .send(body)
-            .map_err(|e| self.error(e))?;
+        let request = self.agent.post(&url);
+        // At the full timeout the agent's own limits apply as they are (each read, and the
+        // whole answer within ANSWER_TIMEOUTS).
+        let request = if patience < self.timeout {
+            request.config().timeout_recv_response(Some(patience)).build()
+        } else {
+            request
+        };
+        let mut response =
+            request.header("content-type", "application/json").send(body).map_err(|e| self.error(e))?;
         check_length(&response)?;
         let status = response.status().as_u16();
         let body =
