@@ -20,9 +20,10 @@ use rustls::AlertDescription;
 use ureq::config::{AutoHeaderValue, Config};
 use ureq::http::{Response, Uri};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
+use ureq::unversioned::transport::{Connector, DefaultConnector, NextTimeout};
 use ureq::{Agent, Body};
 
+use crate::coalesce::Coalesce;
 use crate::tls::Tls;
 
 /// The largest response head (status line and every header line together). etcd's is
@@ -192,7 +193,8 @@ impl Http {
             config = config.tls_config(tls.config.clone());
         }
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let agent = Agent::with_parts(config.build(), DefaultConnector::new(), LiteralResolver::default());
+        let connector = DefaultConnector::new().chain(Coalesce);
+        let agent = Agent::with_parts(config.build(), connector, LiteralResolver::default());
         Http { agent, tls: tls.is_some(), scheme, timeout }
     }
 
