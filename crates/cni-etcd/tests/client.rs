@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use cni_etcd::{Compare, Event, Op, Txn};
-use cni_etcd_testing::EtcdCluster;
+use cni_etcd_testing::{EtcdCluster, HostileServer};
 
 #[test]
 fn put_get_prefix_delete() {
@@ -154,6 +154,20 @@ fn a_transaction_of_serializable_reads_needs_no_quorum() {
     assert_eq!(answer.range(2)[0].value, b"2");
     let err = local.txn(&reads(Op::get)).expect_err("a linearizable read without a quorum");
     assert!(err.is_unavailable(), "{err}");
+}
+
+/// Members that are up but keep answering "unavailable" (an election that never ends, or a
+/// hostile member) are asked again in rounds, but only for two timeouts: then the call
+/// fails as unreachable, naming what the members said.
+#[test]
+fn members_that_stay_unavailable_fail_the_call_after_two_timeouts() {
+    let unavailable = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 37\r\n\r\n{\"code\":14,\"message\":\"no leader ...\"}";
+    let (first, second) = (HostileServer::start(unavailable), HostileServer::start(unavailable));
+    let mut client =
+        cni_etcd::Client::new(&[first.endpoint(), second.endpoint()], Duration::from_millis(300)).unwrap();
+    let err = client.put(b"/u", b"", 0).unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    assert!(err.to_string().contains("HTTP 503: no leader"), "{err}");
 }
 
 #[test]
