@@ -26,6 +26,7 @@
 
 mod agents;
 mod cpu;
+mod etcd_load;
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -36,6 +37,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use agents::Agents;
+use etcd_load::EtcdLoad;
 
 use clap::{Parser, ValueEnum};
 use cni_etcd_ipam::allocator::Allocator;
@@ -166,8 +168,9 @@ fn add_by_plugin(bin: &Path, conf: &[u8], container_id: &str) -> Result<IpAddr, 
     }
 }
 
-/// One ADD's outcome: the address (or why it failed) and how long it took.
-type Outcome = (Result<IpAddr, String>, Duration);
+/// One ADD's outcome: the address (or why it failed), how long it took, and when it
+/// finished.
+type Outcome = (Result<IpAddr, String>, Duration, Instant);
 
 /// What every node's ADDs need to know about the run.
 struct Run<'a> {
@@ -207,7 +210,7 @@ fn run_node(run: &Run, node: usize) -> Result<Vec<Outcome>, String> {
             None => add_by_plugin(&plugin_bin, &bytes, &format!("{phase}-{node}-{i}")),
         };
         run.done.fetch_add(1, Ordering::Relaxed);
-        (ip, start.elapsed())
+        (ip, start.elapsed(), Instant::now())
     };
     let parallel = options.parallel();
     Ok(std::thread::scope(|scope| {
@@ -227,6 +230,10 @@ struct Phase {
     elapsed: Duration,
     /// The successful ADDs' latencies, sorted.
     latencies: Vec<Duration>,
+    /// When each ADD (successful or not) finished, from the phase's start, sorted.
+    finished: Vec<Duration>,
+    /// When the member was killed, from the phase's start.
+    killed_at: Option<Duration>,
 }
 
 impl Phase {
@@ -248,6 +255,8 @@ impl Phase {
             failures: self.failures.iter().chain(&next.failures).cloned().collect(),
             elapsed: self.elapsed + next.elapsed,
             latencies,
+            finished: Vec::new(),
+            killed_at: None,
         }
     }
 }
@@ -265,13 +274,15 @@ fn run_phase(
     let run = Run { options, endpoints, agents, phase, done: &done };
     let half = options.nodes * options.per_node / 2;
     let start = Instant::now();
+    let killed_at = std::sync::Mutex::new(None);
     let per_node: Vec<Result<Vec<Outcome>, String>> = std::thread::scope(|scope| {
         if let Some(mid_run) = mid_run {
-            let done = &done;
+            let (done, killed_at) = (&done, &killed_at);
             scope.spawn(move || {
                 while done.load(Ordering::Relaxed) < half {
                     std::thread::sleep(Duration::from_millis(1));
                 }
+                *killed_at.lock().expect("not poisoned") = Some(start.elapsed());
                 mid_run()
             });
         }
@@ -280,8 +291,11 @@ fn run_phase(
         threads.into_iter().map(|t| t.join().expect("node thread")).collect()
     });
     let elapsed = start.elapsed();
-    let (mut addresses, mut failures, mut latencies) = (Vec::new(), Vec::new(), Vec::new());
-    for (result, latency) in per_node.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().flatten() {
+    let (mut addresses, mut failures, mut latencies, mut finished) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let outcomes = per_node.into_iter().collect::<Result<Vec<_>, _>>()?;
+    for (result, latency, end) in outcomes.into_iter().flatten() {
+        finished.push(end.duration_since(start));
         match result {
             Ok(ip) => {
                 addresses.push(ip);
@@ -291,7 +305,9 @@ fn run_phase(
         }
     }
     latencies.sort();
-    Ok(Phase { addresses, failures, elapsed, latencies })
+    finished.sort();
+    let killed_at = killed_at.into_inner().expect("not poisoned");
+    Ok(Phase { addresses, failures, elapsed, latencies, finished, killed_at })
 }
 
 fn report(name: &str, phase: &Phase) {
@@ -309,6 +325,31 @@ fn report(name: &str, phase: &Phase) {
     if let Some(first) = phase.failures.first() {
         println!("  first failure: {first}");
     }
+    if !phase.finished.is_empty() {
+        println!("  {}", timeline(phase));
+    }
+}
+
+/// ADDs finished in each second of the phase, and its longest stretch without one (the
+/// stall a member's loss causes), placed against the moment of the kill.
+fn timeline(phase: &Phase) -> String {
+    let mut per_second = vec![0usize; phase.elapsed.as_secs() as usize + 1];
+    for end in &phase.finished {
+        per_second[end.as_secs() as usize] += 1;
+    }
+    let per_second: Vec<String> = per_second.iter().map(ToString::to_string).collect();
+    let (gap, gap_start) =
+        phase.finished.windows(2).map(|pair| (pair[1] - pair[0], pair[0])).max().unwrap_or_default();
+    let killed = match phase.killed_at {
+        Some(at) => format!(", member killed at {:.2} s", at.as_secs_f64()),
+        None => String::new(),
+    };
+    format!(
+        "finished per second: {}; longest stretch without one: {:.0} ms from {:.2} s{killed}",
+        per_second.join(" "),
+        gap.as_secs_f64() * 1e3,
+        gap_start.as_secs_f64(),
+    )
 }
 
 fn describe(options: &Options) -> String {
@@ -397,7 +438,9 @@ fn run(options: &Options) -> Result<(), String> {
     println!("{}", describe(options));
     let agent_pids = agents.map(Agents::pids).unwrap_or_default();
     let before = (cpu::Sample::take(&agent_pids, &cluster.pids()), etcd_revision(&cluster)?);
+    let load_before = EtcdLoad::scrape(&endpoints);
     let healthy = run_phase(options, &endpoints, agents, "healthy", None)?;
+    let load_after = EtcdLoad::scrape(&endpoints);
     let after = (cpu::Sample::take(&agent_pids, &cluster.pids()), etcd_revision(&cluster)?);
     report("all members up", &healthy);
     let adds = healthy.addresses.len() + healthy.failures.len();
@@ -405,6 +448,9 @@ fn run(options: &Options) -> Result<(), String> {
     // Every write (transaction or put) makes one revision: ADDs per write is the batching.
     let writes = after.1 - before.1 - 1;
     println!("  etcd writes: {writes} ({:.2} ADDs per write)", adds as f64 / writes.max(1) as f64);
+    if let (Some(before), Some(after)) = (&load_before, &load_after) {
+        println!("  {}", before.per_add(after, adds));
+    }
     let killed = std::sync::Mutex::new(None);
     let kill = options.kill;
     let kill_member = Box::new(|| {

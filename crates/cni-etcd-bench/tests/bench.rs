@@ -42,6 +42,9 @@ fn plugin_processes_through_agents_lose_the_leader_mid_run_without_duplicates() 
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("through its node's agent") && stdout.contains("fsyncs"), "{stdout}");
     assert!(stdout.contains("leader (member") && stdout.contains("whole run"), "{stdout}");
+    // The operator's view of the stall and of etcd's load.
+    assert!(stdout.contains("finished per second: ") && stdout.contains(", member killed at "), "{stdout}");
+    assert!(stdout.contains("etcd requests per ADD: ") && stdout.contains("(Txn "), "{stdout}");
     // Every successful ADD is in etcd, once, and a failed one (while the leader is
     // re-elected) left nothing there: the bench exits with a failure otherwise.
     assert!(stdout.contains("duplicates: 0 in results"), "{stdout}");

@@ -152,15 +152,25 @@ impl Allocator {
         }
     }
 
+    /// The first of the node's blocks (in the configured pools) with room. They are read
+    /// together, in transactions of up to [`ETCD_MAX_TXN_OPS`] serializable reads, not
+    /// one request each: a node that has filled many blocks reads them all whenever its
+    /// current one fills, and etcd's cost is mostly per request.
     fn in_own_blocks(&mut self, block_ids: &[String], handle_id: &str) -> Result<Step, EtcdIpamError> {
-        for block_id in block_ids {
-            if !Block::cidr_of_id(block_id).is_some_and(|cidr| self.in_pools(&cidr)) {
-                continue;
-            }
-            let Some(kv) = self.client.get_serializable(&self.keys.block(block_id))? else { continue };
-            match self.try_block(&kv, handle_id)? {
-                Step::NoRoom => continue,
-                other => return Ok(other),
+        let keys: Vec<Vec<u8>> = block_ids
+            .iter()
+            .filter(|id| Block::cidr_of_id(id).is_some_and(|cidr| self.in_pools(&cidr)))
+            .map(|id| self.keys.block(id))
+            .collect();
+        for chunk in keys.chunks(ETCD_MAX_TXN_OPS) {
+            let reads =
+                Txn { success: chunk.iter().cloned().map(Op::get_serializable).collect(), ..Txn::default() };
+            let answer = self.client.txn(&reads)?;
+            for kv in (0..chunk.len()).filter_map(|i| answer.range(i).into_iter().next()) {
+                match self.try_block(&kv, handle_id)? {
+                    Step::NoRoom => continue,
+                    other => return Ok(other),
+                }
             }
         }
         Ok(Step::NoRoom)

@@ -11,7 +11,8 @@
 //! }
 //! ```
 //! `nodeName` defaults to the host name; `blockSize` to 26 (IPv4) or 122 (IPv6); `prefix`
-//! (the root of the keys) to `/cni-rs/ipam`; `timeoutMs` (per etcd call) to 2000.
+//! (the root of the keys) to `/cni-rs/ipam`; `timeoutMs` (per etcd call, see
+//! `cni_etcd::Client::call`) to 2000.
 //! `nodeGracePeriodSeconds` turns on the reclaiming of gone nodes' blocks (see `liveness`).
 //! `agentSocket` (a path) sends ADD and DEL through the node agent (`etcd-ipam agent`).
 //! `https://` endpoints need `caFile` (the cluster's CA, PEM) and, for members that require

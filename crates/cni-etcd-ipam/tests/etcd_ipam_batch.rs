@@ -152,10 +152,13 @@ fn concurrent_adds_of_several_nodes_never_share_an_address() {
 /// A TCP proxy in front of one etcd member that, while `swallow` is set, forwards every
 /// request but drops the connection as soon as etcd starts answering: the request took
 /// effect, the client sees its connection reset and cannot know (a leader lost right
-/// after accepting a write).
+/// after accepting a write). While `hold` is set it forwards every request and keeps
+/// the connection open, but no answer ever reaches the client (a member whose leader died
+/// with the write in flight, or one wedged after committing).
 struct SwallowingProxy {
     endpoint: String,
     swallow: Arc<AtomicBool>,
+    hold: Arc<AtomicBool>,
 }
 
 impl SwallowingProxy {
@@ -163,8 +166,9 @@ impl SwallowingProxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let endpoint = format!("http://{}", listener.local_addr().unwrap());
         let swallow = Arc::new(AtomicBool::new(false));
+        let hold = Arc::new(AtomicBool::new(false));
         let upstream = upstream.trim_start_matches("http://").to_string();
-        let flag = swallow.clone();
+        let (flag, holding) = (swallow.clone(), hold.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let (Ok(client), Ok(server)) = (client, TcpStream::connect(&upstream)) else { continue };
@@ -174,25 +178,32 @@ impl SwallowingProxy {
                     let _ = std::io::copy(&mut from_client, &mut to_server);
                     let _ = to_server.shutdown(Shutdown::Write);
                 });
-                let flag = flag.clone();
-                std::thread::spawn(move || relay_answers(server, client, &flag));
+                let (flag, holding) = (flag.clone(), holding.clone());
+                std::thread::spawn(move || relay_answers(server, client, &flag, &holding));
             }
         });
-        SwallowingProxy { endpoint, swallow }
+        SwallowingProxy { endpoint, swallow, hold }
     }
 
     fn swallow(&self, on: bool) {
         self.swallow.store(on, Ordering::SeqCst);
     }
+
+    fn hold(&self, on: bool) {
+        self.hold.store(on, Ordering::SeqCst);
+    }
 }
 
-fn relay_answers(mut server: TcpStream, mut client: TcpStream, swallow: &AtomicBool) {
+fn relay_answers(mut server: TcpStream, mut client: TcpStream, swallow: &AtomicBool, hold: &AtomicBool) {
     let mut buf = [0u8; 16384];
     loop {
         let n = match server.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        if hold.load(Ordering::SeqCst) {
+            continue;
+        }
         if swallow.load(Ordering::SeqCst) || client.write_all(&buf[..n]).is_err() {
             break;
         }
@@ -252,4 +263,71 @@ fn an_add_of_unknown_outcome_is_released_once_etcd_answers_again() {
         Block::from_json(&cluster.client().get(block_key.as_bytes()).unwrap().unwrap().value).unwrap();
     let held: HashSet<IpAddr> = block.allocations.keys().map(|o| block.address(*o)).collect();
     assert_eq!(held, HashSet::from([first, c2, c2b, c3, c4]), "the block holds exactly the reported ADDs");
+}
+
+/// The etcd state of one network: each handle's address, and every address its blocks hold.
+fn etcd_addresses(cluster: &EtcdCluster, network: &str) -> (Vec<IpAddr>, Vec<IpAddr>) {
+    let mut client = cluster.client();
+    let handles = client.get_prefix(format!("/cni-rs/ipam/{network}/handle/").as_bytes(), false).unwrap().0;
+    let handles = handles
+        .iter()
+        .map(|kv| {
+            serde_json::from_slice::<serde_json::Value>(&kv.value).unwrap()["ip"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    let blocks = client.get_prefix(format!("/cni-rs/ipam/{network}/block/").as_bytes(), false).unwrap().0;
+    let held = blocks
+        .iter()
+        .flat_map(|kv| {
+            let block = Block::from_json(&kv.value).unwrap();
+            block.allocations.keys().map(|o| block.address(*o)).collect::<Vec<_>>()
+        })
+        .collect();
+    (handles, held)
+}
+
+/// A member that takes a write and never answers (its leader died with the write in
+/// flight) does not hold the ADD for the client's timeout: the call is tried on the next
+/// member after a short wait, and that repeat of a write which did commit loses its
+/// compare and returns what the first attempt allocated, for a single ADD and for a batch.
+/// No address is handed out twice or leaked.
+#[test]
+fn a_write_a_member_committed_without_answering_is_repeated_on_the_next_once() {
+    let cluster = EtcdCluster::start("etb5", 3);
+    let proxy = SwallowingProxy::start(&cluster.endpoints()[0]);
+    let endpoints = [proxy.endpoint.clone(), cluster.endpoints()[1].clone()];
+    let conf = json!({
+        "name": "etb5",
+        "ipam": {"type": "etcd-ipam", "endpoints": endpoints, "pools": ["10.97.0.0/16"],
+                 "nodeName": "node-a"}
+    });
+    let conf = EtcdIpamConfig::parse(conf.to_string().as_bytes()).unwrap();
+    // A timeout no ADD here may wait out: a limit for "never", not a speed claim.
+    let timeout = Duration::from_secs(60);
+    let mut allocator = Allocator::new(conf, cni_etcd::Client::new(&endpoints, timeout).unwrap());
+    let mut reported = vec![allocator.allocate("c0/eth0").unwrap().address.addr()];
+
+    proxy.hold(true);
+    let started = std::time::Instant::now();
+    reported.push(allocator.allocate("c1/eth0").unwrap().address.addr());
+    let ids: Vec<String> = (2..7).map(|i| format!("c{i}/eth0")).collect();
+    allocator.client.prefer(0);
+    for result in allocator.allocate_batch(&ids) {
+        reported.push(result.unwrap().address.addr());
+    }
+    assert!(started.elapsed() < timeout, "an ADD waited out the client's timeout");
+    assert!(handle_exists(&cluster, "etb5", "c1/eth0") && handle_exists(&cluster, "etb5", "c6/eth0"));
+
+    let distinct: HashSet<IpAddr> = reported.iter().copied().collect();
+    assert_eq!(distinct.len(), 7, "an address was handed out twice: {reported:?}");
+    let (mut handles, mut held) = etcd_addresses(&cluster, "etb5");
+    handles.sort();
+    held.sort();
+    reported.sort();
+    assert_eq!(handles, reported, "etcd's handles are not exactly the reported ADDs");
+    assert_eq!(held, reported, "etcd's blocks do not hold exactly the reported ADDs");
 }

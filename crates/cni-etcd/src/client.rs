@@ -1,6 +1,7 @@
 //! The etcd client: unary calls on kept-alive connections, failing over to the next
 //! configured member when one is down or without a leader.
 
+use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,11 +18,61 @@ use crate::watch::Watch;
 /// and a member that is shutting down: another member may do better.
 const GRPC_UNAVAILABLE: i64 = 14;
 
+/// How long a call's first try waits for a member's answer before trying the next member
+/// too (when there is one). A healthy member answers in milliseconds; one whose leader was
+/// just killed holds the requests it forwarded until its own request timeout (seconds),
+/// and without this every ADD in flight there would wait out the client's whole timeout.
+/// Each later try of the call waits twice as long as the one before (up to the timeout),
+/// so an answer that is merely slow still arrives. A try given up may still commit on its
+/// member: every write of this crate's users is compare-guarded, so its repeat elsewhere
+/// then loses the compare instead of writing twice.
+pub const FIRST_PATIENCE: Duration = Duration::from_millis(250);
+
+/// A call gives up after this many client timeouts in all, whatever number of members.
+pub const CALL_TIMEOUTS: u32 = 2;
+
+/// The pause between two rounds over the members when every one was up but could not
+/// serve the call (an election under way).
+const ROUND_PAUSE: Duration = Duration::from_millis(50);
+
+/// Whether an error answer is the member's momentary state rather than the request's fault:
+/// another member, or the same one after the election, may serve it.
+fn is_transient(status: u16, answer: &Value, message: &str) -> bool {
+    status == 503
+        || int_field(answer, "code") == GRPC_UNAVAILABLE
+        || message.contains("raft proposal dropped")
+        || message.contains("leader changed")
+}
+
+/// The last failure on each member, for the error of a call that every member failed.
+struct Reasons {
+    members: usize,
+    last: std::collections::VecDeque<String>,
+}
+
+impl Reasons {
+    fn new(members: usize) -> Reasons {
+        Reasons { members, last: std::collections::VecDeque::with_capacity(members) }
+    }
+
+    fn push(&mut self, reason: String) {
+        if self.last.len() == self.members {
+            self.last.pop_front();
+        }
+        self.last.push_back(reason);
+    }
+
+    fn into_vec(self) -> Vec<String> {
+        self.last.into()
+    }
+}
+
 /// Talks to one etcd cluster through any of its members.
 pub struct Client {
     endpoints: Vec<String>,
     current: usize,
     http: Http,
+    timeout: Duration,
     /// The current member has answered on a connection that may now be idle in the pool.
     warm: bool,
     observer: Option<Observer>,
@@ -71,7 +122,7 @@ impl Client {
         let endpoints =
             endpoints.iter().map(|e| endpoint_host(e.as_ref(), tls.is_some())).collect::<Result<Vec<_>>>()?;
         let http = Http::new(timeout, tls.as_ref());
-        Ok(Client { endpoints, current: 0, http, warm: false, observer: None })
+        Ok(Client { endpoints, current: 0, http, timeout, warm: false, observer: None })
     }
 
     /// Starts at another member: clients of one host spread over the cluster.
@@ -112,9 +163,12 @@ impl Client {
         Error::Unreachable { endpoints: self.endpoints.join(","), reason: reasons.join("; ") }
     }
 
-    /// One unary call. Every member is tried once (the current one twice: a kept-alive
-    /// connection the member closed while idle is not a failure of the member). Requests
-    /// are safe to repeat: writes of this crate's users are guarded by compares.
+    /// One unary call. Members are tried in turn (the current one twice when its kept-alive
+    /// connection turns out closed: a member closing an idle connection has not failed),
+    /// each waiting [`FIRST_PATIENCE`] for an answer, then twice that, and so on. When
+    /// every member refused the connection the call fails at once; while members are up but
+    /// without a leader, rounds go on for [`CALL_TIMEOUTS`] timeouts. Requests are safe to
+    /// repeat: writes of this crate's users are guarded by compares.
     pub fn call(&mut self, path: &str, body: &Value) -> Result<Value> {
         let started = Instant::now();
         let result = self.call_members(path, body);
@@ -126,13 +180,30 @@ impl Client {
 
     fn call_members(&mut self, path: &str, body: &Value) -> Result<Value> {
         let body = body.to_string();
-        let mut reasons = Vec::new();
+        let deadline = Instant::now() + self.timeout * CALL_TIMEOUTS;
+        let mut reasons = Reasons::new(self.endpoints.len());
         let mut retried_idle = false;
+        // With one member there is nobody to hedge to: it gets the whole timeout at once.
+        let mut patience =
+            if self.endpoints.len() > 1 { FIRST_PATIENCE.min(self.timeout) } else { self.timeout };
         let mut tries = 0;
-        while tries < self.endpoints.len() {
+        // Whether a member of this round is up but could not serve the call (no leader,
+        // or no answer in time): the next round may find the new leader.
+        let mut cluster_alive = false;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                break;
+            }
             let host = &self.endpoints[self.current];
             let reused = self.warm;
-            match self.http.post(host, path, body.as_bytes()) {
+            match self.http.post_within(host, path, body.as_bytes(), patience.min(remaining)) {
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                    self.warm = false;
+                    cluster_alive = true;
+                    patience = (patience * 2).min(self.timeout);
+                    reasons.push(format!("{host}: {e}"));
+                }
                 Err(e) => {
                     self.warm = false;
                     if reused && !retried_idle {
@@ -140,8 +211,6 @@ impl Client {
                         continue;
                     }
                     reasons.push(format!("{host}: {e}"));
-                    self.next_endpoint();
-                    tries += 1;
                 }
                 Ok((status, bytes)) => {
                     self.warm = true;
@@ -159,17 +228,25 @@ impl Client {
                     }
                     let message = answer["message"].as_str().or(answer["error"].as_str()).unwrap_or("");
                     let message = format!("HTTP {status}: {message}");
-                    if int_field(&answer, "code") == GRPC_UNAVAILABLE || status == 503 {
-                        reasons.push(format!("{host}: {message}"));
-                        self.next_endpoint();
-                        tries += 1;
-                        continue;
+                    if !is_transient(status, &answer, &message) {
+                        return Err(Error::Server { path: path.into(), message });
                     }
-                    return Err(Error::Server { path: path.into(), message });
+                    cluster_alive = true;
+                    reasons.push(format!("{host}: {message}"));
                 }
             }
+            self.next_endpoint();
+            tries += 1;
+            if tries % self.endpoints.len() == 0 {
+                // Every member refused the connection: the cluster is down, say so now.
+                if !cluster_alive {
+                    break;
+                }
+                cluster_alive = false;
+                std::thread::sleep(ROUND_PAUSE.min(deadline.saturating_duration_since(Instant::now())));
+            }
         }
-        Err(self.unreachable(reasons))
+        Err(self.unreachable(reasons.into_vec()))
     }
 
     /// The key's value and revisions, if it exists.

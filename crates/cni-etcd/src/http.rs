@@ -20,9 +20,10 @@ use rustls::AlertDescription;
 use ureq::config::{AutoHeaderValue, Config};
 use ureq::http::{Response, Uri};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
+use ureq::unversioned::transport::{Connector, DefaultConnector, NextTimeout};
 use ureq::{Agent, Body};
 
+use crate::coalesce::Coalesce;
 use crate::tls::Tls;
 
 /// The largest response head (status line and every header line together). etcd's is
@@ -192,7 +193,8 @@ impl Http {
             config = config.tls_config(tls.config.clone());
         }
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let agent = Agent::with_parts(config.build(), DefaultConnector::new(), LiteralResolver::default());
+        let connector = DefaultConnector::new().chain(Coalesce);
+        let agent = Agent::with_parts(config.build(), connector, LiteralResolver::default());
         Http { agent, tls: tls.is_some(), scheme, timeout }
     }
 
@@ -208,14 +210,32 @@ impl Http {
     }
 
     /// POSTs `body` to `path` on `host` (`host:port`); returns the status and whole body.
+    #[cfg(test)]
     pub fn post(&self, host: &str, path: &str, body: &[u8]) -> io::Result<(u16, Vec<u8>)> {
+        self.post_within(host, path, body, self.timeout)
+    }
+
+    /// [`Http::post`] waiting at most `patience` (when shorter than the client's timeout)
+    /// from the request's sending to the answer's head: a `TimedOut` error then, and the
+    /// connection is dropped (the request may still take effect on the member).
+    pub fn post_within(
+        &self,
+        host: &str,
+        path: &str,
+        body: &[u8],
+        patience: Duration,
+    ) -> io::Result<(u16, Vec<u8>)> {
         let url = format!("{}://{host}{path}", self.scheme);
-        let mut response = self
-            .agent
-            .post(&url)
-            .header("content-type", "application/json")
-            .send(body)
-            .map_err(|e| self.error(e))?;
+        let request = self.agent.post(&url);
+        // At the full timeout the agent's own limits apply as they are (each read, and the
+        // whole answer within ANSWER_TIMEOUTS).
+        let request = if patience < self.timeout {
+            request.config().timeout_recv_response(Some(patience)).build()
+        } else {
+            request
+        };
+        let mut response =
+            request.header("content-type", "application/json").send(body).map_err(|e| self.error(e))?;
         check_length(&response)?;
         let status = response.status().as_u16();
         let body =

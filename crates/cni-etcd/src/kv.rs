@@ -102,6 +102,12 @@ pub enum Op {
     Get {
         key: Vec<u8>,
     },
+    /// [`Op::Get`] served from the member's own copy: a transaction of nothing but these
+    /// is a serializable read (no round of consensus), like
+    /// [`crate::Client::get_serializable`].
+    GetSerializable {
+        key: Vec<u8>,
+    },
     /// Every key under a prefix (without values when `keys_only`).
     GetPrefix {
         prefix: Vec<u8>,
@@ -122,6 +128,10 @@ impl Op {
         Op::Get { key: key.into() }
     }
 
+    pub fn get_serializable(key: impl Into<Vec<u8>>) -> Op {
+        Op::GetSerializable { key: key.into() }
+    }
+
     pub fn get_prefix(prefix: impl Into<Vec<u8>>, keys_only: bool) -> Op {
         Op::GetPrefix { prefix: prefix.into(), keys_only }
     }
@@ -140,6 +150,9 @@ impl Op {
             }
             Op::Delete { key } => json!({"request_delete_range": {"key": encode(key)}}),
             Op::Get { key } => json!({"request_range": {"key": encode(key)}}),
+            Op::GetSerializable { key } => {
+                json!({"request_range": {"key": encode(key), "serializable": true}})
+            }
         }
     }
 }

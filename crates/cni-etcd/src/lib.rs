@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 mod client;
+mod coalesce;
 mod error;
 mod http;
 mod kv;

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use cni_etcd::{Compare, Event, Op, Txn};
-use cni_etcd_testing::EtcdCluster;
+use cni_etcd_testing::{EtcdCluster, HostileServer};
 
 #[test]
 fn put_get_prefix_delete() {
@@ -98,6 +98,76 @@ fn a_killed_member_is_failed_over() {
         client.put(b"/f", format!("after{i}").as_bytes(), 0).unwrap();
     }
     assert_eq!(client.get(b"/f").unwrap().unwrap().value, b"after19");
+}
+
+/// A member that accepts the connection and never answers (wedged, or holding a write for
+/// a dead leader) costs a call a short wait, not the client's timeout: the call goes on to
+/// the next member.
+#[test]
+fn a_member_that_never_answers_is_passed_over_for_the_next() {
+    let cluster = EtcdCluster::start("edh", 3);
+    // The kernel completes connections to a listening socket nobody accepts from.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent = format!("http://{}", silent.local_addr().unwrap());
+    // A timeout no call here may wait out: a limit for "never", not a speed claim.
+    let timeout = Duration::from_secs(60);
+    let mut client = cni_etcd::Client::new(&[silent, cluster.endpoints()[0].clone()], timeout).unwrap();
+    let started = std::time::Instant::now();
+    let revision = client.put(b"/h", b"one", 0).unwrap();
+    client.prefer(0);
+    let txn = Txn {
+        compare: vec![Compare::ModRevision(b"/h".to_vec(), revision)],
+        success: vec![Op::put(b"/h".to_vec(), b"two".to_vec())],
+        failure: vec![],
+    };
+    assert!(client.txn(&txn).unwrap().succeeded);
+    assert!(started.elapsed() < timeout, "a call waited out the client's timeout");
+    assert_eq!(client.get(b"/h").unwrap().unwrap().value, b"two");
+}
+
+/// A transaction of serializable reads is served by a member on its own: it still answers
+/// with two of three members down, when a transaction of ordinary reads cannot.
+#[test]
+fn a_transaction_of_serializable_reads_needs_no_quorum() {
+    let mut cluster = EtcdCluster::start("eds", 3);
+    let mut client = cluster.client();
+    client.put(b"/s/a", b"1", 0).unwrap();
+    client.put(b"/s/b", b"2", 0).unwrap();
+    let survivor = cluster.endpoints()[2].clone();
+    // Member 2 has applied both writes before the others go.
+    let mut local = cni_etcd::Client::new(&[&survivor], Duration::from_secs(1)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while local.get_serializable(b"/s/b").unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "member 2 never applied /s/b");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cluster.kill(0);
+    cluster.kill(1);
+    let reads = |get: fn(Vec<u8>) -> Op| Txn {
+        success: vec![get(b"/s/a".to_vec()), get(b"/s/missing".to_vec()), get(b"/s/b".to_vec())],
+        ..Txn::default()
+    };
+    let answer = local.txn(&reads(Op::get_serializable)).unwrap();
+    assert!(answer.succeeded);
+    assert_eq!(answer.range(0)[0].value, b"1");
+    assert!(answer.range(1).is_empty());
+    assert_eq!(answer.range(2)[0].value, b"2");
+    let err = local.txn(&reads(Op::get)).expect_err("a linearizable read without a quorum");
+    assert!(err.is_unavailable(), "{err}");
+}
+
+/// Members that are up but keep answering "unavailable" (an election that never ends, or a
+/// hostile member) are asked again in rounds, but only for two timeouts: then the call
+/// fails as unreachable, naming what the members said.
+#[test]
+fn members_that_stay_unavailable_fail_the_call_after_two_timeouts() {
+    let unavailable = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 37\r\n\r\n{\"code\":14,\"message\":\"no leader ...\"}";
+    let (first, second) = (HostileServer::start(unavailable), HostileServer::start(unavailable));
+    let mut client =
+        cni_etcd::Client::new(&[first.endpoint(), second.endpoint()], Duration::from_millis(300)).unwrap();
+    let err = client.put(b"/u", b"", 0).unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    assert!(err.to_string().contains("HTTP 503: no leader"), "{err}");
 }
 
 #[test]
