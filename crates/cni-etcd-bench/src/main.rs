@@ -43,7 +43,7 @@ use clap::{Parser, ValueEnum};
 use cni_etcd_ipam::allocator::Allocator;
 use cni_etcd_ipam::batch::Batcher;
 use cni_etcd_ipam::block::Block;
-use cni_etcd_ipam::config::EtcdIpamConfig;
+use cni_etcd_ipam::config::EtcdIpamConf;
 use cni_etcd_testing::{EtcdCluster, Pki};
 use serde_json::json;
 
@@ -191,7 +191,7 @@ fn run_node(run: &Run, node: usize) -> Result<Vec<Outcome>, String> {
     let conf = network_conf(run.endpoints, &name, socket.as_ref(), options.pki.as_ref());
     let bytes = conf.to_string().into_bytes();
     let batcher = if options.mode == Mode::Library {
-        let parsed = EtcdIpamConfig::parse(&bytes).map_err(|e| e.to_string())?;
+        let parsed = EtcdIpamConf::parse(&bytes).map_err(|e| e.to_string())?;
         let mut client = parsed.client().map_err(|e| e.to_string())?;
         client.prefer(node);
         Some(Batcher::new(Allocator::new(parsed, client)))

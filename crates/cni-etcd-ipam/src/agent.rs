@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 
 use super::allocator::{Allocation, Allocator};
 use super::batch::Batcher;
-use super::config::EtcdIpamConfig;
+use super::config::EtcdIpamConf;
 use super::error::EtcdIpamError;
 use super::metrics::{op_label, AgentMetrics};
 
@@ -146,7 +146,7 @@ impl Agent {
         self.allocators.lock().unwrap_or_else(|p| p.into_inner()).by_config.len()
     }
 
-    fn allocator(&self, conf: EtcdIpamConfig) -> Result<Arc<Batcher>, EtcdIpamError> {
+    fn allocator(&self, conf: EtcdIpamConf) -> Result<Arc<Batcher>, EtcdIpamError> {
         let key = format!(
             "{}|{}|{:?}|{:?}|{}|{}|{:?}",
             conf.network, conf.node, conf.endpoints, conf.pools, conf.block_len, conf.prefix, conf.tls
@@ -187,7 +187,7 @@ impl Agent {
     }
 
     fn answer(&self, request: &Value) -> Result<Value, EtcdIpamError> {
-        let conf = EtcdIpamConfig::parse(request["config"].to_string().as_bytes())?;
+        let conf = EtcdIpamConf::parse(request["config"].to_string().as_bytes())?;
         let handle = request["handle"]
             .as_str()
             .ok_or_else(|| EtcdIpamError::Decode("request without handle".into()))?;
@@ -286,17 +286,17 @@ mod tests {
         for n in 0..4 {
             agent
                 .allocator(
-                    EtcdIpamConfig::parse(request(&format!("net{n}"))["config"].to_string().as_bytes())
+                    EtcdIpamConf::parse(request(&format!("net{n}"))["config"].to_string().as_bytes())
                         .unwrap(),
                 )
                 .unwrap();
         }
-        let first = EtcdIpamConfig::parse(request("net0")["config"].to_string().as_bytes()).unwrap();
+        let first = EtcdIpamConf::parse(request("net0")["config"].to_string().as_bytes()).unwrap();
         let kept = agent.allocator(first.clone()).unwrap();
         // A client sending ever new configurations: the cache never grows past its cap.
         for n in 4..200 {
             let conf =
-                EtcdIpamConfig::parse(request(&format!("net{n}"))["config"].to_string().as_bytes()).unwrap();
+                EtcdIpamConf::parse(request(&format!("net{n}"))["config"].to_string().as_bytes()).unwrap();
             agent.allocator(conf).unwrap();
             assert!(agent.cached_allocators() <= 4);
             // net0 stays in use, so it is never the one dropped.

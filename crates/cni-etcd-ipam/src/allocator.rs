@@ -23,7 +23,7 @@ use cni_etcd::{Client, Compare, KeyValue, Op, Txn};
 use ipnet::IpNet;
 
 use super::block::{candidates, Block, Offset};
-use super::config::EtcdIpamConfig;
+use super::config::EtcdIpamConf;
 use super::error::EtcdIpamError;
 use super::keys::{Handle, Keys};
 
@@ -79,7 +79,7 @@ fn allocation_of(handle: &Handle) -> Result<Allocation, EtcdIpamError> {
 
 /// An allocator for one network on one node.
 pub struct Allocator {
-    pub conf: EtcdIpamConfig,
+    pub conf: EtcdIpamConf,
     pub keys: Keys,
     pub client: Client,
     /// The node's block this allocator last wrote, at the revision of that write.
@@ -87,7 +87,7 @@ pub struct Allocator {
 }
 
 impl Allocator {
-    pub fn new(conf: EtcdIpamConfig, client: Client) -> Allocator {
+    pub fn new(conf: EtcdIpamConf, client: Client) -> Allocator {
         Allocator { keys: Keys::new(&conf), conf, client, cached: None }
     }
 

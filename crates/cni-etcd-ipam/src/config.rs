@@ -32,7 +32,7 @@ use super::error::EtcdIpamError;
 pub const DEFAULT_PREFIX: &str = "/cni-rs/ipam";
 
 #[derive(Deserialize)]
-pub(crate) struct RawNetConf {
+pub(crate) struct RawConf {
     #[serde(default)]
     name: String,
     ipam: RawIpam,
@@ -60,7 +60,7 @@ struct RawIpam {
 
 /// The validated configuration.
 #[derive(Debug, Clone)]
-pub struct EtcdIpamConfig {
+pub struct EtcdIpamConf {
     pub network: String,
     pub endpoints: Vec<String>,
     pub pools: Vec<IpNet>,
@@ -164,9 +164,9 @@ fn pools_and_block_len(pools: &[String], block_size: Option<u8>) -> Result<(Vec<
     Ok((pools, block_len))
 }
 
-impl EtcdIpamConfig {
-    pub fn parse(stdin: &[u8]) -> Result<EtcdIpamConfig, EtcdIpamError> {
-        let raw: RawNetConf = serde_json::from_slice(stdin)
+impl EtcdIpamConf {
+    pub fn parse(stdin: &[u8]) -> Result<EtcdIpamConf, EtcdIpamError> {
+        let raw: RawConf = serde_json::from_slice(stdin)
             .map_err(|e| EtcdIpamError::Decode(format!("configuration: {e}")))?;
         validate_segment("name", &raw.name)?;
         let ipam = raw.ipam;
@@ -186,7 +186,7 @@ impl EtcdIpamConfig {
             return Err(invalid("ipam.nodeGracePeriodSeconds: at least 2"));
         }
         let timeout = Duration::from_millis(ipam.timeout_ms.unwrap_or(2000).max(1));
-        Ok(EtcdIpamConfig {
+        Ok(EtcdIpamConf {
             network: raw.name,
             endpoints: ipam.endpoints,
             pools,
@@ -213,8 +213,8 @@ impl EtcdIpamConfig {
 mod tests {
     use super::*;
 
-    fn parse(ipam: &str) -> Result<EtcdIpamConfig, EtcdIpamError> {
-        EtcdIpamConfig::parse(format!(r#"{{"name":"net","ipam":{ipam}}}"#).as_bytes())
+    fn parse(ipam: &str) -> Result<EtcdIpamConf, EtcdIpamError> {
+        EtcdIpamConf::parse(format!(r#"{{"name":"net","ipam":{ipam}}}"#).as_bytes())
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use super::config::EtcdIpamConfig;
+use super::config::EtcdIpamConf;
 
 /// What an attachment holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,7 +32,7 @@ pub struct Keys {
 }
 
 impl Keys {
-    pub fn new(conf: &EtcdIpamConfig) -> Keys {
+    pub fn new(conf: &EtcdIpamConf) -> Keys {
         Keys {
             root: format!("{}/{}/", conf.prefix, conf.network),
             prefix: conf.prefix.clone(),

@@ -43,7 +43,7 @@ pub const NAME: &str = "etcd-ipam";
 /// The keys etcd-ipam's configuration accepts beyond the common ones (what `cnitool
 /// validate` and the docs drift test check against); `None` when `name` is not etcd-ipam.
 pub fn plugin_keys(name: &str) -> Option<Keys> {
-    (name == NAME).then(config_keys::<config::RawNetConf>)
+    (name == NAME).then(config_keys::<config::RawConf>)
 }
 
 /// etcd-ipam's parsing and validation of a request, before any etcd work (for `cnitool

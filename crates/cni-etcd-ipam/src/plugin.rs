@@ -8,7 +8,7 @@ use cni_types::{Dns, IpConfig};
 
 use super::agent;
 use super::allocator::Allocator;
-use super::config::EtcdIpamConfig;
+use super::config::EtcdIpamConf;
 use super::error::EtcdIpamError;
 use super::keys::handle_id;
 use super::liveness;
@@ -26,9 +26,9 @@ fn load(req: &Request) -> Result<Allocator, CniError> {
     Ok(Allocator::new(conf, client))
 }
 
-pub(crate) fn parse(req: &Request) -> Result<EtcdIpamConfig, CniError> {
+pub(crate) fn parse(req: &Request) -> Result<EtcdIpamConf, CniError> {
     req.args.check_known(&[])?;
-    Ok(EtcdIpamConfig::parse(&req.stdin)?)
+    Ok(EtcdIpamConf::parse(&req.stdin)?)
 }
 
 impl Plugin for EtcdIpam {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use cni_etcd_ipam::allocator::Allocator;
 use cni_etcd_ipam::block::Block;
-use cni_etcd_ipam::config::EtcdIpamConfig;
+use cni_etcd_ipam::config::EtcdIpamConf;
 use cni_etcd_testing::EtcdCluster;
 use cni_testkit::runner::{PluginCall, PluginOutput};
 use serde_json::{json, Value};
@@ -204,7 +204,7 @@ fn racing_nodes_never_share_an_address_even_with_a_member_killed() {
                         // Two threads per node: they race on the node's blocks too.
                         let node = format!("node-{}", t / 2);
                         let conf = conf(&endpoints, "edrace", &node, &["10.82.0.0/20"], 27);
-                        let conf = EtcdIpamConfig::parse(conf.to_string().as_bytes()).unwrap();
+                        let conf = EtcdIpamConf::parse(conf.to_string().as_bytes()).unwrap();
                         let mut client = cni_etcd::Client::new(&endpoints, Duration::from_secs(2)).unwrap();
                         client.prefer(t);
                         let mut allocator = Allocator::new(conf, client);

@@ -15,7 +15,7 @@ use std::time::Duration;
 use cni_etcd_ipam::allocator::Allocator;
 use cni_etcd_ipam::batch::Batcher;
 use cni_etcd_ipam::block::Block;
-use cni_etcd_ipam::config::EtcdIpamConfig;
+use cni_etcd_ipam::config::EtcdIpamConf;
 use cni_etcd_testing::EtcdCluster;
 use ipnet::IpNet;
 use serde_json::json;
@@ -30,7 +30,7 @@ fn allocator_with_blocks(cluster: &EtcdCluster, network: &str, node: &str, block
         "ipam": {"type": "etcd-ipam", "endpoints": cluster.endpoints(), "pools": ["10.95.0.0/16"],
                  "blockSize": block_len, "nodeName": node}
     });
-    let conf = EtcdIpamConfig::parse(conf.to_string().as_bytes()).unwrap();
+    let conf = EtcdIpamConf::parse(conf.to_string().as_bytes()).unwrap();
     Allocator::new(conf, cni_etcd::Client::new(&cluster.endpoints(), Duration::from_secs(2)).unwrap())
 }
 
@@ -229,7 +229,7 @@ fn an_add_of_unknown_outcome_is_released_once_etcd_answers_again() {
         "ipam": {"type": "etcd-ipam", "endpoints": [proxy.endpoint], "pools": ["10.96.0.0/16"],
                  "nodeName": "node-a"}
     });
-    let conf = EtcdIpamConfig::parse(conf.to_string().as_bytes()).unwrap();
+    let conf = EtcdIpamConf::parse(conf.to_string().as_bytes()).unwrap();
     let client = cni_etcd::Client::new(&[&proxy.endpoint], Duration::from_secs(2)).unwrap();
     let batcher = Batcher::new(Allocator::new(conf, client));
     let first = batcher.allocate("c0/eth0").unwrap().address.addr();
@@ -305,7 +305,7 @@ fn a_write_a_member_committed_without_answering_is_repeated_on_the_next_once() {
         "ipam": {"type": "etcd-ipam", "endpoints": endpoints, "pools": ["10.97.0.0/16"],
                  "nodeName": "node-a"}
     });
-    let conf = EtcdIpamConfig::parse(conf.to_string().as_bytes()).unwrap();
+    let conf = EtcdIpamConf::parse(conf.to_string().as_bytes()).unwrap();
     // A timeout no ADD here may wait out: a limit for "never", not a speed claim.
     let timeout = Duration::from_secs(60);
     let mut allocator = Allocator::new(conf, cni_etcd::Client::new(&endpoints, timeout).unwrap());
