@@ -2,35 +2,18 @@
 //! egress qdiscs and is then put back where it came from. Shaping traffic a device
 //! *receives* is done by redirecting it through an IFB with a shaping root qdisc.
 
-use std::os::fd::AsRawFd;
-
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
 use netlink_packet_route::RouteNetlinkMessage;
 
-use super::link::validate_link_name;
 use super::{context, Link, LinkSpec, Netlink};
 use crate::error::Result;
 
 fn ifb_message(spec: &LinkSpec<'_>) -> Result<LinkMessage> {
-    validate_link_name(&spec.name)?;
-    let mut message = LinkMessage::default();
+    let mut message = spec.to_message()?;
     // Created up: an IFB that is down drops what is redirected to it.
     message.header.flags = LinkFlags::Up;
     message.header.change_mask = LinkFlags::Up;
-    message.attributes.push(LinkAttribute::IfName(spec.name.clone()));
-    if let Some(mtu) = spec.mtu {
-        message.attributes.push(LinkAttribute::Mtu(mtu));
-    }
-    if let Some(mac) = spec.mac {
-        message.attributes.push(LinkAttribute::Address(mac.0.to_vec()));
-    }
-    if let Some(txqlen) = spec.txqlen {
-        message.attributes.push(LinkAttribute::TxQueueLen(txqlen));
-    }
-    if let Some(ns) = spec.netns {
-        message.attributes.push(LinkAttribute::NetNsFd(ns.as_raw_fd()));
-    }
     message.attributes.push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Ifb)]));
     Ok(message)
 }
@@ -62,5 +45,8 @@ mod tests {
         assert!(message.attributes.contains(&LinkAttribute::TxQueueLen(1000)));
         assert!(message.attributes.contains(&LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Ifb)])));
         assert!(ifb_message(&LinkSpec::new("much-too-long-ifb-name")).is_err());
+        // The group is taken at creation (bandwidth marks an IFB it has not labelled yet).
+        let grouped = ifb_message(&LinkSpec::new("bwp0123456789a").group(7)).unwrap();
+        assert!(grouped.attributes.contains(&LinkAttribute::Group(7)));
     }
 }

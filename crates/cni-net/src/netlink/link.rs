@@ -76,6 +76,8 @@ pub struct Link {
     /// The namespace id (as seen from this namespace) where `link` lives, if elsewhere.
     pub link_netnsid: Option<i32>,
     pub txqlen: Option<u32>,
+    /// `IFLA_GROUP` (0, the default group, unless set).
+    pub group: u32,
     /// Port options, when the link is enslaved to a bridge.
     pub bridge_port: Option<BridgePort>,
 }
@@ -121,12 +123,14 @@ impl Link {
             link: None,
             link_netnsid: None,
             txqlen: None,
+            group: 0,
             bridge_port: None,
         };
         for attribute in &message.attributes {
             match attribute {
                 LinkAttribute::IfName(name) => link.name = name.clone(),
                 LinkAttribute::Mtu(mtu) => link.mtu = *mtu,
+                LinkAttribute::Group(group) => link.group = *group,
                 LinkAttribute::Address(bytes) => link.mac = MacAddr::from_slice(bytes),
                 LinkAttribute::Controller(master) if *master != 0 => link.master = Some(*master),
                 LinkAttribute::IfAlias(alias) => link.alias = Some(alias.clone()),

@@ -25,6 +25,9 @@ pub struct LinkSpec<'a> {
     pub mtu: Option<u32>,
     pub mac: Option<MacAddr>,
     pub txqlen: Option<u32>,
+    /// The link's group (`IFLA_GROUP`), one of the few properties the kernel takes at
+    /// creation: a mark that exists from the link's first moment.
+    pub group: Option<u32>,
     /// Create the link directly in this namespace instead of the socket's (much cheaper
     /// than creating and then moving it).
     pub netns: Option<&'a NetNs>,
@@ -33,7 +36,7 @@ pub struct LinkSpec<'a> {
 impl<'a> LinkSpec<'a> {
     /// A spec with just a name.
     pub fn new(name: impl Into<String>) -> LinkSpec<'a> {
-        LinkSpec { name: name.into(), mtu: None, mac: None, txqlen: None, netns: None }
+        LinkSpec { name: name.into(), mtu: None, mac: None, txqlen: None, group: None, netns: None }
     }
 
     /// Sets the MTU.
@@ -51,6 +54,12 @@ impl<'a> LinkSpec<'a> {
     /// Sets the transmit queue length.
     pub fn txqlen(mut self, txqlen: u32) -> Self {
         self.txqlen = Some(txqlen);
+        self
+    }
+
+    /// Sets the group the link is created in.
+    pub fn group(mut self, group: u32) -> Self {
+        self.group = Some(group);
         self
     }
 
@@ -72,6 +81,9 @@ impl<'a> LinkSpec<'a> {
         }
         if let Some(txqlen) = self.txqlen {
             message.attributes.push(LinkAttribute::TxQueueLen(txqlen));
+        }
+        if let Some(group) = self.group {
+            message.attributes.push(LinkAttribute::Group(group));
         }
         if let Some(ns) = self.netns {
             message.attributes.push(LinkAttribute::NetNsFd(ns.as_raw_fd()));

@@ -101,6 +101,28 @@ impl Netlink {
         )
     }
 
+    /// Sets the alias and the group in one change, so a reader sees both old or both new
+    /// (bandwidth labels its IFB this way: see [`super::LinkSpec::group`]).
+    pub fn set_link_alias_and_group(&mut self, index: u32, alias: &str, group: u32) -> Result<()> {
+        self.change_link(
+            index,
+            || format!("set alias {alias:?} and group {group}"),
+            |message| {
+                message.attributes.push(LinkAttribute::IfAlias(alias.to_string()));
+                message.attributes.push(LinkAttribute::Group(group));
+            },
+        )
+    }
+
+    /// Sets the group.
+    pub fn set_link_group(&mut self, index: u32, group: u32) -> Result<()> {
+        self.change_link(
+            index,
+            || format!("set group {group}"),
+            |message| message.attributes.push(LinkAttribute::Group(group)),
+        )
+    }
+
     /// Sets the transmit queue length.
     pub fn set_link_txqlen(&mut self, index: u32, txqlen: u32) -> Result<()> {
         self.change_link(

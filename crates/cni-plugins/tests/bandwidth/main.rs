@@ -245,6 +245,42 @@ fn gc_removes_ifbs_of_attachments_no_longer_in_use() {
     ok(call("bandwidth", "STATUS", &env.host, None, &gc).run());
 }
 
+/// A bandwidth ADD killed between creating its IFB and labelling it leaves one GC cannot
+/// attribute by alias: the group it is created in marks it. Played here by making such an
+/// IFB by hand, next to an unlabelled IFB outside the group (as the reference makes them),
+/// which GC must leave alone, and a live one of ours, labelled and back in group 0.
+#[test]
+fn gc_removes_an_ifb_whose_add_was_killed_before_labelling_it() {
+    use cni_net::netlink::LinkSpec;
+    // The group the plugin creates an IFB in until its alias is set, pinned here: it is
+    // state on the node, so a newer plugin's GC must know an older one's half-made IFBs.
+    const UNLABELLED_IFB_GROUP: u32 = 0x6277_6966;
+    let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
+    let c = &env.containers[0];
+    let prev = attach("1.1.0", &env.host, c, "cnhbrb", "10.163.0.2/24");
+    let limits = json!({"egressRate": 1_000_000, "egressBurst": 100_000});
+    let live = ifb_from_result(
+        &env.host,
+        &common::add("bandwidth", &env.host, c, &conf("1.1.0", limits, Some(&prev))),
+    );
+    let mut nl = env.host.netlink().unwrap();
+    let live = nl.link_by_name(&live.name).unwrap().unwrap();
+    assert_eq!(live.group, 0, "a labelled IFB leaves the mark group: {live:?}");
+    assert!(live.alias.is_some(), "{live:?}");
+
+    let half_made = "bwp0123456789ab".to_string();
+    nl.add_ifb(&LinkSpec::new(half_made.clone()).group(UNLABELLED_IFB_GROUP)).unwrap();
+    let foreign = "bwpba9876543210".to_string();
+    nl.add_ifb(&LinkSpec::new(foreign.clone())).unwrap();
+
+    let mut gc = conf("1.1.0", json!({}), None);
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": c.name(), "ifname": "eth0"}]);
+    ok(call("bandwidth", "GC", &env.host, None, &gc).run());
+    assert!(nl.link_by_name(&half_made).unwrap().is_none(), "the half-made IFB is gone");
+    assert!(nl.link_by_name(&foreign).unwrap().is_some(), "an IFB outside the mark group stays");
+    assert!(nl.link_by_name(&live.name).unwrap().is_some(), "the live attachment's IFB stays");
+}
+
 #[test]
 fn every_version_passes_its_result_on() {
     let env = HostAndContainers::with_prefix(PREFIX, 4).unwrap();

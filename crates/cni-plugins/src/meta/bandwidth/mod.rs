@@ -5,7 +5,11 @@
 //! A chained plugin: it needs the container's veth (made by `bridge` or `ptp`) and passes
 //! `prevResult` on, with the IFB device it made for egress shaping appended. The IFB is
 //! named like the reference's (`bwp` + hash of network and container ID) and carries the
-//! attachment in its alias, so GC finds the ones of containers that are gone. DEL deletes
+//! attachment in its alias, so GC finds the ones of containers that are gone. The kernel
+//! takes no alias when it creates a link, so a plugin killed between the two steps would
+//! leave an IFB GC cannot attribute: the IFB is therefore created in
+//! [`UNLABELLED_IFB_GROUP`] and leaves it in the same change that sets its alias, and GC
+//! deletes an IFB still in that group without an alias. DEL deletes
 //! the IFB; the veth's qdiscs go with the veth (and are removed if the veth is still there).
 
 pub mod config;
@@ -26,6 +30,11 @@ pub const IFB_PREFIX: &str = "bwp";
 /// The prefix of the alias of our IFB devices: `cni-bandwidth:<network>:<containerID>:<ifname>`
 /// (none of the three may contain a colon).
 pub const ALIAS_PREFIX: &str = "cni-bandwidth";
+/// The link group an IFB is created in until its alias is set (the group, unlike the
+/// alias, is taken at creation): one found there without an alias was made by a bandwidth
+/// ADD killed in between. Any IFB outside it without our alias (the reference's, an
+/// operator's) is never touched by GC.
+pub const UNLABELLED_IFB_GROUP: u32 = 0x6277_6966; // "bwif"
 /// Longest alias the kernel stores.
 const MAX_ALIAS: usize = 255;
 
@@ -49,6 +58,14 @@ fn parse_alias(alias: &str) -> Option<(&str, &str, &str)> {
         return None;
     }
     Some((parts.next()?, parts.next()?, parts.next()?))
+}
+
+/// An IFB a bandwidth ADD created and did not live to label (see [`UNLABELLED_IFB_GROUP`]).
+fn is_unlabelled(link: &Link) -> bool {
+    shaping::is_ifb(link)
+        && link.group == UNLABELLED_IFB_GROUP
+        && link.alias.is_none()
+        && link.name.starts_with(IFB_PREFIX)
 }
 
 /// The host end of the container's veth: the container interface's peer, cross-checked
@@ -120,7 +137,7 @@ impl Bandwidth {
         let mut ifb = None;
         if let Some(params) = egress {
             let name = ifb_name(&req.conf.name, &req.container_id);
-            let mut spec = LinkSpec::new(name.clone()).mtu(veth.mtu);
+            let mut spec = LinkSpec::new(name.clone()).mtu(veth.mtu).group(UNLABELLED_IFB_GROUP);
             if let Some(txqlen) = veth.txqlen.filter(|len| *len > 0) {
                 spec = spec.txqlen(txqlen);
             }
@@ -137,9 +154,11 @@ impl Bandwidth {
             shaping::created_link(&mut rollback, &link);
             let alias = ifb_alias(req);
             if alias.len() <= MAX_ALIAS {
-                host.set_link_alias(link.index, &alias).or_cni(&format!("set the alias of {name}"))?;
+                host.set_link_alias_and_group(link.index, &alias, 0)
+                    .or_cni(&format!("set the alias of {name}"))?;
             } else {
                 eprintln!("bandwidth: alias {alias:?} is too long; GC will not find {name}");
+                host.set_link_group(link.index, 0).or_cni(&format!("set the group of {name}"))?;
             }
             // Shape first, then redirect: nothing reaches the IFB unshaped.
             shaping::install_root_tbf(host, &link, params, &mut rollback)?;
@@ -230,6 +249,14 @@ impl Plugin for Bandwidth {
         let mut host = Netlink::new().or_cni("open netlink on the host")?;
         let mut errors = GcErrors::new();
         for link in host.links().or_cni("list links")? {
+            if is_unlabelled(&link) {
+                // A bandwidth ADD was killed between creating it and labelling it (of this
+                // network or another: nothing says which, and no attachment owns it).
+                if let Err(e) = host.delete_link(link.index).ignore_missing() {
+                    errors.push(format!("IFB {}", link.name), CniError::internal(format!("delete: {e}")));
+                }
+                continue;
+            }
             let Some((network, container_id, ifname)) =
                 link.alias.as_deref().filter(|_| shaping::is_ifb(&link)).and_then(parse_alias)
             else {
