@@ -43,9 +43,34 @@ pub fn until(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
     eventually(what, limit, || condition().then_some(()))
 }
 
+/// Runs `work` on a thread of its own and waits up to `limit` for it to finish; the test
+/// fails naming `what` otherwise (the thread is left behind, as a hung call cannot be
+/// stopped from outside). For a call that must not wait out a much longer timeout of its
+/// own: give it one far beyond `limit` (an hour), so a wrong call cannot pass by luck.
+pub fn finishes<T: Send + 'static>(
+    what: &str,
+    limit: Duration,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let thread = std::thread::spawn(work);
+    until(what, limit, || thread.is_finished());
+    thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finishes_returns_what_the_work_gave_and_fails_on_work_that_never_ends() {
+        assert_eq!(finishes("a quick sum", EVENTUALLY, || 2 + 2), 4);
+        let (_hold, wait) = std::sync::mpsc::channel::<()>();
+        let hung = std::panic::catch_unwind(move || {
+            finishes("work that waits for nobody", Duration::from_millis(50), move || wait.recv())
+        });
+        let message = *hung.unwrap_err().downcast::<String>().unwrap();
+        assert!(message.contains("work that waits for nobody"), "{message}");
+    }
 
     #[test]
     fn poll_returns_the_first_value_the_check_gives() {
