@@ -2,30 +2,37 @@
 //! the pods and network it is used with (the CRI suite in `tests/cri.rs`, cni-bench's cri
 //! workload).
 //!
-//! The client speaks the CRI gRPC API (`runtime.v1`, generated from the protos the
-//! `k8s-cri` crate ships) over containerd's socket, blocking on a current-thread runtime
-//! of its own. The network is a typical Kubernetes bridge network: bridge + host-local,
-//! portmap and bandwidth (with their capabilities), firewall, tuning.
+//! The client speaks the CRI gRPC API (`runtime.v1`) over containerd's socket, blocking on
+//! a current-thread runtime of its own: tonic's generic gRPC client with the few messages
+//! it sends and reads written out by hand in [`api`], so that nothing is generated at
+//! build time (no build script, no `protoc`). The network is a typical Kubernetes bridge
+//! network: bridge + host-local, portmap and bandwidth (with their capabilities), firewall,
+//! tuning.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use hyper_util::rt::TokioIo;
-use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
-use k8s_cri::v1::{
-    ContainerConfig, ContainerMetadata, CreateContainerRequest, DnsConfig, ImageSpec, NamespaceMode,
-    NamespaceOption, NetworkConfig, PodSandboxConfig, PodSandboxMetadata, PodSandboxStatusRequest,
-    PortMapping, Protocol, RemovePodSandboxRequest, RunPodSandboxRequest, RuntimeConfig,
-    StartContainerRequest, StatusRequest, StopPodSandboxRequest, UpdateRuntimeConfigRequest,
+use api::{
+    ContainerConfig, ContainerMetadata, CreateContainerRequest, CreateContainerResponse, DnsConfig,
+    ImageSpec, LinuxPodSandboxConfig, LinuxSandboxSecurityContext, NamespaceMode, NamespaceOption,
+    NetworkConfig, PodSandboxConfig, PodSandboxMetadata, PodSandboxStatusRequest, PodSandboxStatusResponse,
+    PortMapping, Protocol, RemovePodSandboxRequest, RemovePodSandboxResponse, RunPodSandboxRequest,
+    RunPodSandboxResponse, RuntimeConfig, StartContainerRequest, StartContainerResponse, StatusRequest,
+    StatusResponse, StopPodSandboxRequest, StopPodSandboxResponse, UpdateRuntimeConfigRequest,
+    UpdateRuntimeConfigResponse,
 };
+use http::uri::PathAndQuery;
+use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
+use tonic::client::Grpc;
 use tonic::transport::{Channel, Endpoint, Uri};
+use tonic_prost::ProstCodec;
 
 use crate::containerd::Containerd;
 use crate::image::IMAGE_NAME;
 
 /// The CRI messages, for callers that build their own.
-pub use k8s_cri::v1 as api;
+pub mod api;
 
 /// The network's name, subnets (as address prefixes), gateway and bridge.
 pub const NETWORK: &str = "cne-cri";
@@ -77,10 +84,38 @@ pub fn conflist_with(tuning: Value, dual_stack: bool) -> String {
     .to_string()
 }
 
+/// The `runtime.v1.RuntimeService` methods called here, as gRPC paths.
+const RUN_POD_SANDBOX: &str = "/runtime.v1.RuntimeService/RunPodSandbox";
+const STOP_POD_SANDBOX: &str = "/runtime.v1.RuntimeService/StopPodSandbox";
+const REMOVE_POD_SANDBOX: &str = "/runtime.v1.RuntimeService/RemovePodSandbox";
+const POD_SANDBOX_STATUS: &str = "/runtime.v1.RuntimeService/PodSandboxStatus";
+const CREATE_CONTAINER: &str = "/runtime.v1.RuntimeService/CreateContainer";
+const START_CONTAINER: &str = "/runtime.v1.RuntimeService/StartContainer";
+const UPDATE_RUNTIME_CONFIG: &str = "/runtime.v1.RuntimeService/UpdateRuntimeConfig";
+const STATUS: &str = "/runtime.v1.RuntimeService/Status";
+
+/// A unary call of `method` (one of the paths above) with `request`, answered by a `Resp`.
+/// Takes its own client: clones of one share the connection, so calls can run concurrently.
+async fn call<Req, Resp>(
+    mut client: Grpc<Channel>,
+    method: &'static str,
+    request: Req,
+) -> Result<Resp, tonic::Status>
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static,
+{
+    client.ready().await.map_err(|e| tonic::Status::unknown(format!("the CRI channel is not ready: {e}")))?;
+    let path = PathAndQuery::from_static(method);
+    let response =
+        client.unary(tonic::Request::new(request), path, ProstCodec::<Req, Resp>::default()).await?;
+    Ok(response.into_inner())
+}
+
 /// A CRI client on containerd's socket, blocking (a current-thread runtime of its own).
 pub struct Cri {
     runtime: tokio::runtime::Runtime,
-    client: RuntimeServiceClient<Channel>,
+    client: Grpc<Channel>,
 }
 
 impl Cri {
@@ -97,9 +132,18 @@ impl Cri {
                 }),
             ))
             .expect("connect to containerd's CRI socket");
-        let mut cri = Cri { runtime, client: RuntimeServiceClient::new(channel) };
+        let mut cri = Cri { runtime, client: Grpc::new(channel) };
         cri.wait_until_ready();
         cri
+    }
+
+    /// A unary call of `method`, blocking until its answer.
+    fn call<Req, Resp>(&mut self, method: &'static str, request: Req) -> Result<Resp, tonic::Status>
+    where
+        Req: prost::Message + Send + Sync + 'static,
+        Resp: prost::Message + Default + Send + Sync + 'static,
+    {
+        self.runtime.block_on(call(self.client.clone(), method, request))
     }
 
     /// Waits until the CRI plugin answers `Status` (it serves a while after containerd's
@@ -107,7 +151,7 @@ impl Cri {
     fn wait_until_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let answer = self.runtime.block_on(self.client.status(StatusRequest { verbose: false }));
+            let answer: Result<StatusResponse, _> = self.call(STATUS, StatusRequest { verbose: false });
             match answer {
                 Ok(_) => return,
                 Err(e) if Instant::now() > deadline => panic!("the CRI plugin never became ready: {e}"),
@@ -118,14 +162,14 @@ impl Cri {
 
     pub fn run_pod(&mut self, config: PodSandboxConfig) -> Result<String, tonic::Status> {
         let request = RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() };
-        let response = self.runtime.block_on(self.client.run_pod_sandbox(request))?;
-        Ok(response.into_inner().pod_sandbox_id)
+        let response: RunPodSandboxResponse = self.call(RUN_POD_SANDBOX, request)?;
+        Ok(response.pod_sandbox_id)
     }
 
     /// The pod's IPs as containerd reports them, and its verbose info.
     pub fn status(&mut self, id: &str) -> (String, Vec<String>, Value) {
         let request = PodSandboxStatusRequest { pod_sandbox_id: id.to_string(), verbose: true };
-        let response = self.runtime.block_on(self.client.pod_sandbox_status(request)).unwrap().into_inner();
+        let response: PodSandboxStatusResponse = self.call(POD_SANDBOX_STATUS, request).unwrap();
         let network = response.status.and_then(|s| s.network).unwrap_or_default();
         let info =
             response.info.get("info").map(|text| serde_json::from_str(text).unwrap()).unwrap_or(Value::Null);
@@ -136,9 +180,9 @@ impl Cri {
     /// the sandbox IDs in order.
     pub fn run_pods(&mut self, configs: Vec<PodSandboxConfig>) -> Vec<String> {
         let calls = configs.into_iter().map(|config| {
-            let mut client = self.client.clone();
             let request = RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() };
-            async move { client.run_pod_sandbox(request).await.map(|r| r.into_inner().pod_sandbox_id) }
+            let response = call::<_, RunPodSandboxResponse>(self.client.clone(), RUN_POD_SANDBOX, request);
+            async move { response.await.map(|r| r.pod_sandbox_id) }
         });
         let tasks: Vec<_> = calls.map(|call| self.runtime.spawn(call)).collect();
         tasks.into_iter().map(|task| self.runtime.block_on(task).unwrap().expect("RunPodSandbox")).collect()
@@ -146,8 +190,8 @@ impl Cri {
 
     /// Whether the runtime reports its `NetworkReady` condition true.
     pub fn network_ready(&mut self) -> bool {
-        let status = self.runtime.block_on(self.client.status(StatusRequest { verbose: false })).unwrap();
-        let conditions = status.into_inner().status.map(|s| s.conditions).unwrap_or_default();
+        let status: StatusResponse = self.call(STATUS, StatusRequest { verbose: false }).unwrap();
+        let conditions = status.status.map(|s| s.conditions).unwrap_or_default();
         conditions.iter().any(|c| c.r#type == "NetworkReady" && c.status)
     }
 
@@ -158,7 +202,8 @@ impl Cri {
                 network_config: Some(NetworkConfig { pod_cidr: cidr.to_string() }),
             }),
         };
-        self.runtime.block_on(self.client.update_runtime_config(request)).expect("UpdateRuntimeConfig");
+        let _: UpdateRuntimeConfigResponse =
+            self.call(UPDATE_RUNTIME_CONFIG, request).expect("UpdateRuntimeConfig");
     }
 
     /// Creates and starts a container running `command` in pod `sandbox_id`.
@@ -171,29 +216,27 @@ impl Cri {
     ) {
         let config = ContainerConfig {
             metadata: Some(ContainerMetadata { name: name.to_string(), attempt: 0 }),
-            image: Some(ImageSpec { image: IMAGE_NAME.to_string(), ..Default::default() }),
+            image: Some(ImageSpec { image: IMAGE_NAME.to_string() }),
             command: command.iter().map(|c| c.to_string()).collect(),
-            ..Default::default()
         };
         let request = CreateContainerRequest {
             pod_sandbox_id: sandbox_id.to_string(),
             config: Some(config),
             sandbox_config: Some(sandbox_config),
         };
-        let created = self.runtime.block_on(self.client.create_container(request)).expect("CreateContainer");
-        let container_id = created.into_inner().container_id;
-        let request = StartContainerRequest { container_id };
-        self.runtime.block_on(self.client.start_container(request)).expect("StartContainer");
+        let created: CreateContainerResponse = self.call(CREATE_CONTAINER, request).expect("CreateContainer");
+        let request = StartContainerRequest { container_id: created.container_id };
+        let _: StartContainerResponse = self.call(START_CONTAINER, request).expect("StartContainer");
     }
 
     pub fn stop(&mut self, id: &str) {
         let request = StopPodSandboxRequest { pod_sandbox_id: id.to_string() };
-        self.runtime.block_on(self.client.stop_pod_sandbox(request)).expect("StopPodSandbox");
+        let _: StopPodSandboxResponse = self.call(STOP_POD_SANDBOX, request).expect("StopPodSandbox");
     }
 
     pub fn remove(&mut self, id: &str) {
         let request = RemovePodSandboxRequest { pod_sandbox_id: id.to_string() };
-        self.runtime.block_on(self.client.remove_pod_sandbox(request)).expect("RemovePodSandbox");
+        let _: RemovePodSandboxResponse = self.call(REMOVE_POD_SANDBOX, request).expect("RemovePodSandbox");
     }
 }
 
@@ -222,19 +265,15 @@ pub fn pod(name: &str) -> PodSandboxConfig {
             ("kubernetes.io/ingress-bandwidth".to_string(), "1M".to_string()),
             ("kubernetes.io/egress-bandwidth".to_string(), "2M".to_string()),
         ]),
-        linux: Some(k8s_cri::v1::LinuxPodSandboxConfig {
-            security_context: Some(k8s_cri::v1::LinuxSandboxSecurityContext {
+        linux: Some(LinuxPodSandboxConfig {
+            security_context: Some(LinuxSandboxSecurityContext {
                 namespace_options: Some(NamespaceOption {
                     network: NamespaceMode::Pod as i32,
                     pid: NamespaceMode::Pod as i32,
                     ipc: NamespaceMode::Pod as i32,
-                    ..Default::default()
                 }),
-                ..Default::default()
             }),
-            ..Default::default()
         }),
-        ..Default::default()
     }
 }
 
