@@ -181,18 +181,16 @@ impl Store {
     }
 
     /// Removes the temporary files of saves a killed daemon never renamed into place
-    /// (`.<record>.tmp.<pid>` of a dead pid, and the `.<record>.tmp` of earlier versions);
+    /// (`.<record>.tmp.<pid>` no writer holds, and the `.<record>.tmp` of earlier versions);
     /// for a daemon starting up, before it serves. Returns the paths removed.
     pub fn remove_abandoned_temp_files(&self) -> io::Result<Vec<PathBuf>> {
-        let mut abandoned = cni_os::fs::stale_temp_files(&self.dir);
+        let mut abandoned = cni_os::fs::remove_abandoned_temp_files(&self.dir)?;
         for entry in fs::read_dir(&self.dir)?.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.starts_with('.') && name.ends_with(".json.tmp") && entry.file_type()?.is_file() {
+                fs::remove_file(entry.path())?;
                 abandoned.push(entry.path());
             }
-        }
-        for path in &abandoned {
-            fs::remove_file(path)?;
         }
         Ok(abandoned)
     }

@@ -202,9 +202,7 @@ impl StateDir {
     pub fn remove_network_if_empty(&self, network: &str) -> Result<bool, StoreError> {
         let hosts = self.hosts_dir(network);
         // Temporary files of plugins killed before their rename are nobody's record.
-        for stale in cni_os::fs::stale_temp_files(&hosts) {
-            let _ = fs::remove_file(stale);
-        }
+        let _ = cni_os::fs::remove_abandoned_temp_files(&hosts);
         match fs::read_dir(&hosts) {
             Ok(mut entries) => {
                 if entries

@@ -22,8 +22,8 @@ pub enum Durability {
 /// The temporary file a write of `path` goes through: `.<file name>.tmp.<pid>` beside it.
 /// Hidden (a directory listing that looks for records by suffix never takes it for one),
 /// named after the whole file name (a container ID may contain dots, so cutting at an
-/// extension could make two records share one), and carrying the writer's pid so a
-/// cleaner can tell a live writer's file from one a killed writer left behind.
+/// extension could make two records share one), and carrying the writer's pid so that two
+/// processes writing one record never share a temporary file.
 pub fn temp_path(path: &Path) -> PathBuf {
     let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
     path.with_file_name(format!(".{name}.tmp.{}", std::process::id()))
@@ -36,47 +36,127 @@ pub fn temp_writer(name: &str) -> Option<u32> {
     pid.parse().ok()
 }
 
-/// The temporary files in `dir` whose writer no longer runs (killed between its write and
-/// its rename). A file whose pid is in use again is left for a later sweep.
-pub fn stale_temp_files(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
-    entries
-        .flatten()
-        .filter(|entry| {
-            let name = entry.file_name();
-            let writer = temp_writer(&name.to_string_lossy());
-            writer.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
-        })
-        .map(|entry| entry.path())
-        .collect()
+/// Removes the temporary files in `dir` whose writer is gone (killed between creating the
+/// file and renaming it into place); returns the paths removed.
+///
+/// A writer holds an exclusive `flock` on its temporary file from before the file has a
+/// name (it is made unnamed with `O_TMPFILE`, locked, then linked in) until after the
+/// rename, and the kernel drops the lock when the writer dies. So a temporary file whose
+/// lock can be taken has no writer, whatever its age, whatever pid namespace the writer
+/// ran in and whether its pid is in use again; a file being written right now is never
+/// taken. The lock is held while the name is checked to still be that file and removed,
+/// so a new write that took the name meanwhile is left alone.
+pub fn remove_abandoned_temp_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        if temp_writer(&entry.file_name().to_string_lossy()).is_none() {
+            continue;
+        }
+        let path = entry.path();
+        if remove_if_abandoned(&path)? {
+            removed.push(path);
+        }
+    }
+    Ok(removed)
+}
+
+/// Removes the temporary file `path` when no writer holds its lock: `Ok(true)` if removed.
+fn remove_if_abandoned(path: &Path) -> io::Result<bool> {
+    let opened = OpenOptions::new()
+        .read(true)
+        .custom_flags(nofollow_flags() | OFlags::NONBLOCK.bits() as i32)
+        .open(path);
+    let file = match opened {
+        Ok(file) => file,
+        // Renamed into place or removed meanwhile; a link or a FIFO is nobody's write.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let held = file.metadata()?;
+    if !held.is_file() || !crate::lock::try_exclusive(&file)? {
+        return Ok(false);
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(now) if now.dev() == held.dev() && now.ino() == held.ino() => {}
+        _ => return Ok(false),
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Writes `bytes` to `path` atomically with permission bits `mode` (applied at creation,
 /// so the content is never readable under a wider mode, whatever the umask).
 ///
-/// The temporary file is created exclusively and without following a link: a link
-/// planted under its name by another user makes the write fail instead of writing through
-/// it. A leftover of an earlier writer with the same pid is removed first (unlinking
-/// never follows a link). The parent directory must exist.
+/// The temporary file is locked for as long as it has a name (see
+/// [`remove_abandoned_temp_files`]) and linked in only under a free name, never through a
+/// link: a link planted under its name by another user makes the write fail instead of
+/// writing through it. A leftover of an earlier writer with the same pid is removed first
+/// (unlinking never follows a link). The parent directory must exist.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, durability: Durability) -> io::Result<()> {
     let temp = temp_path(path);
     match std::fs::remove_file(&temp) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
-    let written = create_exclusive(&temp, mode).and_then(|mut file| {
+    let written = create_locked_temp(&temp, mode).and_then(|mut file| {
         file.write_all(bytes)?;
         if durability == Durability::Synced {
             file.sync_all()?;
         }
         // The mode given at creation is cut by the umask; set it exactly.
         file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        // Renamed before the file (and so its lock) is closed: a cleaner that can take the
+        // lock finds the name gone or another file's.
         std::fs::rename(&temp, path)
     });
     if written.is_err() {
         let _ = std::fs::remove_file(&temp);
     }
     written
+}
+
+/// Creates `temp` for writing, locked before it has a name: made unnamed in its directory
+/// (`O_TMPFILE`), locked, then linked in under `temp`, which must be free. Where the file
+/// system has no unnamed files (or `/proc` is not mounted), it is created by name and
+/// locked at once: a cleaner running in between would take it for abandoned, and the
+/// write would then fail at its rename rather than leave anything behind.
+fn create_locked_temp(temp: &Path, mode: u32) -> io::Result<File> {
+    let dir = temp.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let unnamed = rustix::fs::open(
+        dir,
+        OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC,
+        rustix::fs::Mode::from_raw_mode(mode),
+    );
+    if let Ok(fd) = unnamed {
+        let file = File::from(fd);
+        crate::lock::exclusive(&file)?;
+        let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file));
+        let linked = rustix::fs::linkat(
+            rustix::fs::CWD,
+            &proc_path,
+            rustix::fs::CWD,
+            temp,
+            rustix::fs::AtFlags::SYMLINK_FOLLOW,
+        );
+        match linked {
+            Ok(()) => return Ok(file),
+            Err(rustix::io::Errno::EXIST) => return Err(io::Error::from(rustix::io::Errno::EXIST)),
+            // No /proc: fall back to a named creation below.
+            Err(_) => {}
+        }
+    }
+    let file = create_exclusive(temp, mode)?;
+    crate::lock::exclusive(&file)?;
+    Ok(file)
 }
 
 /// Creates a new file for writing: fails if anything (a file, a link) has its name.
@@ -298,6 +378,7 @@ pub fn clear_dir_in_place(path: &Path) -> io::Result<Cleared> {
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
+    use std::os::unix::process::CommandExt;
 
     fn mode_of(path: &Path) -> u32 {
         std::fs::symlink_metadata(path).unwrap().mode() & 0o7777
@@ -389,19 +470,81 @@ mod tests {
     }
 
     #[test]
-    fn temp_names_carry_the_writer_and_stale_ones_are_found() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("a.b.json");
-        let temp = temp_path(&path);
+    fn temp_names_carry_the_writer() {
+        let path = Path::new("/state/a.b.json");
+        let temp = temp_path(path);
         let name = temp.file_name().unwrap().to_string_lossy().into_owned();
         assert_eq!(name, format!(".a.b.json.tmp.{}", std::process::id()));
         assert_eq!(temp_writer(&name), Some(std::process::id()));
         assert_eq!(temp_writer("a.b.json"), None);
-        std::fs::write(&temp, "live writer").unwrap();
-        // No process has pid 2^22 + 1 (above the kernel's pid_max limit).
-        let dead = dir.path().join(".a.b.json.tmp.4194305");
-        std::fs::write(&dead, "killed writer").unwrap();
-        assert_eq!(stale_temp_files(dir.path()), vec![dead]);
+    }
+
+    /// A writer holding its temporary file's lock, as `write_atomic` does between creating
+    /// and renaming it: `flock(1)` on the file running a shell that inherits the lock, in a
+    /// process group of their own that the test kills whole.
+    struct Writer(std::process::Child);
+
+    impl Writer {
+        fn holding(temp: &Path) -> Writer {
+            std::fs::write(temp, "half a record").unwrap();
+            let mut child = std::process::Command::new("flock")
+                .arg(temp)
+                .args(["sh", "-c", "echo locked; exec sleep 600"])
+                .stdout(std::process::Stdio::piped())
+                .process_group(0)
+                .spawn()
+                .expect("flock(1) from util-linux");
+            let mut line = String::new();
+            io::BufRead::read_line(&mut io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+            assert_eq!(line, "locked\n");
+            Writer(child)
+        }
+
+        fn kill(mut self) {
+            let group = rustix::process::Pid::from_child(&self.0);
+            rustix::process::kill_process_group(group, rustix::process::Signal::KILL).unwrap();
+            self.0.wait().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_temp_file_is_abandoned_exactly_when_no_writer_holds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = dir.path().join("net-ctr-eth0");
+        write_atomic(&record, b"record", 0o600, Durability::Unsynced).unwrap();
+        // A live writer's file, under its own pid and under another one (a writer in
+        // another pid namespace, or a pid that is in use again): both kept.
+        let live = dir.path().join(".net-ctr-eth0.tmp.4194305");
+        let writer = Writer::holding(&live);
+        let own_pid_live = temp_path(&dir.path().join("other"));
+        let own_writer = Writer::holding(&own_pid_live);
+        // A killed writer's file carrying this very process's (live) pid: abandoned.
+        let killed = temp_path(&dir.path().join("third"));
+        Writer::holding(&killed).kill();
+        assert_eq!(remove_abandoned_temp_files(dir.path()).unwrap(), vec![killed.clone()]);
+        assert!(live.exists() && own_pid_live.exists() && !killed.exists() && record.exists());
+        // Once their writers die, the files go at the next sweep; records never do.
+        writer.kill();
+        own_writer.kill();
+        let mut removed = remove_abandoned_temp_files(dir.path()).unwrap();
+        removed.sort();
+        let mut expected = vec![live, own_pid_live];
+        expected.sort();
+        assert_eq!(removed, expected);
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.path()).collect();
+        assert_eq!(left, vec![record]);
+        assert!(remove_abandoned_temp_files(&dir.path().join("absent")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_write_in_progress_is_never_taken_for_abandoned() {
+        let dir = tempfile::tempdir().unwrap();
+        let temp = dir.path().join(".record.tmp.1");
+        let file = create_locked_temp(&temp, 0o600).unwrap();
+        assert!(temp.exists());
+        assert!(remove_abandoned_temp_files(dir.path()).unwrap().is_empty(), "the writer still runs");
+        drop(file);
+        assert_eq!(remove_abandoned_temp_files(dir.path()).unwrap(), vec![temp]);
     }
 
     #[test]

@@ -174,35 +174,35 @@ pub(crate) fn remove(path: &Path) -> Result<()> {
     removed.map(drop).map_err(|e| Error::Cache { path: path.to_path_buf(), reason: format!("removing: {e}") })
 }
 
-/// How old a writer's temporary file must be before GC takes it for abandoned. A write
-/// takes microseconds; a minute-old temporary file belongs to a runtime killed between
-/// creating it and renaming it into place. Age, not the writer's pid: the name carries
-/// no pid, and a pid says nothing across runtimes in other pid namespaces sharing the
-/// cache directory.
-pub(crate) const STALE_TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+/// How old a temporary file of a version before cni-os's locked writes (`.tmp-*`) must be
+/// before GC takes it for abandoned: those writers held no lock, so only age can tell.
+pub(crate) const LEGACY_TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Removes the temporary files (cni-os's `.<entry>.tmp.<pid>`, older versions' `.tmp-*`)
-/// under `<cacheDir>/results` last modified before `now - older_than`; returns the paths
-/// removed. Failures are reported, not fatal to
-/// the rest.
-pub(crate) fn remove_stale_temp_files(
+/// Removes the temporary files under `<cacheDir>/results` that no writer holds any more (a
+/// runtime killed between creating its entry's temporary file and renaming it: cni-os's
+/// `.<entry>.tmp.<pid>`, whose writer holds a lock on it while it lives), and older
+/// versions' `.tmp-*` last modified before `now - LEGACY_TEMP_AGE`. Returns the paths
+/// removed.
+pub(crate) fn remove_abandoned_temp_files(
     cache_dir: &Path,
     now: std::time::SystemTime,
-    older_than: std::time::Duration,
 ) -> Result<Vec<PathBuf>> {
     let dir = cache_dir.join("results");
+    let mut removed = cni_os::fs::remove_abandoned_temp_files(&dir).map_err(|e| Error::Cache {
+        path: dir.clone(),
+        reason: format!("removing abandoned temporary files: {e}"),
+    })?;
     let listed = std::fs::read_dir(&dir).ignore_missing();
     let Some(entries) = listed.map_err(|e| Error::io(format!("reading {}", dir.display()), e))? else {
-        return Ok(Vec::new());
+        return Ok(removed);
     };
-    let mut removed = Vec::new();
     for entry in entries.flatten() {
-        // cni-os's temporary names, and `.tmp-*` left by versions before it.
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let is_temp = cni_os::fs::temp_writer(&name).is_some() || name.starts_with(".tmp-");
+        if !entry.file_name().to_string_lossy().starts_with(".tmp-") {
+            continue;
+        }
         let Ok(meta) = entry.metadata() else { continue };
-        let old = meta.modified().is_ok_and(|m| now.duration_since(m).is_ok_and(|age| age > older_than));
-        if is_temp && meta.is_file() && old {
+        let old = meta.modified().is_ok_and(|m| now.duration_since(m).is_ok_and(|age| age > LEGACY_TEMP_AGE));
+        if meta.is_file() && old {
             remove(&entry.path())?;
             removed.push(entry.path());
         }
@@ -272,7 +272,7 @@ mod tests {
     }
 
     #[test]
-    fn stale_temp_files_are_removed_fresh_ones_and_entries_kept() {
+    fn abandoned_temp_files_are_removed_live_ones_and_entries_kept() {
         let dir = tempfile::tempdir().unwrap();
         let entry = cache_path(dir.path(), "net", "ctr", "eth0");
         write(&entry, &attachment()).unwrap();
@@ -282,30 +282,35 @@ mod tests {
             let path = results.join(name);
             let file = std::fs::File::create(&path).unwrap();
             file.set_modified(now - std::time::Duration::from_secs(age)).unwrap();
-            path
+            (path, file)
         };
-        let abandoned = make(".tmp-abandoned", 120);
-        let in_flight = make(".tmp-in-flight", 5);
-        let abandoned_now = make(".net-cnitool-0123-eth0.tmp.4242", 120);
+        let (legacy_abandoned, _) = make(".tmp-abandoned", 120);
+        let (legacy_in_flight, _) = make(".tmp-in-flight", 5);
+        // A fresh temporary file of a writer killed a moment ago: nobody holds its lock.
+        let (killed_now, _) = make(".net-cnitool-0123-eth0.tmp.4242", 0);
+        // One a live writer holds, however old.
+        let (live, live_writer) = make(".net-cnitool-4567-eth0.tmp.4243", 120);
+        cni_os::lock::exclusive(&live_writer).unwrap();
         // An old cache entry is not a temporary file, whatever its age.
         std::fs::File::options()
             .write(true)
             .open(&entry)
             .unwrap()
-            .set_modified(now - STALE_TEMP_AGE * 10)
+            .set_modified(now - LEGACY_TEMP_AGE * 10)
             .unwrap();
-        let removed = remove_stale_temp_files(dir.path(), now, STALE_TEMP_AGE).unwrap();
-        let mut expected = vec![abandoned.clone(), abandoned_now.clone()];
-        expected.sort();
-        let mut removed = removed;
+        let mut removed = remove_abandoned_temp_files(dir.path(), now).unwrap();
         removed.sort();
+        let mut expected = vec![legacy_abandoned.clone(), killed_now.clone()];
+        expected.sort();
         assert_eq!(removed, expected);
-        assert!(!abandoned.exists() && !abandoned_now.exists());
-        assert!(in_flight.exists());
+        assert!(!legacy_abandoned.exists() && !killed_now.exists());
+        assert!(legacy_in_flight.exists() && live.exists());
         assert!(read(&entry).unwrap().is_some());
+        drop(live_writer);
+        assert_eq!(remove_abandoned_temp_files(dir.path(), now).unwrap(), vec![live]);
         // No results directory at all is nothing to do.
         let empty = tempfile::tempdir().unwrap();
-        assert!(remove_stale_temp_files(empty.path(), now, STALE_TEMP_AGE).unwrap().is_empty());
+        assert!(remove_abandoned_temp_files(empty.path(), now).unwrap().is_empty());
     }
 
     #[test]

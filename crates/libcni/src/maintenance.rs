@@ -16,8 +16,8 @@ impl CniConfig {
     /// attachment of this network that is not in `valid`, then, from 1.1.0 on, GC to every
     /// plugin with `cni.dev/valid-attachments`. Failures do not stop the rest; they are
     /// returned together. Nothing happens when the list sets `disableGC`. Each stale DEL,
-    /// and the GC round, gets the configured time limit. Temporary cache files older than
-    /// a minute (a runtime killed mid-write) are removed first.
+    /// and the GC round, gets the configured time limit. Temporary cache files no writer
+    /// holds (a runtime killed mid-write) are removed first.
     pub fn gc_network_list(&self, list: &NetworkConfigList, valid: &[Attachment]) -> Result<()> {
         if list.list.disable_gc {
             return Ok(());
@@ -25,11 +25,7 @@ impl CniConfig {
         let mut errors = Vec::new();
         // Left by a runtime killed mid-write; not tied to any network, so any list's GC
         // sweeps them.
-        if let Err(e) = cache::remove_stale_temp_files(
-            self.cache_dir(),
-            std::time::SystemTime::now(),
-            cache::STALE_TEMP_AGE,
-        ) {
+        if let Err(e) = cache::remove_abandoned_temp_files(self.cache_dir(), std::time::SystemTime::now()) {
             errors.push(e);
         }
         let keep: HashSet<&Attachment> = valid.iter().collect();

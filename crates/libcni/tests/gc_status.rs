@@ -205,8 +205,9 @@ fn the_go_written_cache_is_read_and_used_for_del() {
 }
 
 /// A runtime killed between creating the cache's temporary file and renaming it into
-/// place leaves a `.tmp-*` file: GC removes it once it is older than a minute (a write
-/// takes microseconds), and leaves a younger one, which may be a write in flight.
+/// place leaves it behind. GC removes this version's (`.<entry>.tmp.<pid>`) at once when
+/// no writer holds its lock and keeps one a writer holds; older versions' unlocked
+/// `.tmp-*` files go once they are older than a minute (a write takes microseconds).
 #[test]
 fn gc_removes_abandoned_temporary_cache_files() {
     let rig = Rig::new();
@@ -223,8 +224,14 @@ fn gc_removes_abandoned_temporary_cache_files() {
     };
     let abandoned = temp(".tmp-Xq3abandoned", 600);
     let in_flight = temp(".tmp-Zk9inflight", 2);
+    let killed_now = temp(".gcnet-gone-eth0.tmp.77", 0);
+    let held = temp(".gcnet-held-eth0.tmp.78", 600);
+    let writer = std::fs::File::open(&held).unwrap();
+    cni_os::lock::exclusive(&writer).unwrap();
     rig.cni.gc_network_list(&list, &[valid("keep")]).unwrap();
     assert!(!abandoned.exists(), "GC left the abandoned temporary file");
     assert!(in_flight.exists(), "GC removed a temporary file that may be a write in flight");
+    assert!(!killed_now.exists(), "GC left the temporary file of a writer killed a moment ago");
+    assert!(held.exists(), "GC removed a temporary file its writer still holds");
     assert!(rig.cache_file("gcnet", "keep", "eth0").exists());
 }

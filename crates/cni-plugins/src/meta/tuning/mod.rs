@@ -143,9 +143,9 @@ impl Plugin for Tuning {
         let valid = req.valid_attachments()?;
         let mut errors = GcErrors::new();
         let data_dir = config::data_dir(req)?;
-        for path in cni_os::fs::stale_temp_files(&data_dir) {
-            errors.record(format!("temporary file {}", path.display()), state::remove(&path));
-        }
+        let swept = cni_os::fs::remove_abandoned_temp_files(&data_dir).map(drop);
+        let swept = swept.map_err(|e| CniError::io(format!("tuning: cannot remove temporary files: {e}")));
+        errors.record(format!("temporary files in {}", data_dir.display()), swept);
         for (path, record) in state::list(&data_dir)? {
             let Some(owner) = record.owner else { continue };
             let in_use =
