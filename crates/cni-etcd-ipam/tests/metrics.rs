@@ -75,13 +75,18 @@ fn allocations_failures_and_etcd_health_are_scraped() {
     let mut cluster = EtcdCluster::start("mx", 1);
     let endpoints = cluster.endpoints();
     let agent = Agent::start();
-    // Before any work: healthy (etcd not needed yet), nothing allocated. (The empty
-    // connection that found the socket up counts as an undecodable request.)
+    // Before any work: healthy (etcd not needed yet), nothing allocated. The one empty
+    // connection that found the socket up is an undecodable request; the agent counts it
+    // on its own thread, so it may land after the first scrape: wait until it has.
     assert_eq!(scrape::get(agent.metrics, "/healthz").unwrap().0, 200);
-    let before = Samples::scrape(agent.metrics);
-    assert_eq!(counter(&before, "allocations_total", &[]), 0.0);
     let undecodable = [("op", "other"), ("reason", "decode")];
-    let probes = before.get("etcd_ipam_agent_failures_total", &undecodable).unwrap_or(0.0);
+    let before = cni_testkit::poll::eventually("the socket probe counted as undecodable", EVENTUALLY, || {
+        let samples = Samples::scrape(agent.metrics);
+        let probes = samples.get("etcd_ipam_agent_failures_total", &undecodable).unwrap_or(0.0);
+        (probes == 1.0).then_some(samples)
+    });
+    assert_eq!(counter(&before, "allocations_total", &[]), 0.0);
+    let probes = 1.0;
 
     for n in 0..3 {
         let answer = agent.ask(&request("add", &endpoints, &format!("mx{n}/eth0")));
