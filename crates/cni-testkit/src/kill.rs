@@ -78,6 +78,9 @@ pub fn sweep(rng: &mut SeededRng, duration: Duration, points: usize) -> Vec<Dura
         .collect()
 }
 
+/// The run's seed: randomised suites derive theirs from it when their own variable is unset.
+pub const RUN_SEED_VAR: &str = "CNI_TEST_SEED";
+
 /// SplitMix64: small, fast, and the same sequence for the same seed on every machine.
 #[derive(Debug, Clone)]
 pub struct SeededRng {
@@ -89,12 +92,24 @@ impl SeededRng {
         SeededRng { state: seed }
     }
 
-    /// The seed in environment variable `var` (decimal), else a fresh one from the kernel;
-    /// printed either way with how to repeat the run.
+    /// The seed in environment variable `var` (decimal); else one derived from the run's
+    /// seed [`RUN_SEED_VAR`] and `var` (`tools/test` sets it from the commit, so a run of
+    /// one commit repeats exactly, and suites of one run draw different sequences); else a
+    /// fresh one from the kernel. Printed either way with how to repeat the run.
     pub fn from_env(var: &str) -> (SeededRng, u64) {
-        let seed = match std::env::var(var) {
-            Ok(text) => text.trim().parse().unwrap_or_else(|_| panic!("{var}={text:?} is not a u64")),
-            Err(_) => cni_os::random::u64().expect("getrandom"),
+        let parse = |name: &str, text: String| -> u64 {
+            text.trim().parse().unwrap_or_else(|_| panic!("{name}={text:?} is not a u64"))
+        };
+        let seed = match (std::env::var(var), std::env::var(RUN_SEED_VAR)) {
+            (Ok(text), _) => parse(var, text),
+            (Err(_), Ok(text)) => {
+                // FNV-1a of the suite's variable name, mixed into the run's seed.
+                let name = var
+                    .bytes()
+                    .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+                SeededRng::new(parse(RUN_SEED_VAR, text) ^ name).next_u64()
+            }
+            _ => cni_os::random::u64().expect("getrandom"),
         };
         println!("seed {seed} (repeat with {var}={seed})");
         (SeededRng::new(seed), seed)
