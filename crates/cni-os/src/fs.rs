@@ -378,7 +378,6 @@ pub fn clear_dir_in_place(path: &Path) -> io::Result<Cleared> {
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
-    use std::os::unix::process::CommandExt;
 
     fn mode_of(path: &Path) -> u32 {
         std::fs::symlink_metadata(path).unwrap().mode() & 0o7777
@@ -480,29 +479,29 @@ mod tests {
     }
 
     /// A writer holding its temporary file's lock, as `write_atomic` does between creating
-    /// and renaming it: `flock(1)` on the file running a shell that inherits the lock, in a
-    /// process group of their own that the test kills whole.
+    /// and renaming it: one process (a shell that opens the file, locks it with `flock(1)`
+    /// on that descriptor, then becomes `sleep`), so once the test has killed and reaped
+    /// it, nothing holds the lock any more.
     struct Writer(std::process::Child);
 
     impl Writer {
         fn holding(temp: &Path) -> Writer {
             std::fs::write(temp, "half a record").unwrap();
-            let mut child = std::process::Command::new("flock")
+            let mut child = std::process::Command::new("sh")
+                .args(["-c", "exec 9<\"$0\" && flock -x 9 && echo locked && exec sleep 600"])
                 .arg(temp)
-                .args(["sh", "-c", "echo locked; exec sleep 600"])
                 .stdout(std::process::Stdio::piped())
-                .process_group(0)
+                .stderr(std::process::Stdio::null())
                 .spawn()
-                .expect("flock(1) from util-linux");
+                .unwrap();
             let mut line = String::new();
             io::BufRead::read_line(&mut io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
-            assert_eq!(line, "locked\n");
+            assert_eq!(line, "locked\n", "flock(1) from util-linux took the lock");
             Writer(child)
         }
 
         fn kill(mut self) {
-            let group = rustix::process::Pid::from_child(&self.0);
-            rustix::process::kill_process_group(group, rustix::process::Signal::KILL).unwrap();
+            self.0.kill().unwrap();
             self.0.wait().unwrap();
         }
     }
