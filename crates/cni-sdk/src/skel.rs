@@ -271,7 +271,7 @@ fn check_version(plugin: &dyn Plugin, command: Command, config_version: &str) ->
     let info = plugin.version_info();
     let incompatible = || {
         CniError::new(ErrorCode::IncompatibleVersion, "incompatible CNI versions").with_details(format!(
-            "config is {config_version:?}, plugin supports {:?}",
+            "config's cniVersion is {config_version:?}, plugin supports {:?}",
             info.supported_versions
         ))
     };

@@ -132,6 +132,19 @@ impl VersionInfo {
         }
     }
 
+    /// Every version from `min` on, for a plugin that cannot keep its contract in older
+    /// ones (the firewall needs CHECK, and DEL's prevResult, which start at 0.4.0).
+    pub fn since(min: Version) -> VersionInfo {
+        VersionInfo {
+            cni_version: Version::LATEST.as_str().to_string(),
+            supported_versions: Version::ALL
+                .iter()
+                .filter(|v| **v >= min)
+                .map(|v| v.as_str().to_string())
+                .collect(),
+        }
+    }
+
     /// Whether the plugin claims to support `version`.
     pub fn supports(&self, version: &str) -> bool {
         let wanted = if version.is_empty() { "0.1.0" } else { version };
@@ -195,6 +208,13 @@ mod tests {
             json,
             r#"{"cniVersion":"1.1.0","supportedVersions":["0.1.0","0.2.0","0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]}"#
         );
+    }
+
+    #[test]
+    fn since_lists_the_minimum_and_every_later_version() {
+        let info = VersionInfo::since(Version::V0_4_0);
+        assert_eq!(info.supported_versions, ["0.4.0", "1.0.0", "1.1.0"]);
+        assert!(!info.supports("0.3.1") && !info.supports(""));
     }
 
     #[test]

@@ -9,24 +9,12 @@ use cni_testkit::runner::PluginCall;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::path::Path;
-use support::{assert_blocked, assert_reaches, firewall_conf, ok, Lab, WORLD_IP, WORLD_IP6};
+use support::{assert_blocked, assert_reaches, filter_lines, firewall_conf, ok, Lab, WORLD_IP, WORLD_IP6};
 
 const GO_FIREWALL: &str = "/usr/lib/cni/firewall";
 
 fn ipt_conf(network: &str, policy: &str, prev: Option<&Value>) -> Value {
     firewall_conf("1.0.0", network, json!({"backend": "iptables", "ingressPolicy": policy}), prev)
-}
-
-/// `iptables-save -t filter` as a set of lines, without comments and packet counters.
-fn filter_lines(lab: &Lab) -> BTreeSet<String> {
-    lab.host_cmd("iptables-save", &["-t", "filter"])
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(|l| match l.find(" [") {
-            Some(i) if l.starts_with(':') => l[..i].to_string(),
-            _ => l.to_string(),
-        })
-        .collect()
 }
 
 fn world(port: u16) -> String {

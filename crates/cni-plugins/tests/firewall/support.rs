@@ -10,6 +10,7 @@ use cni_testkit::ns::{HostAndContainers, TestNetns};
 use cni_testkit::runner::PluginOutput;
 use cni_testkit::traffic::{tcp_echo, tcp_echo_server};
 use serde_json::{json, Value};
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -105,6 +106,40 @@ impl Lab {
         let out = self.env.host.command(program).args(args).output().unwrap();
         assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+/// `iptables-save -t filter` as a set of lines, without comments and packet counters.
+pub fn filter_lines(lab: &Lab) -> BTreeSet<String> {
+    lab.host_cmd("iptables-save", &["-t", "filter"])
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| match l.find(" [") {
+            Some(i) if l.starts_with(':') => l[..i].to_string(),
+            _ => l.to_string(),
+        })
+        .collect()
+}
+
+/// Everything either backend could have left in the host namespace: the iptables filter
+/// table and the whole nftables ruleset (packet counters zeroed: stray traffic must not
+/// make two equal rulesets differ).
+pub fn firewall_state(lab: &Lab) -> (BTreeSet<String>, Vec<Value>) {
+    let mut nft = lab.env.host.nft_json();
+    nft.iter_mut().for_each(zero_counters);
+    (filter_lines(lab), nft)
+}
+
+fn zero_counters(value: &mut Value) {
+    match value {
+        Value::Object(object) => {
+            if let Some(Value::Object(counter)) = object.get_mut("counter") {
+                counter.values_mut().for_each(|v| *v = json!(0));
+            }
+            object.values_mut().for_each(zero_counters);
+        }
+        Value::Array(items) => items.iter_mut().for_each(zero_counters),
+        _ => {}
     }
 }
 

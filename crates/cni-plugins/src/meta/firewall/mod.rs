@@ -17,7 +17,7 @@ pub mod iptables;
 pub mod nftables;
 pub mod target;
 
-use cni_sdk::{CniError, CniResult, Plugin, Request};
+use cni_sdk::{CniError, CniResult, Plugin, Request, Version, VersionInfo};
 use config::Backend;
 use target::Target;
 
@@ -43,7 +43,10 @@ impl Plugin for Firewall {
         let target = req.prev_result().ok().flatten().map(|prev| Target::from_result(&prev));
         match conf.backend {
             Backend::Nftables => nftables::del(req, target.as_ref()),
-            Backend::Iptables => iptables::del(target.as_ref()),
+            // Without prevResult (a runtime that lost its result cache) the iptables rules
+            // could only leak: the container's interface, still there while the chain is
+            // torn down in reverse, still has the addresses they were made for.
+            Backend::Iptables => iptables::del(target.or_else(|| Target::from_container(req)).as_ref()),
         }
     }
 
@@ -72,6 +75,12 @@ impl Plugin for Firewall {
             Backend::Nftables => nftables::status(),
             Backend::Iptables => iptables::status(),
         }
+    }
+
+    /// 0.4.0 and later, as the reference: CHECK, and the prevResult that DEL needs to find
+    /// the iptables rules, do not exist before 0.4.0.
+    fn version_info(&self) -> VersionInfo {
+        VersionInfo::since(Version::V0_4_0)
     }
 
     fn about(&self) -> String {

@@ -232,12 +232,19 @@ pub fn add(req: &Request, policy: IngressPolicy, target: &Target) -> Result<(), 
     if !earlier.is_empty() {
         nft_attach::detach::<FirewallTable>(&mut nft, network, &who, Some(&earlier))?;
     }
-    if target.ips.is_empty() && port.is_none() {
+    if !has_attachment(policy, target) {
         return Ok(()); // nothing to accept, nothing to isolate
     }
     nft_attach::attach::<FirewallTable>(&mut nft, network, &who, &keys(target, port), |chain| {
         attachment_rules(chain, target, port)
     })
+}
+
+/// Whether ADD makes an attachment chain: not for a result without addresses (podman's
+/// `--ipam-driver none`) unless `isolated` has the bridge port to cut off. ADD and CHECK
+/// must agree on it, or CHECK right after a successful ADD fails.
+fn has_attachment(policy: IngressPolicy, target: &Target) -> bool {
+    !target.ips.is_empty() || policy == IngressPolicy::Isolated
 }
 
 /// The keys ADD recorded in the attachment's own rule comments (complete even when the
@@ -286,7 +293,7 @@ pub fn del(req: &Request, target: Option<&Target>) -> Result<(), CniError> {
 pub fn check(req: &Request, policy: IngressPolicy, target: &Target) -> Result<(), CniError> {
     let mut nft = client()?;
     let (network, who) = (req.conf.name.as_str(), req.attachment());
-    if !nft_attach::is_attached::<FirewallTable>(&mut nft, network, &who)? {
+    if has_attachment(policy, target) && !nft_attach::is_attached::<FirewallTable>(&mut nft, network, &who)? {
         return Err(CniError::internal(format!(
             "firewall rules for container {} ({}) are missing from table inet {TABLE}",
             req.container_id, req.ifname

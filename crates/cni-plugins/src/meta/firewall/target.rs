@@ -1,6 +1,7 @@
 //! What the firewall needs to know about an attachment, read from the previous result.
 
-use cni_sdk::{CniError, CniResult};
+use cni_net::netlink::Netlink;
+use cni_sdk::{CniError, CniResult, Request};
 use cni_types::validate::validate_interface_name_field;
 use std::net::IpAddr;
 
@@ -29,6 +30,19 @@ impl Target {
             .find(|i| i.sandbox.is_empty() && !i.name.is_empty() && Some(&i.name) != bridge.as_ref())
             .map(|i| i.name.clone());
         Target { ips, bridge, host_port }
+    }
+
+    /// The global addresses of CNI_IFNAME in CNI_NETNS, for a DEL that got no prevResult.
+    /// Best effort: `None` when the namespace or the interface is gone or unreadable, or
+    /// holds no such address (then there is nothing left to identify the rules by).
+    pub fn from_container(req: &Request) -> Option<Target> {
+        let ns = crate::common::open_container_netns_for_del(req).ok().flatten()?;
+        let mut nl = Netlink::in_ns(&ns).ok()?;
+        let link = nl.link_by_name(&req.ifname).ok().flatten()?;
+        let addresses = nl.addresses(Some(link.index), None).ok()?;
+        // Scope 0 (universe): link-local and host addresses never got rules.
+        let ips: Vec<IpAddr> = addresses.iter().filter(|a| a.scope == 0).map(|a| a.address.addr()).collect();
+        (!ips.is_empty()).then(|| Target { ips, ..Target::default() })
     }
 
     /// The bridge a non-open policy works on; an error (code 7) when the result has none.
