@@ -36,3 +36,23 @@ pub fn plugins() -> &'static [Entry] {
 pub fn find(name: &str) -> Option<&'static Entry> {
     plugins().iter().find(|e| e.name == name)
 }
+
+/// The chained plugins (`src/meta/`): they act on an interface plugin's result and refuse
+/// an ADD without prevResult from 0.3.0 on, so a list must not start with them.
+const CHAINED: &[&str] = &["bandwidth", "dnsname", "firewall", "portmap", "sbr", "tuning", "vrf"];
+
+/// Whether plugin `name` is one of ours that needs a prevResult (see [`CHAINED`]).
+pub fn is_chained(name: &str) -> bool {
+    CHAINED.contains(&name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_chained_plugin_is_registered_and_no_interface_plugin_is_chained() {
+        assert!(CHAINED.iter().all(|name| find(name).is_some()), "{CHAINED:?}");
+        assert!(!is_chained("bridge") && !is_chained("host-local") && !is_chained("loopback"));
+    }
+}

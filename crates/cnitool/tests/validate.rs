@@ -140,10 +140,19 @@ fn text_output_usage_and_exit_statuses() {
     assert!(text.contains("note: `IPMasq`"), "{text}");
     assert!(text.contains("0 error(s), 0 warning(s), 1 note(s)"), "{text}");
 
-    let broken = fixtures().join("unknown-key-typo.conflist");
+    // An unknown key is a warning (every plugin ignores it): status 0, with its suggestion.
+    let typo = fixtures().join("unknown-key-typo.conflist");
+    let out = run(&["validate", typo.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("warning: `isGatway`: unknown key") && text.contains("(did you mean `isGateway`?)")
+    );
+    assert!(text.contains("0 error(s), 1 warning(s)"), "{text}");
+
+    let broken = fixtures().join("mtu-out-of-range.conflist");
     let out = run(&["validate", broken.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("(did you mean `isGateway`?)"));
     assert!(String::from_utf8_lossy(&out.stderr).contains("1 error(s) found"));
 
     // A network name is looked up in NETCONFPATH, as the other commands do.
@@ -162,6 +171,47 @@ fn text_output_usage_and_exit_statuses() {
     assert_eq!(code, 1);
     assert_eq!(shape(&found[0]), json!({"severity": "error", "plugin": null, "key": null}));
     assert!(found[0]["message"].as_str().unwrap().contains("no such file or directory"));
+}
+
+/// Real-world lists every plugin accepts pass with warnings for their unknown keys, in
+/// text and JSON; a gateway outside its subnet and a chained plugin first are errors
+/// naming the key and the plugin.
+#[test]
+fn unknown_keys_warn_and_chain_or_gateway_mistakes_are_errors() {
+    let plugins = our_plugins();
+    let cni_path = plugins.path().to_str().unwrap();
+    for (name, key) in [("valid-minikube-bridge.conflist", "addIf"), ("valid-spec-example.conflist", "keyA")]
+    {
+        let (code, found) = validate(&fixtures().join(name), cni_path);
+        assert_eq!(code, 0, "{name}: {found:#?}");
+        assert_eq!(found.len(), 1, "{name}: {found:#?}");
+        assert_eq!(shape(&found[0]), json!({"severity": "warning", "plugin": 0, "key": key}));
+        let out = Command::new(CNITOOL)
+            .args(["validate"])
+            .arg(fixtures().join(name))
+            .env("CNI_PATH", cni_path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{name}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains(&format!("warning: `{key}`: unknown key")), "{text}");
+        assert!(text.contains("0 error(s), 1 warning(s)"), "{text}");
+    }
+
+    let (code, found) = validate(&fixtures().join("gateway-outside-subnet.conflist"), cni_path);
+    assert_eq!(code, 1);
+    assert_eq!(
+        found.iter().map(shape).collect::<Vec<_>>(),
+        [json!({"severity": "error", "plugin": 0, "key": "ipam.ranges[0][0].gateway"})]
+    );
+    let (code, found) = validate(&fixtures().join("tuning-first.conflist"), cni_path);
+    assert_eq!(code, 1);
+    assert_eq!(
+        found.iter().map(shape).collect::<Vec<_>>(),
+        [json!({"severity": "error", "plugin": 0, "key": "type"})]
+    );
+    assert_eq!(found[0]["pluginType"], "tuning");
+    assert!(found[0]["message"].as_str().unwrap().contains("prevResult"), "{found:#?}");
 }
 
 /// Against Debian's Go plugins: types ours has and Go lacks are missing, a 1.1.0 list is
@@ -196,7 +246,7 @@ fn against_the_go_plugins_directory() {
         shapes,
         vec![
             json!({"severity": "error", "plugin": 0, "key": "ipam.type"}),
-            json!({"severity": "error", "plugin": 0, "key": "isGatway"}),
+            json!({"severity": "warning", "plugin": 0, "key": "isGatway"}),
             json!({"severity": "error", "plugin": 0, "key": null}),
             json!({"severity": "error", "plugin": 1, "key": null}),
             json!({"severity": "error", "plugin": 2, "key": null}),

@@ -7,9 +7,15 @@
 //! (with a did-you-mean), the plugin's own ADD config stage (wrong types, values out of
 //! range, with the plugin's CNI error), and capabilities enabled that the plugin never
 //! reads. A foreign plugin's keys and values are not judged: its types are not known here.
+//!
+//! Errors are for what would fail at ADD; an unknown key is a warning, since every plugin
+//! ignores keys it does not read (the spec's own example has `keyA`, minikube's bridge
+//! `addIf`). Across plugins ([`semantics`]): a host-local gateway outside its subnet, and
+//! a chained plugin with no interface plugin before it, are errors.
 
 mod keys;
 mod ours;
+mod semantics;
 
 use crate::commands::{print_json, Context, Failure};
 use cni_types::VersionInfo;
@@ -202,6 +208,20 @@ impl Validator<'_> {
         for index in 0..list.plugins().len() {
             self.plugin(&name, &list, index);
         }
+        self.chain_order(&name, &list);
+    }
+
+    /// Chained plugins first in the list: their ADD gets no prevResult and is refused.
+    fn chain_order(&mut self, file: &str, list: &NetworkConfigList) {
+        let types: Vec<&str> = (0..list.plugins().len()).map(|i| list.plugin_type(i)).collect();
+        for index in semantics::chained_without_interface(&types, list.version, ours::is_chained) {
+            let plugin_type = types[index];
+            let message = format!(
+                "{plugin_type} is a chained plugin and needs a prevResult, but no plugin before it creates an interface: put an interface plugin (bridge, ptp, macvlan, ...) first"
+            );
+            let at = Some((index, plugin_type.to_string()));
+            self.push(file, Some(list), at, Severity::Error, Some("type".into()), message, None);
+        }
     }
 
     /// Unknown keys at the top of a conflist (its plugins are checked one by one).
@@ -222,6 +242,10 @@ impl Validator<'_> {
         self.presence_and_version(file, list, &at, &plugin_type, None);
         if let Some(ipam_type) = ipam_type {
             self.presence_and_version(file, list, &at, ipam_type, Some("ipam.type"));
+        }
+        // host-local's range format is known whoever delegates to it.
+        for (key, message) in semantics::gateways_outside_subnets(conf) {
+            self.push(file, Some(list), at.clone(), Severity::Error, Some(key), message, None);
         }
         let Some(own_keys) = ours::plugin_keys(&plugin_type) else { return };
         let ipam_keys = ipam_type.and_then(ours::plugin_keys);
@@ -313,8 +337,10 @@ impl Validator<'_> {
     ) {
         let reads = if reader.starts_with("neither ") { "reads" } else { "does not read" };
         let (severity, key, message, suggestion) = match note {
+            // A warning: plugins ignore keys they do not read, so the network still works;
+            // only the setting the author meant (a typo's suggestion) is not applied.
             KeyNote::Unknown { path, suggestion } => {
-                (Severity::Error, path, format!("unknown key: {reader} {reads} it"), suggestion)
+                (Severity::Warning, path, format!("unknown key: {reader} {reads} it"), suggestion)
             }
             KeyNote::Case { path, documented } => (
                 Severity::Note,

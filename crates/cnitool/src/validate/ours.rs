@@ -36,6 +36,11 @@ mod imp {
         plugin_keys(plugin_type).map(|keys| cni_plugins::keys::capabilities(&keys))
     }
 
+    /// Whether the plugin is ours and needs a prevResult (a chained, meta plugin).
+    pub fn is_chained(plugin_type: &str) -> bool {
+        cni_plugins::registry::is_chained(plugin_type)
+    }
+
     /// The plugin's own ADD validation, run dry; `None`: not ours.
     pub fn check_add(
         plugin_type: &str,
@@ -74,6 +79,10 @@ mod imp {
 
     pub fn capabilities(_: &str) -> Option<BTreeSet<String>> {
         None
+    }
+
+    pub fn is_chained(_: &str) -> bool {
+        false
     }
 
     pub fn check_add(_: &str, _: &Map<String, Value>, _: Version) -> Option<Result<(), CniError>> {
