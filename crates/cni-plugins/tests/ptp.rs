@@ -2,6 +2,8 @@
 #![forbid(unsafe_code)]
 
 mod common;
+#[path = "common/hostile_router.rs"]
+mod hostile_router;
 
 use cni_net::netlink::IpFamily;
 use cni_testkit::ns::HostAndContainers;
@@ -153,4 +155,24 @@ fn configured_dns_wins_over_ipams_and_ipams_is_used_alone() {
     ipam_only["ipam"]["dns"] = ipam_dns.clone();
     let r = add("ptp", &env.host, &env.containers[1], &ipam_only);
     assert_eq!(r["dns"], ipam_dns);
+}
+
+#[test]
+fn a_container_advertising_itself_as_ipv6_router_changes_nothing_on_the_host() {
+    let env = HostAndContainers::with_prefix(PREFIX, 1).unwrap();
+    hostile_router::enable_ipv6(&env.host);
+    let container = &env.containers[0];
+    // An IPv4-only network: nothing of IPv6 on the host is CNI's, so nothing may change.
+    let result = add(
+        "ptp",
+        &env.host,
+        container,
+        &conf("1.0.0", json!([{"address": "10.82.0.2/24", "gateway": "10.82.0.1"}])),
+    );
+    let host_veth = result["interfaces"][0]["name"].as_str().unwrap();
+    let _router = hostile_router::advertise(container, "eth0");
+    hostile_router::wait_for_advertisements(&env.host, host_veth);
+    let planted = hostile_router::planted(&env.host);
+    assert!(planted.is_empty(), "the container's advertisement configured the host: {planted:?}");
+    assert_eq!(hostile_router::accept_ra(&env.host, host_veth), "0");
 }

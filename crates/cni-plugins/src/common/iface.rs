@@ -189,6 +189,32 @@ pub fn refuse_router_addresses(
     cni_net::sysctl::write_in(ns, &key, "0").ignore_missing().map(drop).or_cni(&format!("set {key}=0"))
 }
 
+/// `arp_notify=1` on the container interface `ifname` in `ns`, as the reference's bridge
+/// and tap set it: the kernel then sends a gratuitous ARP for the interface's addresses
+/// whenever it is brought up again or its MAC changes, so neighbours that cached a reused
+/// address with an earlier container's MAC learn the new one. Best effort, as in the
+/// reference: without it the neighbours still learn the MAC once their entry goes stale.
+pub fn announce_on_link_changes(ns: &cni_net::NetNs, ifname: &str) {
+    let key = format!("net.ipv4.conf.{ifname}.arp_notify");
+    if let Err(e) = cni_net::sysctl::write_in(ns, &key, "1") {
+        eprintln!("cannot set {key}: {e}");
+    }
+}
+
+/// Makes a host-side link CNI created or uses (a bridge, a veth's host end, a VLAN
+/// gateway) ignore IPv6 router advertisements (`accept_ra=0`), in the calling thread's
+/// namespace, before it is up.
+///
+/// Why: those links face containers, and any container can send an advertisement. With
+/// the kernel's default (`accept_ra=1`, on a host not forwarding IPv6) the host would take
+/// a default route and a SLAAC address from it: a container on an IPv4-only network could
+/// redirect the host's IPv6 traffic (CVE-2020-10749; the reference sets the same). The
+/// routes of these links are ours to make. A host without IPv6 has no such setting.
+pub fn refuse_router_advertisements(link: &str) -> Result<(), CniError> {
+    let key = format!("net/ipv6/conf/{link}/accept_ra");
+    cni_net::sysctl::write(&key, "0").ignore_missing().map(drop).or_cni(&format!("set {key}=0"))
+}
+
 /// Turns off IPv6 duplicate address detection on a link this plugin created on the host
 /// (a bridge, ptp's host end), before it is up.
 ///

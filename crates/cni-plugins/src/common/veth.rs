@@ -88,6 +88,8 @@ pub fn create_pair(
         }
     };
     let guard = HostVeth { link: host_link, armed: true };
+    // The host end faces the container: it must learn nothing from what the container sends.
+    super::iface::refuse_router_advertisements(&guard.link.name)?;
     let container_link =
         container.require_link(req.container_ifname).or_cni("look up the new container interface")?;
     Ok((guard, container_link))

@@ -151,11 +151,7 @@ impl Tap {
         if addresses.is_empty() {
             nl.set_link_up(link.index).or_cni(&format!("set {} up", req.ifname))?;
         } else {
-            // As the reference: the kernel announces the addresses when the link comes up.
-            let key = format!("net.ipv4.conf.{}.arp_notify", req.ifname);
-            if let Err(e) = cni_net::sysctl::write_in(ns, &key, "1") {
-                eprintln!("tap: cannot set {key}: {e}");
-            }
+            iface::announce_on_link_changes(ns, &req.ifname);
             iface::configure(&mut nl, &link, &addresses.result, CONTAINER_IFACE, false)?;
         }
         let now = nl.require_link(&req.ifname).or_cni("look up the tap")?;

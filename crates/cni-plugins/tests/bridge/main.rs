@@ -4,6 +4,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod host_links;
 mod host_local;
 use cni_net::netlink::{IpFamily, LinkKind};
 use cni_testkit::ns::{HostAndContainers, TestNetns};

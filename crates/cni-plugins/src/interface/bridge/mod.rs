@@ -61,6 +61,8 @@ fn ensure_bridge(nl: &mut Netlink, conf: &BridgeConf, options: &BridgeOptions) -
     if existing.kind != LinkKind::Bridge {
         return Err(CniError::internal(format!("{:?} already exists but is not a bridge", conf.bridge)));
     }
+    // Also on a bridge someone else made, as the reference does: it now faces containers.
+    iface::refuse_router_advertisements(&existing.name)?;
     if conf.promisc_mode && !existing.promisc {
         nl.set_link_promisc(existing.index, true).or_cni("set bridge promiscuous")?;
     }
@@ -234,6 +236,7 @@ impl Bridge {
             &VethRequest { container_ns: ns, container_ifname: &req.ifname, mtu: conf.mtu(), container_mac },
         )?;
         iface::refuse_router_addresses(ns, req, &cont_link.name, delegate::has_ipam(req))?;
+        iface::announce_on_link_changes(ns, &cont_link.name);
         attach_host_end(
             &mut host_nl,
             &host_veth.link,

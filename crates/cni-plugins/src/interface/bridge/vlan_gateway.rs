@@ -79,6 +79,7 @@ pub fn ensure(
             nl.add_vlan(&LinkSpec::new(name.clone()), bridge.index, vid)
                 .map_err(|e| CniError::internal(format!("could not create VLAN gateway {name}: {e}")))?;
             iface::skip_link_local_dad(&name)?;
+            iface::refuse_router_advertisements(&name)?;
             nl.require_link(&name).or_cni("look up the VLAN gateway")?
         }
     };
