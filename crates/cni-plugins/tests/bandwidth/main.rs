@@ -106,6 +106,37 @@ fn runtime_config_cannot_lift_a_configured_limit() {
     assert!(ifbs(&mut env.host.netlink().unwrap()).is_empty());
 }
 
+/// Go's JSON decoder matches keys without regard to case, and so do we: however the
+/// administrator spells a limit key, it is a configured limit, and the pod's runtime value
+/// is ignored. (Keys were once looked up exactly to decide this: `"IngressRate"` was
+/// applied as a limit, yet let the pod's 40 Gbit/s through.)
+#[test]
+fn runtime_config_cannot_lift_a_configured_limit_however_its_keys_are_spelt() {
+    let spellings = [
+        ("ingressRate", "ingressBurst"),
+        ("ingressrate", "ingressburst"),
+        ("IngressRate", "IngressBurst"),
+        ("INGRESSRATE", "INGRESSBURST"),
+    ];
+    let env = HostAndContainers::with_prefix(PREFIX, spellings.len()).unwrap();
+    for (i, ((rate, burst), c)) in spellings.iter().zip(&env.containers).enumerate() {
+        let prev = attach("1.1.0", &env.host, c, "cnhbrs", &format!("10.163.0.{}/24", i + 2));
+        let mut bw_conf = conf("1.1.0", json!({*rate: 1_000_000, *burst: 100_000}), Some(&prev));
+        bw_conf["runtimeConfig"] = json!({"bandwidth": {
+            "ingressRate": 40_000_000_000u64, "ingressBurst": 400_000_000}});
+        common::add("bandwidth", &env.host, c, &bw_conf);
+        let veth = host_veth(&env.host, &prev);
+        // The kernel's own account, through tc: 1 Mbit/s is 125,000 bytes per second.
+        let shown = tc_qdiscs(&env.host);
+        let tbf_on_veth = shown.iter().find(|q| q["dev"] == veth.name.as_str() && q["kind"] == "tbf");
+        assert_eq!(
+            tbf_on_veth.map(|q| q["options"]["rate"].clone()),
+            Some(json!(125_000)),
+            "{rate}: {shown:?}"
+        );
+    }
+}
+
 /// Without limit keys in the configuration, the runtime's limits apply.
 #[test]
 fn runtime_config_limits_apply_when_none_are_configured() {

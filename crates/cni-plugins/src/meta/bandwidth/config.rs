@@ -5,11 +5,16 @@
 //! `bandwidth` capability). The runtime value is untrusted: in Kubernetes it is built from
 //! the pod's annotations, which the pod's author writes. So the administrator's keys win,
 //! exactly as in the reference plugin: as soon as the configuration has any of the four
-//! limit keys (whatever their values, even 0, even for the other direction), the runtime
-//! value is ignored as a whole; it is used only when the configuration has none of them.
-//! (The reference decides the same way: its configured limits are a struct that JSON
+//! limit keys (whatever their values, even 0 or null, even for the other direction), the
+//! runtime value is ignored as a whole; it is used only when the configuration has none of
+//! them. (The reference decides the same way: its configured limits are a struct that JSON
 //! decoding creates when any of its keys is present, and only a missing one lets the
 //! runtime's through.) An ignored runtime value is noted on stderr.
+//!
+//! "Has the key" is decided from the decoded configuration, never by looking the names up
+//! in the raw JSON: keys match fields without regard to case (`"IngressRate"` is
+//! `ingressRate`, as for Go's decoder), and a raw lookup of the exact names once let such a
+//! configuration's limit be applied and, at the same time, the pod's value replace it.
 
 use cni_sdk::{CniError, Request};
 use serde::Deserialize;
@@ -35,28 +40,32 @@ impl BandwidthConf {
     }
 }
 
-/// The limit keys, the same in the configuration and in runtimeConfig.
-const LIMIT_KEYS: [&str; 4] = ["ingressRate", "ingressBurst", "egressRate", "egressBurst"];
-
 /// The keys as JSON has them (the same names in the configuration and in runtimeConfig).
+/// Each is `None` when absent and `Some` when present, `Some(None)` if its value is null:
+/// a key that is there counts as set whatever its value.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct Entry {
-    #[serde(default, rename = "ingressRate")]
-    ingress_rate: Option<u64>,
-    #[serde(default, rename = "ingressBurst")]
-    ingress_burst: Option<u64>,
-    #[serde(default, rename = "egressRate")]
-    egress_rate: Option<u64>,
-    #[serde(default, rename = "egressBurst")]
-    egress_burst: Option<u64>,
+    #[serde(default, rename = "ingressRate", deserialize_with = "present")]
+    ingress_rate: Option<Option<u64>>,
+    #[serde(default, rename = "ingressBurst", deserialize_with = "present")]
+    ingress_burst: Option<Option<u64>>,
+    #[serde(default, rename = "egressRate", deserialize_with = "present")]
+    egress_rate: Option<Option<u64>>,
+    #[serde(default, rename = "egressBurst", deserialize_with = "present")]
+    egress_burst: Option<Option<u64>>,
+}
+
+/// A key that is there (serde calls this only then; `default` covers a missing one).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
+    Option::<u64>::deserialize(d).map(Some)
 }
 
 impl Entry {
-    fn is_empty(&self) -> bool {
-        self.ingress_rate.is_none()
-            && self.ingress_burst.is_none()
-            && self.egress_rate.is_none()
-            && self.egress_burst.is_none()
+    /// Whether any limit key is there, however it was spelt and whatever its value.
+    fn has_any_key(&self) -> bool {
+        [self.ingress_rate, self.ingress_burst, self.egress_rate, self.egress_burst]
+            .iter()
+            .any(Option::is_some)
     }
 }
 
@@ -64,14 +73,14 @@ impl Entry {
 /// least one byte, the burst under 4 GiB (the kernel keeps it in 32 bits).
 fn limit(
     direction: &str,
-    rate: Option<u64>,
-    burst: Option<u64>,
+    rate: Option<Option<u64>>,
+    burst: Option<Option<u64>>,
     source: &str,
 ) -> Result<Option<Limit>, CniError> {
     let rate_key = format!("{source}{direction}Rate");
     let burst_key = format!("{source}{direction}Burst");
     let invalid = |key: &str, why: &str| Err(CniError::invalid_config(format!("bandwidth: {key}: {why}")));
-    match (rate.unwrap_or(0), burst.unwrap_or(0)) {
+    match (rate.flatten().unwrap_or(0), burst.flatten().unwrap_or(0)) {
         (0, 0) => Ok(None),
         (_, 0) => invalid(&burst_key, &format!("must be set when {rate_key} is set")),
         (0, _) => invalid(&rate_key, &format!("must be set when {burst_key} is set")),
@@ -96,20 +105,15 @@ pub fn load(req: &Request) -> Result<BandwidthConf, CniError> {
         None | Some(serde_json::Value::Null) => None,
         Some(value) => Some(cni_sdk::config::parse_value("runtimeConfig.bandwidth", value)?),
     };
-    let admin_sets_limits = LIMIT_KEYS.iter().any(|key| req.conf.extra.contains_key(*key));
-    choose(admin_sets_limits, &configured, runtime.as_ref())
+    choose(&configured, runtime.as_ref())
 }
 
 /// The administrator's limits when the configuration has any limit key, else the
 /// runtime's (validated either way, and only the one that applies).
-fn choose(
-    admin_sets_limits: bool,
-    configured: &Entry,
-    runtime: Option<&Entry>,
-) -> Result<BandwidthConf, CniError> {
+fn choose(configured: &Entry, runtime: Option<&Entry>) -> Result<BandwidthConf, CniError> {
     match runtime {
-        Some(runtime) if admin_sets_limits => {
-            if !runtime.is_empty() {
+        Some(runtime) if configured.has_any_key() => {
+            if runtime.has_any_key() {
                 eprintln!(
                     "bandwidth: ignoring runtimeConfig.bandwidth: the network configuration sets \
                      limits, and those are the ones applied"
@@ -162,18 +166,45 @@ mod tests {
             r#"{"ingressRate":40000000000,"ingressBurst":40000000,"egressRate":8000,"egressBurst":800}"#,
         );
         // The configuration wins as a whole: the pod gets no egress limit of its own either.
-        let conf = choose(true, &admin, Some(&pod)).unwrap();
+        let conf = choose(&admin, Some(&pod)).unwrap();
         assert_eq!(conf.ingress, Some(Limit { rate_bits: 1_000_000, burst_bits: 100_000 }));
         assert_eq!(conf.egress, None);
         // Keys present with 0 still count as set (the reference's rule): nothing is shaped.
-        assert!(choose(true, &entry(r#"{"ingressRate":0}"#), Some(&pod)).unwrap().is_unlimited());
+        assert!(choose(&entry(r#"{"ingressRate":0}"#), Some(&pod)).unwrap().is_unlimited());
         // No limit key configured: the runtime's limits apply.
-        let conf = choose(false, &Entry::default(), Some(&pod)).unwrap();
+        let conf = choose(&Entry::default(), Some(&pod)).unwrap();
         assert_eq!(conf.egress, Some(Limit { rate_bits: 8_000, burst_bits: 800 }));
         // An ignored runtime value is not validated: it cannot fail the ADD either.
-        assert!(choose(true, &admin, Some(&entry(r#"{"egressRate":5}"#))).is_ok());
-        let err = choose(false, &Entry::default(), Some(&entry(r#"{"egressRate":5}"#))).unwrap_err();
+        assert!(choose(&admin, Some(&entry(r#"{"egressRate":5}"#))).is_ok());
+        let err = choose(&Entry::default(), Some(&entry(r#"{"egressRate":5}"#))).unwrap_err();
         assert!(err.msg.contains("runtimeConfig.bandwidth.egressBurst"), "{}", err.msg);
+    }
+
+    /// The configuration as `load` decodes it: keys folded as Go's decoder folds them.
+    fn configured(json: &str) -> Entry {
+        cni_sdk::config::parse_config(json.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_limit_key_counts_as_configured_however_it_is_spelt() {
+        let pod = entry(r#"{"ingressRate":40000000000,"ingressBurst":400000000}"#);
+        let admin = Limit { rate_bits: 1_000_000, burst_bits: 100_000 };
+        for (rate, burst) in [
+            ("ingressRate", "ingressBurst"),
+            ("ingressrate", "ingressburst"),
+            ("IngressRate", "IngressBurst"),
+            ("INGRESSRATE", "INGRESSBURST"),
+        ] {
+            let json = format!(r#"{{"name":"n","{rate}":1000000,"{burst}":100000}}"#);
+            let conf = choose(&configured(&json), Some(&pod)).unwrap();
+            assert_eq!(conf.ingress, Some(admin), "{json}");
+        }
+        // Present with null is present (Go's decoder makes the struct for it too).
+        let conf = choose(&configured(r#"{"name":"n","EgressRate":null}"#), Some(&pod)).unwrap();
+        assert!(conf.is_unlimited());
+        // Keys that are no limit key leave the decision to the runtime value.
+        let conf = choose(&configured(r#"{"name":"n","ingress":1}"#), Some(&pod)).unwrap();
+        assert_eq!(conf.ingress.map(|l| l.rate_bits), Some(40_000_000_000));
     }
 
     #[test]
