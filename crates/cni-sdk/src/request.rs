@@ -140,10 +140,14 @@ impl Request {
     }
 
     /// The attachments a GC request says are still in use (`cni.dev/valid-attachments`,
-    /// or the older `cni.dev/attachments`).
+    /// or the older `cni.dev/attachments`). The names match without regard to case, as
+    /// every other configuration key (the reference decodes them into its `NetConf`): a
+    /// list sent as `CNI.dev/valid-attachments` is the list, not a missing one, which would
+    /// have GC release every attachment.
     pub fn valid_attachments(&self) -> Result<Vec<Attachment>, CniError> {
-        let value =
-            ["cni.dev/valid-attachments", "cni.dev/attachments"].iter().find_map(|k| self.conf.extra.get(*k));
+        let value = ["cni.dev/valid-attachments", "cni.dev/attachments"]
+            .iter()
+            .find_map(|k| cni_types::fold::get(&self.conf.extra, k));
         match value {
             None => Ok(Vec::new()),
             Some(v) => crate::config::parse_value("cni.dev/valid-attachments", v),
@@ -204,6 +208,10 @@ mod tests {
         let r =
             request(r#"{"cniVersion":"1.1.0","name":"n","type":"t","cni.dev/attachments":[{"ifname":1}]}"#);
         assert_eq!(r.valid_attachments().unwrap_err().code, 7);
+        let r = request(
+            r#"{"cniVersion":"1.1.0","name":"n","type":"t","CNI.DEV/Valid-Attachments":[{"containerID":"a","ifname":"eth0"}]}"#,
+        );
+        assert_eq!(r.valid_attachments().unwrap().len(), 1, "a list spelt otherwise is still the list");
     }
 
     #[test]
