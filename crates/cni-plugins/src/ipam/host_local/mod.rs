@@ -295,8 +295,10 @@ fn routes(conf: &HostLocalConf) -> Result<Vec<Route>, CniError> {
             if let Some(gw) = spec.gw {
                 object.insert("gw".into(), gw.to_string().into());
             }
-            serde_json::from_value(object.into())
-                .map_err(|e| CniError::invalid_config(format!("host-local: route to {}: {e}", spec.dst)))
+            // Folded as the rest of the configuration was (Go decodes `"MTU": 1400` into the
+            // route's mtu): the keys kept here are still as the configuration spelt them.
+            cni_types::fold::deserialize(&serde_json::Value::from(object))
+                .map_err(|(_, e)| CniError::invalid_config(format!("host-local: route to {}: {e}", spec.dst)))
         })
         .collect()
 }
@@ -393,6 +395,18 @@ impl Plugin for HostLocal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn route_attributes_match_without_regard_to_case() {
+        let conf = HostLocalConf::parse(
+            br#"{"cniVersion":"1.1.0","name":"n","ipam":{"subnet":"10.1.0.0/16",
+            "routes":[{"Dst":"10.9.0.0/16","MTU":1400,"AdvMSS":1360,"table":100}]}}"#,
+            None,
+        )
+        .unwrap();
+        let routes = routes(&conf).unwrap();
+        assert_eq!((routes[0].mtu, routes[0].advmss, routes[0].table), (Some(1400), Some(1360), Some(100)));
+    }
 
     #[test]
     fn resolv_conf_like_the_reference() {
