@@ -180,14 +180,28 @@ mod tests {
         assert!(err.msg.contains("runtimeConfig.bandwidth.egressBurst"), "{}", err.msg);
     }
 
-    /// The configuration as `load` decodes it: keys folded as Go's decoder folds them.
-    fn configured(json: &str) -> Entry {
-        cni_sdk::config::parse_config(json.as_bytes()).unwrap()
+    /// An ADD of `conf` (a plugin configuration without `runtimeConfig`) with the pod's
+    /// 40 Gbit/s ingress limit in runtimeConfig, decided by `load` as for a real request.
+    fn load_with_pod_limit(conf: &str) -> BandwidthConf {
+        let pod = r#""runtimeConfig":{"bandwidth":{"ingressRate":40000000000,"ingressBurst":400000000}}"#;
+        let stdin = format!(r#"{{"cniVersion":"1.1.0","name":"n","type":"bandwidth",{pod},{conf}}}"#);
+        let req = Request {
+            command: cni_sdk::Command::Add,
+            container_id: "ctr".into(),
+            netns: "/run/netns/none".into(),
+            ifname: "eth0".into(),
+            args: Default::default(),
+            path: vec![],
+            stdin: stdin.as_bytes().to_vec(),
+            conf: serde_json::from_str(&stdin).unwrap(),
+            version: cni_sdk::Version::V1_1_0,
+            trace: None,
+        };
+        load(&req).unwrap()
     }
 
     #[test]
     fn a_limit_key_counts_as_configured_however_it_is_spelt() {
-        let pod = entry(r#"{"ingressRate":40000000000,"ingressBurst":400000000}"#);
         let admin = Limit { rate_bits: 1_000_000, burst_bits: 100_000 };
         for (rate, burst) in [
             ("ingressRate", "ingressBurst"),
@@ -195,16 +209,14 @@ mod tests {
             ("IngressRate", "IngressBurst"),
             ("INGRESSRATE", "INGRESSBURST"),
         ] {
-            let json = format!(r#"{{"name":"n","{rate}":1000000,"{burst}":100000}}"#);
-            let conf = choose(&configured(&json), Some(&pod)).unwrap();
-            assert_eq!(conf.ingress, Some(admin), "{json}");
+            let conf = format!(r#""{rate}":1000000,"{burst}":100000"#);
+            assert_eq!(load_with_pod_limit(&conf).ingress, Some(admin), "{conf}");
         }
         // Present with null is present (Go's decoder makes the struct for it too).
-        let conf = choose(&configured(r#"{"name":"n","EgressRate":null}"#), Some(&pod)).unwrap();
-        assert!(conf.is_unlimited());
-        // Keys that are no limit key leave the decision to the runtime value.
-        let conf = choose(&configured(r#"{"name":"n","ingress":1}"#), Some(&pod)).unwrap();
-        assert_eq!(conf.ingress.map(|l| l.rate_bits), Some(40_000_000_000));
+        assert!(load_with_pod_limit(r#""EgressRate":null"#).is_unlimited());
+        // A key that is no limit key leaves the decision to the runtime value.
+        let pod = load_with_pod_limit(r#""ingress":1"#).ingress;
+        assert_eq!(pod.map(|l| l.rate_bits), Some(40_000_000_000));
     }
 
     #[test]
