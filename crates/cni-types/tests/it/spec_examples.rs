@@ -1,11 +1,10 @@
 //! Every JSON example in the 1.0.0 specification parses into our types and prints back to
 //! the same JSON.
-#![forbid(unsafe_code)]
 
 use cni_types::{CniError, CniResult, NetConf, NetConfList, Version, VersionInfo};
 use serde_json::Value;
 
-const SPEC: &str = include_str!("data/cni-spec-1.0.0.md");
+const SPEC: &str = include_str!("../data/cni-spec-1.0.0.md");
 
 /// The text of every ```json / ```jsonc block, with `//` comments and `...` elisions
 /// (which the spec uses in a few examples) removed.
