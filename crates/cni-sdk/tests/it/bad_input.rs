@@ -1,7 +1,6 @@
 //! The SDK's validation table (docs/compatibility.md, "Plugin environment, per verb"), one
 //! test per rule, run against a real plugin binary built on the SDK (the `passthrough`
 //! example).
-#![forbid(unsafe_code)]
 
 use serde_json::Value;
 use std::io::Write;

@@ -1,4 +1,4 @@
-//! What the SDK's test binaries share.
+//! What several of the SDK's integration tests share.
 
 /// The environment of an ADD as a runtime sets it (no CNI_ARGS).
 pub fn add_env(key: &str) -> Option<String> {

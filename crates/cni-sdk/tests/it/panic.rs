@@ -1,8 +1,6 @@
 //! A panic inside plugin code still ends as a CNI error object (code 999) and exit 1.
-#![forbid(unsafe_code)]
 
-mod common;
-
+use crate::support;
 use cni_sdk::{run_with, CniError, CniResult, Plugin, Request};
 
 struct Panicking;
@@ -21,7 +19,7 @@ impl Plugin for Panicking {
 
 #[test]
 fn panic_becomes_code_999() {
-    let env = common::add_env;
+    let env = support::add_env;
     let mut stdin: &[u8] = br#"{"cniVersion":"1.0.0","name":"n","type":"panicking"}"#;
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
     let code = run_with(&Panicking, &env, &mut stdin, &mut stdout, &mut stderr);

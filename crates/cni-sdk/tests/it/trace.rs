@@ -1,9 +1,7 @@
 //! The runtime's trace context reaches the plugin as `Request::trace`, and a failure's line on
 //! stderr carries its trace id, so a failed pod setup can be found from its trace.
-#![forbid(unsafe_code)]
 
-mod common;
-
+use crate::support;
 use cni_sdk::{run_with, CniError, CniResult, Plugin, Request};
 use std::sync::Mutex;
 
@@ -32,7 +30,7 @@ impl Plugin for Failing {
 fn add_with(traceparent: Option<&str>) -> (Option<String>, String) {
     let env = |k: &str| match k {
         "TRACEPARENT" => traceparent.map(str::to_string),
-        _ => common::add_env(k),
+        _ => support::add_env(k),
     };
     let plugin = Failing::default();
     let mut stdin: &[u8] = br#"{"cniVersion":"1.0.0","name":"n","type":"failing"}"#;
