@@ -1,9 +1,6 @@
 //! GC, STATUS, damaged cache files, and the cache file written by Go libcni.
-#![forbid(unsafe_code)]
 
-mod common;
-
-use common::{calls, Rig};
+use crate::support::{self, calls, Rig};
 use libcni::{Attachment, Error, NetworkConfigList, RuntimeConf};
 use serde_json::{json, Value};
 
@@ -53,7 +50,7 @@ fn gc_deletes_stale_attachments_then_sends_gc_to_every_plugin() {
     assert_eq!(gc.stdin["cni.dev/attachments"], gc.stdin["cni.dev/valid-attachments"]);
     assert_eq!((gc.stdin["name"].as_str(), gc.stdin["cniVersion"].as_str()), (Some("gcnet"), Some("1.1.0")));
     assert_eq!(gc.stdin["capabilities"], json!({"portMappings": true}));
-    assert_eq!(common::cni_var_names(gc), ["CNI_COMMAND", "CNI_PATH"]);
+    assert_eq!(support::cni_var_names(gc), ["CNI_COMMAND", "CNI_PATH"]);
     assert!(!rig.cache_file("gcnet", "stale", "eth0").exists());
     assert!(rig.cache_file("gcnet", "keep", "eth0").exists());
     assert!(rig.cache_file("othernet", "x", "eth0").exists());
@@ -104,7 +101,7 @@ fn status_asks_every_plugin_from_1_1_0_and_stops_at_the_first_failure() {
     let err = rig.cni.status_network_list(&list).unwrap_err();
     assert_eq!(err.plugin_error().unwrap().code, 50);
     assert_eq!(rig.calls(), calls(&[("STATUS", "a"), ("STATUS", "b")]));
-    assert_eq!(common::cni_var_names(&rig.log()[0]), ["CNI_COMMAND", "CNI_PATH"]);
+    assert_eq!(support::cni_var_names(&rig.log()[0]), ["CNI_COMMAND", "CNI_PATH"]);
     assert_eq!(rig.log()[0].stdin, json!({"type": "a", "name": "st", "cniVersion": "1.1.0"}));
 
     rig.clear_log();

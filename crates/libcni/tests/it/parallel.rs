@@ -1,9 +1,6 @@
 //! One CniConfig shared by many threads attaching different containers at once.
-#![forbid(unsafe_code)]
 
-mod common;
-
-use common::Rig;
+use crate::support::Rig;
 use libcni::RuntimeConf;
 use serde_json::json;
 use std::collections::BTreeSet;

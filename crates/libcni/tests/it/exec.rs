@@ -1,10 +1,7 @@
 //! Running plugins: lookup, timeouts that kill the whole process group, and how failures
 //! are reported.
-#![forbid(unsafe_code)]
 
-mod common;
-
-use common::Rig;
+use crate::support::Rig;
 use libcni::{Error, RuntimeConf};
 use serde_json::json;
 use std::time::{Duration, Instant};

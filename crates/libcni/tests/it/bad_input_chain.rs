@@ -10,7 +10,6 @@
 //! - Damaged result cache: the attachment's cache file emptied, cut short, garbage, or a
 //!   directory in its place: DEL still removes everything (the chain runs without a
 //!   prevResult), GC leaves nothing, and the next ADD and DEL work.
-#![forbid(unsafe_code)]
 
 use cni_testkit::binaries::workspace_binary;
 use cni_testkit::damage::Damage;

@@ -2,7 +2,6 @@
 //! containernetworking-plugins in /usr/lib/cni) through podman's default chain —
 //! bridge(host-local, isGateway, ipMasq) → portmap → firewall → tuning — in a throwaway
 //! host namespace, attaching a throwaway container namespace, with real TCP traffic.
-#![forbid(unsafe_code)]
 
 use cni_testkit::ns::TestNetns;
 use cni_testkit::traffic::{tcp_echo, tcp_echo_server};

@@ -1,13 +1,12 @@
 //! Shared rig for libcni's integration tests: a temp dir with plugin wrappers around the
 //! scriptable test plugin, a cache dir, and the invocation log they all append to.
-#![allow(dead_code)]
 
 use cni_testkit::binaries::test_plugin;
 use cni_testkit::test_plugin::{read_log, Behaviour, Invocation};
 use libcni::{CniConfig, NetworkConfigList};
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 pub struct Rig {
     pub dir: tempfile::TempDir,
@@ -91,10 +90,6 @@ impl Rig {
 
 pub fn calls(list: &[(&str, &str)]) -> Vec<(String, String)> {
     list.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
-}
-
-pub fn exists(path: &Path) -> bool {
-    path.exists()
 }
 
 /// The CNI_* variables a plugin saw, minus the rig's own CNI_TEST_* ones.

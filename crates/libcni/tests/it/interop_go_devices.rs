@@ -1,7 +1,6 @@
 //! Interop (needs root): libcni drives the Go reference macvlan and host-device plugins
 //! (Debian's containernetworking-plugins in /usr/lib/cni) with host-local, in throwaway
 //! namespaces: a veth pair stands in for the host's NIC, its far end in a "LAN" namespace.
-#![forbid(unsafe_code)]
 
 use cni_net::netlink::{AddressFlags, LinkSpec, VethSpec};
 use cni_testkit::ns::TestNetns;

@@ -1,10 +1,7 @@
 //! ADD, CHECK and DEL of chains against the scriptable test plugin: what each plugin is
 //! sent, in which order, and what is cached.
-#![forbid(unsafe_code)]
 
-mod common;
-
-use common::{calls, Rig};
+use crate::support::{calls, Rig};
 use libcni::{NetworkConfig, RuntimeConf};
 use serde_json::{json, Value};
 

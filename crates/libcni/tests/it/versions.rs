@@ -1,11 +1,8 @@
 //! The version matrix: lists of each version against plugins claiming various versions,
 //! and results converted between plugins that print different versions.
-#![forbid(unsafe_code)]
 
-mod common;
-
+use crate::support::Rig;
 use cni_types::Version;
-use common::Rig;
 use libcni::{Error, RuntimeConf};
 use serde_json::{json, Value};
 
