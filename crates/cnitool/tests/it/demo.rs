@@ -1,7 +1,5 @@
 //! `cnitool demo` end to end with our plugins: it must attach, prove connectivity, detach
 //! and leave no namespace behind.
-#![forbid(unsafe_code)]
-#![cfg(feature = "demo")]
 
 use std::process::Command;
 

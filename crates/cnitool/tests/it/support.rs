@@ -1,4 +1,4 @@
-//! What cnitool's test binaries share.
+//! What several of cnitool's integration tests share.
 
 use std::process::Output;
 

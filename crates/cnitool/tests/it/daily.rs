@@ -1,12 +1,9 @@
 //! cnitool as a daily tool: `list` with addresses, `inspect`, and the completion scripts
 //! loaded by the shells they are for and asked what they complete. Unprivileged: the test
 //! plugin does no networking. bash, zsh and fish come from tools/test's package list.
-#![forbid(unsafe_code)]
 
-mod common;
-
+use crate::support::ok;
 use cni_testkit::binaries::test_plugin;
-use common::ok;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::{Command, Output};

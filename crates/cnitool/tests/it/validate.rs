@@ -4,8 +4,6 @@
 //! podman-style conflist gives none; against the Go reference plugins' directory, the
 //! plugins it lacks are reported missing, the versions it lacks unsupported, and a
 //! plugin that is not ours gets only the CNI_PATH and version checks.
-#![forbid(unsafe_code)]
-#![cfg(feature = "plugin-checks")]
 
 use cni_testkit::binaries::workspace_binary;
 use serde_json::{json, Value};

@@ -1,15 +1,12 @@
 //! cnitool end to end: the way the reference cnitool is used (NETCONFPATH to a directory
 //! with a conflist, CNI_PATH, CAP_ARGS, CNI_ARGS), against the test plugin and (as root)
 //! the Go reference plugins in a throwaway host namespace.
-#![forbid(unsafe_code)]
 
-mod common;
-
+use crate::support::ok;
 use cni_testkit::binaries::test_plugin;
 use cni_testkit::ns::TestNetns;
 use cni_testkit::test_plugin::read_log;
 use cni_testkit::traffic::{tcp_echo, tcp_echo_server};
-use common::ok;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,11 @@
+//! cnitool's integration tests, one binary: each former test file is a module, `support`
+//! what several of them share.
+#![forbid(unsafe_code)]
+
+mod cli;
+mod daily;
+#[cfg(feature = "demo")]
+mod demo;
+mod support;
+#[cfg(feature = "plugin-checks")]
+mod validate;
