@@ -1,13 +1,11 @@
 //! Real packets through rules programmed over netlink: counters count, a drop rule blocks
 //! a TCP connect, a DNAT rule redirects one. Root only; own namespace, loopback only.
 
-mod nft_support;
-
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
+use crate::nft_support::*;
 use cni_net::nft::*;
-use nft_support::*;
 
 const T: &str = "cnf-traffic";
 

@@ -3,8 +3,6 @@
 //! The namespace disappears with the thread, so nothing is left behind (also on panic),
 //! and the machine's own ruleset is never touched.
 
-#![allow(dead_code)]
-
 use std::process::Command;
 
 use serde_json::Value;

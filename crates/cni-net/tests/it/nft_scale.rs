@@ -7,12 +7,10 @@
 //! only elements. Whether their cost stays flat in the number of containers is measured
 //! by cni-bench (the `nft` workload). Root only; own namespace.
 
-mod nft_support;
-
 use std::net::Ipv4Addr;
 
+use crate::nft_support::*;
 use cni_net::nft::*;
-use nft_support::*;
 
 const T: &str = "cnf-scale";
 const CONTAINERS: usize = 200;

@@ -10,7 +10,8 @@ use cni_testkit::ns::{require_root, TestNetns};
 #[test]
 fn by_default_a_background_deletion_is_done_at_once() {
     require_root();
-    // Nothing in this binary opts in but the child below, in a process of its own.
+    // Nothing in this binary opts in (the tests that do have the `helpers` binary) but the
+    // child below, in a process of its own.
     assert!(!helper_processes_enabled());
     deletes_at_once();
 }
@@ -19,7 +20,13 @@ fn by_default_a_background_deletion_is_done_at_once() {
 fn the_variable_overrides_the_opt_in() {
     require_root();
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "opted_in_with_the_variable_set", "--ignored", "--test-threads=1", "--nocapture"])
+        .args([
+            "--exact",
+            "no_helpers::opted_in_with_the_variable_set",
+            "--ignored",
+            "--test-threads=1",
+            "--nocapture",
+        ])
         .env(NO_HELPERS_VAR, "1")
         .output()
         .unwrap();

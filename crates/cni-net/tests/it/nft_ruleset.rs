@@ -1,10 +1,8 @@
 //! nftables client against the real kernel: what we program is exactly what `nft` shows.
 //! Root only; each test in its own throwaway network namespace.
 
-mod nft_support;
-
+use crate::nft_support::*;
 use cni_net::nft::*;
-use nft_support::*;
 use serde_json::{json, Value};
 
 const T: &str = "cni-test";

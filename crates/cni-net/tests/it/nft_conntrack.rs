@@ -1,13 +1,11 @@
 //! Stale UDP conntrack entries for a host port are removed, others stay.
 //! Root only; own namespace, loopback only.
 
-mod nft_support;
-
 use std::net::{Ipv4Addr, UdpSocket};
 
+use crate::nft_support::*;
 use cni_net::nft::conntrack::ConntrackClient;
 use cni_net::nft::*;
-use nft_support::*;
 
 #[test]
 fn delete_matching_removes_only_udp_entries_to_that_port() {
