@@ -1,6 +1,8 @@
+//! A test binary of its own: its one host test runs this binary's ignored tests in a VM.
+//!
 //! The bridge plugin's VLAN keys (`vlan`, `vlanTrunk`, `preserveDefaultVlan`) under a
 //! kernel with bridge VLAN filtering: Debian's, in QEMU (`tools/kernel-rig`). This
-//! machine's kernel has none (`bridge.rs` tests the clean refusal there).
+//! machine's kernel has none (`it/bridge` tests the clean refusal there).
 //!
 //! Every test below except `kernel_rig_runs_the_bridge_vlan_tests` is ignored on the host:
 //! that one boots a single VM and runs this binary inside it with `--ignored`, so the
@@ -10,6 +12,9 @@
 //!     tools/kernel-rig -- target/debug/deps/kernel_bridge_vlan-<hash> --ignored --exact isolation::access_ports_are_isolated_and_a_trunk_carries_both
 #![forbid(unsafe_code)]
 
+// Shared with the `it` binary, of which this one uses a part.
+#[path = "it/common/mod.rs"]
+#[allow(dead_code)]
 mod common;
 
 #[path = "kernel_bridge_vlan/firewall.rs"]

@@ -1,3 +1,5 @@
+//! A test binary of its own: its one host test runs this binary's ignored tests in a VM.
+//!
 //! Plugins that need kernel features this machine's kernel lacks (dummy, 802.1q vlan,
 //! ipvlan, vrf), tested under Debian's kernel in QEMU (`tools/kernel-rig`), and the Go
 //! reference plugins for those features driven by our libcni next to ours.
@@ -10,6 +12,9 @@
 //!     tools/kernel-rig -- target/debug/deps/kernel_features-<hash> --ignored --exact dummy::add_check_del
 #![forbid(unsafe_code)]
 
+// Shared with the `it` binary, of which this one uses a part.
+#[path = "it/common/mod.rs"]
+#[allow(dead_code)]
 mod common;
 
 #[path = "kernel_features/dummy.rs"]
