@@ -1,3 +1,6 @@
+//! Its own binary, not a module of `it`: the kernel rig runs this binary's `#[ignore]`d
+//! tests inside a QEMU VM and fails unless every one of them passed.
+//!
 //! `--backend wireguard` on a kernel with WireGuard: Debian's, in QEMU (`tools/kernel-rig`);
 //! this machine's kernel has none. Three hosts on an underlay bridge, one etcd member, an
 //! agent and a dual-stack pod per host: TCP between the pods of every pair while a capture
@@ -12,6 +15,9 @@
 //!     tools/kernel-rig -- target/debug/deps/kernel_wireguard-<hash> --ignored
 #![forbid(unsafe_code)]
 
+// The `it` binary's harness: this binary uses only part of it.
+#[path = "it/harness.rs"]
+#[allow(dead_code)]
 mod harness;
 
 use std::net::SocketAddr;

@@ -2,16 +2,13 @@
 //! (namespaces on an underlay bridge) on a real etcd, a peer appearing and going, a hostile
 //! record refused, then etcd stopped and `/healthz` turning 503. Needs root and Debian's
 //! etcd-server. Names carry `mx`.
-#![forbid(unsafe_code)]
-
-mod harness;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::harness::{wait_for, Cluster, PREFIX, TTL};
 use cni_etcd_testing::EtcdCluster;
 use cni_testkit::scrape::{self, Samples};
-use harness::{wait_for, Cluster, PREFIX, TTL};
 
 fn sample(samples: &Samples, name: &str, labels: &[(&str, &str)]) -> f64 {
     samples.get(&format!("cni_overlay_agent_{name}"), labels).unwrap_or(0.0)

@@ -3,14 +3,11 @@
 //! keep-alives and watches fail over to the survivors: every record outlives several TTLs
 //! on its own lease, no peer's entries leave any host, and a node joining afterwards is
 //! seen by every other node (and its pod reaches theirs).
-#![forbid(unsafe_code)]
-
-mod harness;
 
 use std::time::Duration;
 
+use crate::harness::{pods_talk, Cluster, Host, PREFIX, TTL};
 use cni_etcd_testing::EtcdCluster;
-use harness::{pods_talk, Cluster, Host, PREFIX, TTL};
 
 /// The hosts started before the member dies; the last host joins after.
 const FIRST: [usize; 3] = [0, 1, 2];

@@ -3,17 +3,14 @@
 //! router (VXLAN to it, direct between the others) that then moves onto the segment. The
 //! kernel's own dumps show which path each peer got; TCP between the pods of every pair
 //! shows it carries traffic. Needs root and Debian's etcd-server. Names carry `or`.
-#![forbid(unsafe_code)]
-
-mod harness;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
+use crate::harness::{pods_talk, Cluster, Layout, DEVICE, PREFIX};
 use cni_etcd_testing::EtcdCluster;
 use cni_net::netlink::{AddressFlags, IpFamily, LinkSpec, NeighbourState, Route, VethSpec};
 use cni_overlay::dataplane::vtep_mac;
-use harness::{Cluster, Layout, DEVICE, PREFIX};
 use ipnet::IpNet;
 
 /// How long the entries may take to converge: generous, as the machine may be busy (only a
@@ -183,7 +180,7 @@ fn a_routes_c_directly_while_c_is_on_link(cluster: &Cluster, layout: &Layout) {
     both.sort();
     cluster.wait_entries(0, WAIT, "C direct once on-link", |e| e.direct_routes() == both && e.fdb.is_empty());
     for (from, to) in [(0, 2), (2, 0)] {
-        harness::pods_talk(&cluster.hosts[from], &cluster.hosts[to])
+        pods_talk(&cluster.hosts[from], &cluster.hosts[to])
             .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
     }
     a_nl.delete_address(a_ovu0, second).unwrap();

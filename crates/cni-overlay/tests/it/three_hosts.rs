@@ -3,15 +3,11 @@
 //! with SIGKILL and restarted, a host removed (its lease runs out) and an agent stopped
 //! with SIGTERM + --revoke-on-exit. Needs root and Debian's etcd-server.
 
-#![forbid(unsafe_code)]
-
-mod harness;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::harness::{ip_counter, pods_talk, wait_for, Cluster, Host, DEVICE, PREFIX, TTL};
 use cni_testkit::traffic::{udp_echo, udp_echo_server};
-use harness::{ip_counter, pods_talk, wait_for, Cluster, Host, DEVICE, TTL};
 use ipnet::Ipv4Net;
 
 /// One UDP datagram of `size` bytes from `from`'s pod to an echo server in `to`'s pod.
@@ -26,7 +22,7 @@ fn udp_across(from: &Host, to: &Host, size: usize) -> Result<(), String> {
 
 fn record(cluster: &Cluster, host: &Host) -> Option<cni_etcd::KeyValue> {
     let subnet = host.subnet()?;
-    let key = format!("{}/subnets/{}-{}", harness::PREFIX, subnet.network(), subnet.prefix_len());
+    let key = format!("{}/subnets/{}-{}", PREFIX, subnet.network(), subnet.prefix_len());
     cluster.etcd.client().get(key.as_bytes()).unwrap()
 }
 

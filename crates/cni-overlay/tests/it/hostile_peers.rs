@@ -7,18 +7,15 @@
 //! refuses is retried while the others converge; TLS to etcd with client certificates; a
 //! hostile etcd member ahead of the genuine one. Needs root and Debian's etcd-server.
 //! Names carry `ot`.
-#![forbid(unsafe_code)]
-
-mod harness;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::Command;
 use std::time::Duration;
 
+use crate::harness::{wait_for, Cluster, DEVICE, PREFIX};
 use cni_etcd_testing::{EtcdCluster, HostileServer};
 use cni_net::netlink::AddressFlags;
 use cni_overlay::dataplane::vtep_mac;
-use harness::{wait_for, Cluster, PREFIX};
 use ipnet::{IpNet, Ipv4Net};
 
 /// An underlay address on the test's underlay network that no host has.
@@ -231,7 +228,7 @@ fn agents_reach_etcd_over_tls_with_client_certificates() {
             "--ca-file",
             &ca,
         ])
-        .args(["--prefix", PREFIX, "--device", harness::DEVICE, "--netns"])
+        .args(["--prefix", PREFIX, "--device", DEVICE, "--netns"])
         .arg(cluster.hosts[0].ns().path())
         .arg("--subnet-file")
         .arg(cluster.hosts[0].subnet_file())
@@ -270,7 +267,7 @@ fn a_hostile_member_mid_run_is_logged_and_the_agent_keeps_running() {
     let host = &mut cluster.hosts[0];
     let status = host.agent.as_mut().unwrap().try_wait().unwrap();
     assert!(status.is_none(), "the agent exited: {status:?}\n{}", host.agent_log());
-    assert!(host.netlink().link_by_name(harness::DEVICE).unwrap().is_some(), "the device went");
+    assert!(host.netlink().link_by_name(DEVICE).unwrap().is_some(), "the device went");
     assert!(host.subnet().is_some(), "the subnet file went");
 }
 

@@ -4,9 +4,6 @@
 //! prefix given to [`Cluster::start`]. [`Layout`] picks the underlay's family (IPv4 or
 //! IPv6) and puts hosts on a second L2 segment that the underlay namespace routes to.
 
-// Each test binary uses only part of the harness.
-#![allow(dead_code)]
-
 use std::net::SocketAddr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};

@@ -6,16 +6,13 @@
 //! an IPv6 subnet that is not theirs, or an underlay of the wrong family, get nothing.
 //! With `--backend auto` the underlay's family goes direct and the other over VXLAN.
 //! Needs root and Debian's etcd-server. Names carry `or`.
-#![forbid(unsafe_code)]
-
-mod harness;
 
 use std::net::IpAddr;
 use std::time::Duration;
 
+use crate::harness::{pods_talk_over, Cluster, Layout, DEVICE, PREFIX};
 use cni_etcd_testing::EtcdCluster;
 use cni_overlay::dataplane::vtep_mac;
-use harness::{Cluster, Layout, DEVICE, PREFIX};
 use ipnet::{IpNet, Ipv6Net};
 use serde_json::Value;
 
@@ -220,7 +217,7 @@ fn a_record_claiming_anothers_ipv6_subnet_is_dropped_in_both_families(cluster: &
         });
     }
     for from in [0, 1] {
-        harness::pods_talk_over(&cluster.hosts[from], &cluster.hosts[2], true).unwrap();
+        pods_talk_over(&cluster.hosts[from], &cluster.hosts[2], true).unwrap();
     }
 }
 

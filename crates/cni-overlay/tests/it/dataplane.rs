@@ -1,7 +1,6 @@
 //! The kernel side alone (no etcd): the device is created once and adopted after, and
 //! `reconcile` converges on exactly one route, neighbour and FDB entry per peer, whatever
 //! the kernel held before. Needs root.
-#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
