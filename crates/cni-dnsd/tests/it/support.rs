@@ -2,7 +2,6 @@
 //! a bridge, containers attached by bridge + host-local + dnsname run as a runtime would,
 //! DNS queries sent from inside a container namespace, and the resolver killed at the end.
 //! Every namespace and bridge is prefixed `dns`.
-#![allow(dead_code)]
 
 use cni_testkit::ns::TestNetns;
 use cni_testkit::runner::{PluginCall, PluginOutput};

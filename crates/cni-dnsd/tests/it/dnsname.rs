@@ -1,14 +1,11 @@
 //! The dnsname plugin and cni-dnsd together, on the real kernel: containers attached by
 //! bridge + host-local + dnsname in a throwaway host namespace ask the resolver on the
 //! bridge's gateway from inside their own namespaces. Needs root.
-#![forbid(unsafe_code)]
 
-mod support;
-
+use crate::support::{query, Container, Host, Network};
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
 use std::net::SocketAddr;
-use support::{query, Container, Host, Network};
 
 #[test]
 fn names_aliases_case_and_ptr_are_served_and_del_removes_at_once() {

@@ -2,14 +2,11 @@
 //! garbage, oversized or symbolic links are skipped (the rest is served) and a DEL still
 //! clears them; a plugin killed at any moment of its ADD leaves nothing a DEL cannot
 //! remove. Needs root.
-#![forbid(unsafe_code)]
 
-mod support;
-
+use crate::support::{Container, Host, Network};
 use cni_testkit::kill::{sweep, SeededRng};
 use hickory_proto::op::ResponseCode;
 use std::time::{Duration, Instant};
-use support::{Container, Host, Network};
 
 fn host_files(host: &Host, network: &str) -> Vec<String> {
     match std::fs::read_dir(host.state_dir().join("networks").join(network).join("hosts")) {

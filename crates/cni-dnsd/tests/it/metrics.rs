@@ -3,18 +3,15 @@
 //! namespace's loopback (the plugin then uses it), a container's lookups answered from the
 //! records, one forwarded to a stub upstream, the counters read back; and a flood of idle
 //! clients on the metrics port while the container's lookups go on. Needs root.
-#![forbid(unsafe_code)]
-
-mod support;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::process::{Child, Stdio};
 
+use crate::support::{query, Container, Host, Network};
 use cni_testkit::scrape::{self, Samples};
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
-use support::{query, Container, Host, Network};
 
 const STUB: &str = "127.0.0.1:5399";
 

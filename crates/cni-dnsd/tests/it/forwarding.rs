@@ -2,10 +2,8 @@
 //! namespace: ordinary answers, a spoofed reply that must be ignored, a large answer that
 //! comes back truncated over UDP and whole over TCP, and an upstream that never answers.
 //! Needs root.
-#![forbid(unsafe_code)]
 
-mod support;
-
+use crate::support::{query, Container, Host, Network};
 use hickory_proto::op::{Message, MessageType, ResponseCode};
 use hickory_proto::rr::rdata::A;
 use hickory_proto::rr::{RData, Record, RecordType};
@@ -13,7 +11,6 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use support::{query, Container, Host, Network};
 
 const STUB: &str = "127.0.0.1:5353";
 

@@ -1,0 +1,14 @@
+//! cni-dnsd's integration tests, one module per area, in one binary: the dnsname plugin
+//! and its resolver on test networks built by [`support`] (records, forwarding, damaged
+//! state, metrics), the control socket, systemd socket activation and the command line.
+#![forbid(unsafe_code)]
+
+mod support;
+
+mod activation;
+mod cli;
+mod control_socket;
+mod damage;
+mod dnsname;
+mod forwarding;
+mod metrics;
