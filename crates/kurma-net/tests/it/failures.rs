@@ -1,13 +1,10 @@
 //! Netplugins that misbehave: `setup` past the limit, `add` past the limit, `add` exiting 3,
 //! `add` flooding its output.
-#![forbid(unsafe_code)]
-
-mod common;
 
 use std::time::Duration;
 
+use crate::common::{links_of, mynet_entry, reservations, Bed, ImageFiles, PREFIX};
 use cni_testkit::ns::TestNetns;
-use common::{links_of, mynet_entry, reservations, Bed, ImageFiles, PREFIX};
 use kurma_net::{Error, ExecFailure};
 use serde_json::json;
 

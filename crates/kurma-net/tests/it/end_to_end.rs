@@ -1,17 +1,14 @@
 //! End to end: netplugin images served from file://, http:// and docker:// (a registry on
 //! 127.0.0.1), plugin containers run by runc, a throwaway namespace attached to `lo` +
 //! `mynet`, real TCP to the bridge gateway, and a detach that leaves nothing behind.
-#![forbid(unsafe_code)]
-
-mod common;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::common::servers::{FileServer, Registry};
+use crate::common::{addresses_of, links_of, lo_and_mynet, reservations, Bed, ImageFiles, PREFIX};
 use cni_testkit::ns::TestNetns;
 use cni_testkit::traffic::{tcp_echo, tcp_echo_server};
-use common::servers::{FileServer, Registry};
-use common::{addresses_of, links_of, lo_and_mynet, reservations, Bed, ImageFiles, PREFIX};
 use kurma_net::PluginStart;
 
 /// Starts the plugins of `config`, attaches a namespace, checks traffic, detaches, checks

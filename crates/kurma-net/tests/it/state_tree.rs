@@ -2,15 +2,12 @@
 //! program and an `/opt/network/add` owned by an unprivileged uid; `nobody` must reach
 //! neither (the tree is 0700), and neither keeps what the image asked for (files are
 //! root's, setuid/setgid stripped). A state directory another user owns is refused.
-#![forbid(unsafe_code)]
-
-mod common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
+use crate::common::{self, images, mynet_entry, Bed};
 use cni_testkit::unprivileged::{as_nobody, NOBODY};
-use common::{images, mynet_entry, Bed};
 use kurma_net::{Host, HostOptions, NetworkConfig};
 use serde_json::json;
 

@@ -1,14 +1,11 @@
 //! The `kurma-net` command: a restart of the host side between attach and detach, and bad
 //! input that must start nothing.
-#![forbid(unsafe_code)]
-
-mod common;
 
 use std::path::Path;
 use std::process::{Command, Output};
 
+use crate::common::{self, links_of, lo_and_mynet, reservations, setup_runs, Bed, ImageFiles, PREFIX};
 use cni_testkit::ns::TestNetns;
-use common::{links_of, lo_and_mynet, reservations, setup_runs, Bed, ImageFiles, PREFIX};
 use serde_json::{json, Value};
 
 /// Runs `kurma-net` with the bed's state dir, host namespace and prefix.

@@ -1,14 +1,11 @@
-//! Image sources that lie: a registry and a web server on 127.0.0.1 (tests/common/hostile.rs)
+//! Image sources that lie: a registry and a web server on 127.0.0.1 (tests/it/common/hostile.rs)
 //! whose bodies run past what they declare, never end, or redirect; and image URIs whose
 //! transport or pin is not good enough. Each fetch must stop at its bound, the error must
 //! say why, and nothing may be started.
-#![forbid(unsafe_code)]
 
-mod common;
-
-use common::hostile::{HostileServer, Reply, TlsServer};
-use common::servers::Registry;
-use common::{images, Bed};
+use crate::common::hostile::{HostileServer, Reply, TlsServer};
+use crate::common::servers::Registry;
+use crate::common::{self, images, Bed};
 use kurma_model::image::oci::{Descriptor, MEDIA_CONFIG, MEDIA_LAYER_TAR, MEDIA_MANIFEST};
 use kurma_model::image::MAX_DOCUMENT_BYTES;
 use kurma_net::fetch::Fetcher;

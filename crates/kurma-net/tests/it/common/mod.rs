@@ -2,8 +2,6 @@
 //! that the plugin containers treat as the host's (the machine's own is never touched),
 //! a temporary state directory, and the test netplugin images.
 
-#![allow(dead_code)] // each test binary uses a different part
-
 pub mod hostile;
 pub mod images;
 pub mod scripts;
@@ -24,7 +22,7 @@ pub const PREFIX: &str = "kh";
 
 /// Image files of the test netplugins, in both formats: `lo-net.*` and `mynet.*` are the
 /// repository's real `lo-netplugin` and `cni-netplugin`; `shell.*` is the
-/// shell netplugin (tests/common/scripts.rs) for the failure cases a real plugin cannot
+/// shell netplugin (tests/it/common/scripts.rs) for the failure cases a real plugin cannot
 /// be made to show (sleeping past the limit, exit 3 with stderr, a probe counting setups).
 pub struct ImageFiles {
     pub dir: PathBuf,

@@ -1,12 +1,11 @@
 //! Twenty containers attached and detached at the same time, and interface templates.
-#![forbid(unsafe_code)]
-
-mod common;
 
 use std::collections::HashSet;
 
+use crate::common::{
+    addresses_of, links_of, lo_and_mynet, mynet_entry, reservations, Bed, ImageFiles, PREFIX,
+};
 use cni_testkit::ns::TestNetns;
-use common::{addresses_of, links_of, lo_and_mynet, mynet_entry, reservations, Bed, ImageFiles, PREFIX};
 use serde_json::json;
 
 #[test]
