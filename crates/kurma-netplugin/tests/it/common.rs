@@ -2,8 +2,6 @@
 //! binaries and unpacked, and a way to run their executables as the host daemon would
 //! (configuration on stdin, the seed's arguments), inside a test's "host" namespace.
 
-#![allow(dead_code)]
-
 use cni_testkit::binaries::workspace_binary;
 use cni_testkit::ns::TestNetns;
 use cni_testkit::runner::{run_within, DEFAULT_LIMIT};

@@ -1,11 +1,7 @@
 //! The netplugin images: the same bytes when built twice, the files each holds, and both
 //! formats readable by the host side's functions (digests checked).
 
-#![forbid(unsafe_code)]
-
-mod common;
-
-use common::{build_images, inputs, PREFIX};
+use crate::common::{build_images, inputs, PREFIX};
 use kurma_model::image::{aci, oci};
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -3,16 +3,12 @@
 //! networks on a real namespace, real traffic, nothing left after `del`; the error
 //! behaviour; concurrent containers.
 
-#![forbid(unsafe_code)]
-
-mod common;
-
+use crate::common::{self, Images, PREFIX};
 use cni_net::netlink::LinkKind;
 use cni_testkit::host_local::reservations;
 use cni_testkit::ns::{require_root, HostAndContainers, TestNetns};
 use cni_testkit::poll::{until, EVENTUALLY};
 use cni_testkit::traffic::{tcp_echo, tcp_echo_server};
-use common::{Images, PREFIX};
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::net::SocketAddr;
