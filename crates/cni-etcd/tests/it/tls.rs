@@ -1,7 +1,6 @@
 //! TLS against a real etcd started with `--client-cert-auth`: certificates made by the test
 //! (openssl), the server's name checked against the endpoint's host, a client without a
 //! certificate or trusting another CA refused with an error that says TLS.
-#![forbid(unsafe_code)]
 
 use std::time::Duration;
 

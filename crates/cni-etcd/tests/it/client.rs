@@ -1,5 +1,4 @@
 //! The client against a real 3-member etcd cluster on 127.0.0.1.
-#![forbid(unsafe_code)]
 
 use std::time::Duration;
 
