@@ -1,22 +1,14 @@
 //! The dhcp plugin and its daemon against real DHCP servers (dnsmasq, kea), each test in
 //! its own namespaces: a server namespace on a bridge in the test's host namespace, the
 //! containers attached by the bridge plugin with dhcp IPAM.
-#![forbid(unsafe_code)]
 
-mod common;
-mod fake_server;
-mod fake_server6;
-mod metrics;
-mod socket;
-mod support;
-mod v6;
 use std::collections::HashSet;
 use std::time::Duration;
 
+use crate::common::{self, call};
+use crate::support::{self, wait_for, Network};
 use cni_testkit::ns::TestNetns;
-use common::call;
 use serde_json::{json, Value};
-use support::{wait_for, Network};
 
 const PREFIX: &str = "cdh";
 

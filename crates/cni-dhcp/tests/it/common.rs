@@ -2,8 +2,6 @@
 //! macvlan, ...) installed as an operator installs it, with this crate's `dhcp` binary
 //! beside its links, and calls of those plugins as a runtime makes them.
 
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 

@@ -4,8 +4,6 @@
 //! also when a test panics. Needs the Debian packages `dnsmasq-base`, `kea-dhcp4-server`
 //! and `kea-dhcp6-server` (tests fail with that message when they are missing).
 
-#![allow(dead_code)]
-
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};

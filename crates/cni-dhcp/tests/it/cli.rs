@@ -1,6 +1,5 @@
 //! The `dhcp` binary's command line follows the workspace's conventions; its daemon's
 //! Go-style flags are tested with the parser (`cni_dhcp::cli`).
-#![forbid(unsafe_code)]
 
 use std::path::Path;
 
