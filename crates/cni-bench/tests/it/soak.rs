@@ -4,8 +4,6 @@
 //! cache entries, nftables entries). The full 10,000-cycle soak is `-n 1250` with the
 //! release build (README). No timing is asserted. Needs root.
 
-#![forbid(unsafe_code)]
-
 use serde_json::Value;
 use std::process::Command;
 

@@ -1,6 +1,4 @@
 //! `cni-bench`'s command line keeps the shared conventions.
-#![forbid(unsafe_code)]
-
 #[test]
 fn the_command_line_keeps_the_conventions() {
     let binary = std::path::Path::new(env!("CARGO_BIN_EXE_cni-bench"));
