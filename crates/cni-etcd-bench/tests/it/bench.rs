@@ -1,8 +1,6 @@
 //! The benchmark binary runs end to end and reports no duplicates: a short library-mode run
 //! losing a follower, and a short run of plugin processes through one agent per node
 //! losing the leader.
-#![forbid(unsafe_code)]
-
 use std::path::Path;
 
 #[test]
