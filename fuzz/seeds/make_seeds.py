@@ -24,7 +24,7 @@ def write(target, data):
 
 
 def spec_examples():
-    """The JSON blocks of the spec, cleaned as crates/cni-types/tests/spec_examples.rs does."""
+    """The JSON blocks of the spec, cleaned as crates/cni-types/tests/it/spec_examples.rs does."""
     text = open(os.path.join(ROOT, "crates/cni-types/tests/data/cni-spec-1.0.0.md")).read()
     out = []
     for block in re.findall(r"```jsonc?\n(.*?)```", text, re.S):
