@@ -1,7 +1,7 @@
 //! End-to-end tests of a CNI plugin directory driven by real container engines.
 //!
 //! The engines — podman 4.3 with its CNI backend, containerd's `ctr run --cni` and
-//! containerd's CRI plugin (kubelet's path, `tests/cri.rs`) — run
+//! containerd's CRI plugin (kubelet's path, `tests/it/cri.rs`) — run
 //! inside an [`engine_host::EngineHost`]: a throwaway network namespace (where the engines
 //! make their bridges, veths and firewall rules) plus a private mount namespace (where
 //! their state, `/var/lib/cni`, `/run` and the CNI directories live). The machine's own

@@ -1,5 +1,5 @@
 //! Kubernetes' path: a CRI client that drives containerd's CRI plugin as kubelet does, and
-//! the pods and network it is used with (the CRI suite in `tests/cri.rs`, cni-bench's cri
+//! the pods and network it is used with (the CRI suite in `tests/it/cri.rs`, cni-bench's cri
 //! workload).
 //!
 //! The client speaks the CRI gRPC API (`runtime.v1`) over containerd's socket, blocking on

@@ -1,8 +1,6 @@
 //! containerd's `ctr run --cni` on the plugin directory under test (see the crate docs).
 //! Needs root, containerd, runc and busybox-static; fails loudly without them.
 
-#![forbid(unsafe_code)]
-
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::Instant;

@@ -1,8 +1,6 @@
 //! podman 4.3's CNI backend on the plugin directory under test (see the crate docs).
 //! Needs root, podman, crun and busybox-static; fails loudly without them.
 
-#![forbid(unsafe_code)]
-
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -6,8 +6,6 @@
 //! names after the next plugin call, and two networks keep their names apart.
 //! Needs root, podman, crun and busybox-static.
 
-#![forbid(unsafe_code)]
-
 use std::path::PathBuf;
 
 use cni_e2e::plugin_dir::PluginDir;
