@@ -92,11 +92,22 @@ pub fn is_trace_id(id: &str) -> bool {
         && id.bytes().any(|b| b != b'0')
 }
 
+/// The longest TRACEPARENT taken: a later version's extra fields are the caller's text,
+/// carried into logs and the environment of the processes we start, so they are bounded.
+const MAX_TRACEPARENT: usize = 256;
+
 /// `version-traceid-parentid-flags`, lowercase hex: `00-<32>-<16>-<2>`. Version `ff` is
-/// invalid; a later version may append fields after another `-`; all-zero ids are invalid.
+/// invalid; a later version may append fields after another `-` (printable ASCII, at most
+/// [`MAX_TRACEPARENT`] characters in all); all-zero ids are invalid.
 fn check_traceparent(value: &str) -> Result<(), InvalidTraceContext> {
-    let invalid = |why: &str| Err(InvalidTraceContext(format!("TRACEPARENT {value:?}: {why}")));
     let bytes = value.as_bytes();
+    if bytes.len() > MAX_TRACEPARENT {
+        return Err(InvalidTraceContext(format!(
+            "TRACEPARENT is {} bytes long, more than {MAX_TRACEPARENT}",
+            bytes.len()
+        )));
+    }
+    let invalid = |why: &str| Err(InvalidTraceContext(format!("TRACEPARENT {value:?}: {why}")));
     if bytes.len() < 55 {
         return invalid("too short");
     }
@@ -114,6 +125,9 @@ fn check_traceparent(value: &str) -> Result<(), InvalidTraceContext> {
     // Version 00 is exactly 55 characters; a later version may carry more after a '-'.
     if bytes.len() > 55 && (version == b"00" || bytes[55] != b'-') {
         return invalid("trailing characters");
+    }
+    if !bytes[55..].iter().all(|b| b.is_ascii_graphic()) {
+        return invalid("a later version's fields hold other than printable ASCII");
     }
     if trace_id.iter().all(|&b| b == b'0') || span_id.iter().all(|&b| b == b'0') {
         return invalid("an all-zero id");
@@ -173,8 +187,16 @@ mod tests {
         ] {
             assert!(TraceContext::new(bad, None, None).is_err(), "{bad:?} was accepted");
         }
-        // A later version may carry more fields.
-        assert!(TraceContext::new(&format!("01{}-x", &PARENT[2..]), None, None).is_ok());
+        // A later version may carry more fields: printable, and bounded.
+        let later = format!("01{}", &PARENT[2..]);
+        assert!(TraceContext::new(&format!("{later}-x"), None, None).is_ok());
+        assert!(TraceContext::new(&format!("{later}-{}", "x".repeat(200)), None, None).is_ok());
+        let endless = format!("{later}-{}", "x".repeat(1 << 20));
+        let refused = TraceContext::new(&endless, None, None).unwrap_err();
+        assert!(refused.0.len() < 100, "the refusal does not echo a megabyte: {}", refused.0.len());
+        for bad in ["-x\ny", "-x\u{1b}[2J", "-x y", "-\u{e9}"] {
+            assert!(TraceContext::new(&format!("{later}{bad}"), None, None).is_err(), "{bad:?} was accepted");
+        }
     }
 
     #[test]

@@ -115,10 +115,16 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
         .map_err(|e| cache_err("writing", e))
 }
 
+/// The largest cache entry read: a result (at most the 16 MiB a plugin may print) and the
+/// list's configuration, base64-encoded, with room to spare.
+const MAX_ENTRY: u64 = 64 << 20;
+
 /// Reads a cache file. `Ok(None)` when there is none; `Err` when it exists but is empty,
-/// corrupt, or not a cache entry.
+/// corrupt, or not a cache entry, and, as for every state file (docs/security.md), when a
+/// link, a FIFO or anything but a regular file is in its place or it is longer than
+/// [`MAX_ENTRY`]: read without following a link, without blocking, and bounded.
 pub(crate) fn read(path: &Path) -> Result<Option<NetworkAttachment>> {
-    let read = std::fs::read(path).ignore_missing();
+    let read = cni_os::fs::read_nofollow_limited(path, MAX_ENTRY);
     let Some(bytes) = read.map_err(|e| Error::Cache { path: path.to_path_buf(), reason: e.to_string() })?
     else {
         return Ok(None);
@@ -311,6 +317,26 @@ mod tests {
         // No results directory at all is nothing to do.
         let empty = tempfile::tempdir().unwrap();
         assert!(remove_abandoned_temp_files(empty.path(), now).unwrap().is_empty());
+    }
+
+    #[test]
+    fn links_fifos_and_oversized_entries_are_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let entry = cache_path(dir.path(), "net", "ctr", "eth0");
+        write(&entry, &attachment()).unwrap();
+        let results = entry.parent().unwrap();
+        let link = results.join("net-link-eth0");
+        std::os::unix::fs::symlink(&entry, &link).unwrap();
+        assert!(matches!(read(&link), Err(Error::Cache { .. })), "a link is not followed");
+        let fifo = results.join("net-fifo-eth0");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        assert!(matches!(read(&fifo), Err(Error::Cache { .. })), "a FIFO is refused, not waited on");
+        let huge = results.join("net-huge-eth0");
+        std::fs::File::create(&huge).unwrap().set_len(MAX_ENTRY + 1).unwrap();
+        let Err(Error::Cache { reason, .. }) = read(&huge) else { panic!("an oversized entry was read") };
+        assert!(reason.contains("longer than"), "{reason}");
+        // The listing skips them all and still finds the real entry.
+        assert_eq!(list(dir.path()).unwrap().len(), 1);
     }
 
     #[test]
