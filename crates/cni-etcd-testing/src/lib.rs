@@ -22,9 +22,27 @@ pub use pki::Pki;
 const ETCD: &str = "/usr/bin/etcd";
 static CLUSTERS: AtomicUsize = AtomicUsize::new(0);
 
-/// A port nobody listens on right now (the kernel's pick).
+/// A port nobody listens on right now, for a server started a moment later. Chosen below
+/// the kernel's ephemeral range (`ip_local_port_range`): a port the kernel picked would go
+/// back to that range when released, where any process's next outgoing connection or
+/// `bind(0)` may take it before the server binds it (once, a member of a cluster lost its
+/// client port that way, started without it, and the cluster lost its quorum when a test
+/// killed another member). The range below is only taken by servers that ask for a port.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free port")
+    let ephemeral_low = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let low = 10000u16.min(ephemeral_low / 2);
+    let span = u64::from(ephemeral_low - low);
+    for _ in 0..1000 {
+        let random = cni_os::random::u64().expect("getrandom");
+        let port = low + (random % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port below the ephemeral range after 1000 tries")
 }
 
 /// tmpfs when there is one (etcd's fsyncs are then free), the temp directory otherwise.
@@ -82,6 +100,10 @@ impl EtcdCluster {
     }
 
     fn launch(base: &Path, prefix: &str, n: usize, with_tls: bool) -> EtcdCluster {
+        EtcdCluster::launch_attempt(base, prefix, n, with_tls, 1)
+    }
+
+    fn launch_attempt(base: &Path, prefix: &str, n: usize, with_tls: bool, attempt: u32) -> EtcdCluster {
         assert!(
             Path::new(ETCD).exists(),
             "{ETCD} is missing: install Debian's etcd-server (tools/test --setup-only does)"
@@ -137,9 +159,24 @@ impl EtcdCluster {
             let tls = Tls::load(&pki.client_files()).expect("loading the test certificates");
             (pki, tls)
         });
-        let cluster = EtcdCluster { dir, members, tls };
+        let mut cluster = EtcdCluster { dir, members, tls };
         cluster.wait_ready(Duration::from_secs(30));
+        if let Some(gone) = cluster.exited_member() {
+            // A member that could not bind its ports (taken between our choice and its
+            // start) exits while a quorum of the others serves: never hand out a cluster
+            // short of a member. A new cluster on new ports, a few times at most.
+            assert!(attempt < 3, "etcd member {gone} exited at start three times:\n{}", cluster.logs());
+            drop(cluster);
+            return EtcdCluster::launch_attempt(base, prefix, n, with_tls, attempt + 1);
+        }
         cluster
+    }
+
+    /// The name of a member whose process has exited although nobody killed it.
+    fn exited_member(&mut self) -> Option<String> {
+        let exited =
+            |m: &mut Member| m.child.as_mut().is_some_and(|child| !matches!(child.try_wait(), Ok(None)));
+        self.members.iter_mut().find_map(|m| exited(m).then(|| m.name.clone()))
     }
 
     /// [`EtcdCluster::start_in`] with the data on tmpfs when there is one.
