@@ -67,11 +67,7 @@ pub fn remove_abandoned_temp_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
 
 /// Removes the temporary file `path` when no writer holds its lock: `Ok(true)` if removed.
 fn remove_if_abandoned(path: &Path) -> io::Result<bool> {
-    let opened = OpenOptions::new()
-        .read(true)
-        .custom_flags(nofollow_flags() | OFlags::NONBLOCK.bits() as i32)
-        .open(path);
-    let file = match opened {
+    let file = match open_nofollow_nonblocking(path) {
         Ok(file) => file,
         // Renamed into place or removed meanwhile; a link or a FIFO is nobody's write.
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
@@ -203,11 +199,7 @@ pub fn read_nofollow(path: &Path) -> io::Result<Option<Vec<u8>>> {
 /// the open does not wait for a FIFO's writer. `Ok(None)` when there is none.
 pub fn read_nofollow_limited(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
     use std::io::Read;
-    let opened = OpenOptions::new()
-        .read(true)
-        .custom_flags(nofollow_flags() | OFlags::NONBLOCK.bits() as i32)
-        .open(path);
-    let file = match opened {
+    let file = match open_nofollow_nonblocking(path) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
@@ -228,6 +220,12 @@ pub fn read_nofollow_limited(path: &Path, limit: u64) -> io::Result<Option<Vec<u
         ));
     }
     Ok(Some(bytes))
+}
+
+/// Opens `path` for reading without following a link and without waiting for a FIFO's
+/// writer: the open every read of state someone else may have planted goes through.
+fn open_nofollow_nonblocking(path: &Path) -> io::Result<File> {
+    OpenOptions::new().read(true).custom_flags(nofollow_flags() | OFlags::NONBLOCK.bits() as i32).open(path)
 }
 
 fn nofollow_flags() -> i32 {
