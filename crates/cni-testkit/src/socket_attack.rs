@@ -290,8 +290,20 @@ pub fn assert_oversized_refused(pid: u32, socket: &Path, max_peak_kib: u64) -> S
 /// 300 slow-loris clients (one byte every `every`, the request never complete): the
 /// daemon's thread count never rises more than `cap` above where it was, and the clients
 /// it takes up are cut off by its deadline (at least `cap` of them, before the attack
-/// ends). Returns the most threads seen.
-pub fn assert_slow_loris_bounded(pid: u32, socket: &Path, every: Duration, cap: usize) -> u64 {
+/// ends); `served` (a complete request answered) holds before the attack and after it.
+/// Returns the most threads seen.
+///
+/// The baseline is taken only once `served` held: a daemon may listen before it has
+/// started its own threads (the socket accepts into its backlog meanwhile), and a
+/// baseline counted then would charge those threads to the attack.
+pub fn assert_slow_loris_bounded(
+    pid: u32,
+    socket: &Path,
+    every: Duration,
+    cap: usize,
+    served: impl Fn() -> bool,
+) -> u64 {
+    assert!(served(), "the daemon answers a request before the attack");
     let before = proc_status(pid, "Threads");
     let attack = SlowLoris::start(socket, 300, every);
     let mut most = before;
@@ -308,5 +320,6 @@ pub fn assert_slow_loris_bounded(pid: u32, socket: &Path, every: Duration, cap: 
     assert!(cut >= cap, "only {cut} of {connected} slow clients were cut off");
     assert!(most <= before + cap as u64, "threads rose from {before} to {most} (cap {cap})");
     eprintln!("measured: threads {before} before, {most} at most under 300 slow clients; {cut} cut");
+    assert!(served(), "the daemon answers again once the slow clients are gone");
     most
 }
