@@ -1,5 +1,4 @@
 //! The scriptable test plugin does what it is told, and records what it was asked.
-#![forbid(unsafe_code)]
 
 use cni_testkit::binaries::test_plugin;
 use cni_testkit::runner::PluginCall;

@@ -1,5 +1,4 @@
 //! The snapshot sees every kind of kernel state a plugin could leave behind (needs root).
-#![forbid(unsafe_code)]
 
 use cni_net::netlink::{AddressFlags, LinkSpec, VethSpec};
 use cni_testkit::ns::TestNetns;

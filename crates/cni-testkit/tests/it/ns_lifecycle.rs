@@ -1,5 +1,4 @@
 //! TestNetns / HostAndContainers / echo helpers on the real kernel. Needs root.
-#![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 use std::time::Duration;
