@@ -1,4 +1,4 @@
-//! The printed table (Markdown, ready for the README), the goals of issue 7, and the JSON.
+//! The printed table (Markdown, ready for docs/benchmarks.md), the goals under it, and the JSON.
 
 use crate::options::WorkloadId;
 use crate::stats::{human, Summary};
@@ -177,7 +177,7 @@ fn fact_lines(id: WorkloadId, out: &SetOutcome) -> Vec<String> {
     lines
 }
 
-/// One goal of issue 7 and how this run measured it.
+/// One of the goals printed under the table, and how this run measured it.
 pub struct Goal {
     pub name: &'static str,
     pub measured: Option<String>,

@@ -2,7 +2,7 @@
 //! of the podman chain against our plugins, must end with every cycle done, no address
 //! held twice at any moment, no error and nothing left (host veths, reservations, libcni
 //! cache entries, nftables entries). The full 10,000-cycle soak is `-n 1250` with the
-//! release build (README). No timing is asserted. Needs root.
+//! release build (docs/benchmarks.md). No timing is asserted. Needs root.
 
 use serde_json::Value;
 use std::process::Command;
