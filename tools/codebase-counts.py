@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Prints issue 27's four acceptance counts for one revision, measured the same way for any.
+"""Prints four codebase counts (duplicates, unsafe, ...) for one revision, measured the same way for any.
 
 Usage, from the repository root:  tools/codebase-counts.py REV [REV ...]
 

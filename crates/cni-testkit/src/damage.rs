@@ -1,5 +1,5 @@
 //! Damaging a state file the ways a crash, a full disk or a careless hand do, for the
-//! damaged-state suites (issue 14): DEL and GC must get past each.
+//! damaged-state suites: DEL and GC must get past each.
 
 use std::fs;
 use std::path::Path;

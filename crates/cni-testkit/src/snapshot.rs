@@ -1,5 +1,5 @@
 //! Before/after snapshots of everything a plugin could change, to prove a refused request
-//! changed nothing (issue 14: "bad input gets a clear error and changes nothing").
+//! changed nothing ("bad input gets a clear error and changes nothing").
 //!
 //! A [`Scope`] names what to look at: network namespaces (links, addresses, routes of every
 //! table, policy rules, qdiscs and the nftables ruleset, each read with the kernel's own

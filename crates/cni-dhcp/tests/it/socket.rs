@@ -1,4 +1,4 @@
-//! The dhcp daemon's socket and state attacked as issue #23 found them open: a socket
+//! The dhcp daemon's socket and state attacked where an audit found them open: a socket
 //! directory of 0755 (and a socket whose mode came from the umask), a request timeout per
 //! read that let clients trickling a byte every 8 s hold a thread each, no bound on
 //! threads. The daemon runs as its binary under umask 000, in the test's own namespace;

@@ -1,4 +1,4 @@
-//! Kubernetes' path (issue 24): containerd's CRI plugin driven over the CRI gRPC API as
+//! Kubernetes' path: containerd's CRI plugin driven over the CRI gRPC API as
 //! kubelet drives it — RunPodSandbox / PodSandboxStatus / StopPodSandbox /
 //! RemovePodSandbox. Every scenario runs twice, on our plugins (`ours`) and on the Go
 //! reference plugins in `/usr/lib/cni` (`go`), so that a failure on ours is ours. containerd

@@ -1,4 +1,4 @@
-//! The agent's socket attacked as issue #23 found it open: a local user releasing another
+//! The agent's socket attacked the ways a local user would: a local user releasing another
 //! container's address through a socket whose mode came from the umask, a 512 MiB request
 //! line, and idle connections each holding a thread. The agent runs as its binary, started
 //! under umask 000; no etcd is needed, as none of these requests get that far.

@@ -1,4 +1,4 @@
-//! The bad-input corpus (issue 14): for every plugin of the multi-call binary, requests a
+//! The bad-input corpus: for every plugin of the multi-call binary, requests a
 //! hostile or careless runtime could send — malformed, binary and huge stdin, wrong types,
 //! out-of-range values, missing keys, path traversal in `ipam.type` and sysctl keys, a bad
 //! environment, unsupported versions, a prevResult of the wrong shape — each of which must

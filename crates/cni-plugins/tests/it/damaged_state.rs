@@ -1,4 +1,4 @@
-//! Damaged state must not block DEL (issue 14, "nothing lost, nothing leaked"): for every
+//! Damaged state must not block DEL (nothing lost, nothing leaked): for every
 //! file host-local writes (an attachment's reservation, `lock`, `last_reserved_ip.0`, the
 //! index's table and stamp) and every kind of damage (emptied, cut short, garbage, a
 //! directory where the file should be), bridge or ptp + host-local DEL (without a

@@ -1,4 +1,4 @@
-//! GC restores a clean host (issue 14, deliver 4): random interleavings of ADD, DEL,
+//! GC restores a clean host: random interleavings of ADD, DEL,
 //! `kill -9` during ADD or DEL, and container restarts, across two networks —
 //! bridge + host-local, portmap, firewall, tuning, bandwidth (`ksnet`) and ptp +
 //! host-local, sbr (`ksnet2`) — then GC of every plugin with the valid set = the

@@ -1,4 +1,4 @@
-//! Keys spelt as Go spells them (issue 24). The reference decodes every configuration with
+//! Keys spelt as Go spells them. The reference decodes every configuration with
 //! Go's `encoding/json`, which matches keys to fields without regard to case; the CRI path
 //! relies on it (containerd marshals capability arguments from Go structs:
 //! `{"portMappings":[{"HostPort":12000,"ContainerPort":80,"Protocol":"tcp","HostIP":""}]}`,

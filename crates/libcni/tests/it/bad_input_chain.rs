@@ -1,4 +1,4 @@
-//! The libcni chain under hostile input and damaged state (issue 14), with the real plugins
+//! The libcni chain under hostile input and damaged state (a clear error and nothing changed; DEL and GC get past damage), with the real plugins
 //! (the multi-call binary installed into a bin directory) in throwaway "host" and
 //! "container" namespaces: bridge + host-local, portmap, firewall, tuning, bandwidth.
 //!

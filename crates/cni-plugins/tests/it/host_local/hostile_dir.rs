@@ -1,5 +1,4 @@
-//! host-local's network directory against a local unprivileged user (issue 23, findings 8
-//! and 11): a directory another user can write into, or owns, is refused before anything is
+//! host-local's network directory against a local unprivileged user: a directory another user can write into, or owns, is refused before anything is
 //! read or written in it; no file in it is opened through a link; and what stands in the
 //! place of host-local's own files (a directory where the lock or a reservation belongs)
 //! is repaired, with a note on stderr, instead of blocking every ADD and DEL or leaking the

@@ -1,5 +1,5 @@
 //! `kill -9` at points of ADD and of DEL, for every plugin on its own or after bridge
-//! (issue 14: nothing lost, nothing leaked): bridge, ptp, macvlan and tap with host-local;
+//! (nothing lost, nothing leaked): bridge, ptp, macvlan and tap with host-local;
 //! portmap, firewall, tuning, bandwidth and sbr chained after bridge + host-local.
 //!
 //! Each case runs the operation of the plugin under test ("the victim") in a process

@@ -1,4 +1,4 @@
-//! Damaged state for sbr (issue 14). sbr keeps no file: its record of an attachment is the
+//! Damaged state for sbr. sbr keeps no file: its record of an attachment is the
 //! kernel state it made in the container — a rule `from <address> lookup <table>` and the
 //! table's routes. Each is damaged the ways a crash or an administrator can (the rule
 //! deleted, the table emptied, the addresses gone from the interface, the interface gone,

@@ -1,4 +1,4 @@
-//! tuning's restore record against whoever can write its `dataDir` (issue 23, finding 7):
+//! tuning's restore record against whoever can write its `dataDir`:
 //! a record asking DEL to "restore" a sysctl outside `net.` is refused by the same rule ADD
 //! applies to the configuration (and the rest of the record still applies); DEL restores
 //! nothing from a `dataDir` another user can write into; a planted key is not carried into
