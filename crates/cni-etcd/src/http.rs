@@ -333,7 +333,7 @@ fn split_messages(mut reader: impl Read, sender: &SyncSender<io::Result<Vec<u8>>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cni_etcd_testing::HostileServer;
+    use cni_testkit::etcd::HostileServer;
 
     const OK_CHUNKED: &[u8] = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
 

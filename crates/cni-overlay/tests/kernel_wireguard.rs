@@ -24,9 +24,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cni_etcd_testing::EtcdCluster;
 use cni_net::wireguard::{self, Key, WgDevice, WireGuard};
 use cni_testkit::capture::Capture;
+use cni_testkit::etcd::EtcdCluster;
 use cni_testkit::traffic::{tcp_echo, tcp_echo_server, udp_echo, udp_echo_server};
 use harness::{wait_for, Cluster, Host, Layout, PREFIX};
 

@@ -20,6 +20,7 @@
 //! - [`capture`]: every frame on every interface of a namespace (`AF_PACKET`), kept for checks.
 //! - [`poll`]: the one polling loop (`eventually`, `until`) for what happens in the background.
 //! - [`scrape`]: a daemon's metrics endpoint scraped over TCP, its exposition text parsed.
+//! - [`etcd`]: a throwaway etcd cluster on loopback, a throwaway PKI, a hostile etcd member.
 
 #![forbid(unsafe_code)]
 
@@ -30,6 +31,7 @@ pub mod cli;
 pub mod damage;
 pub mod dnsmasq;
 pub mod docs;
+pub mod etcd;
 pub mod host_local;
 pub mod json_pointer;
 pub mod kernel_rig;

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use cni_overlay_scale::{run, Options, Report};
+use cni_bench::overlay_scale::{run, Options, Report};
 
 /// The overlay agent at 10 to 100 simulated nodes, as root: join latency, convergence,
 /// etcd load and RSS, one Markdown table row per cluster size.
@@ -57,7 +57,7 @@ fn row(r: &Report) -> String {
     format!(
         "| {} | {} | {} | {} | {} | {:.1} | {:.3} | {:.1} | {:.3} | {:.1} | {} | {} | {} | {:.1} / {:.1} |",
         r.nodes,
-        ms(cni_overlay_scale::simulation::percentile(&r.first_peers, 50)),
+        ms(cni_bench::overlay_scale::simulation::percentile(&r.first_peers, 50)),
         ms(r.join_percentile(50)),
         ms(r.join_percentile(100)),
         ms(r.cold_start),

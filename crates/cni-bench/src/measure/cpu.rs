@@ -1,4 +1,4 @@
-//! Where a phase's CPU time went, from the kernel's own accounting (`/proc/PID/stat`): the
+//! Where a phase's CPU time went, from the kernel's own accounting ([`super::process`]): the
 //! plugin processes (this process's waited-for children), the launcher (this process: the
 //! forks, pipes and waits), the node agents and the etcd members. Divided by the ADDs
 //! done, it is a figure that does not depend on what else the machine runs: at 1,000 ADDs
@@ -6,26 +6,7 @@
 
 use std::time::Duration;
 
-/// Linux reports these times in USER_HZ ticks, fixed at 100 a second for user space.
-const TICK: Duration = Duration::from_millis(10);
-
-/// utime + stime, and cutime + cstime (children waited for), of process `pid`.
-fn times(pid: &str) -> (Duration, Duration) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The command name (field 2) may hold spaces; the fields after its ')' are plain.
-    let fields: Vec<u64> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().map(|f| f.parse().unwrap_or(0)).collect())
-        .unwrap_or_default();
-    // After ')': state is index 0, so utime (field 14) is index 11.
-    let ticks = |i: usize| fields.get(i).copied().unwrap_or(0) as u32;
-    (TICK * (ticks(11) + ticks(12)), TICK * (ticks(13) + ticks(14)))
-}
-
-/// The CPU time process `pid` has used so far.
-pub fn process_time(pid: u32) -> Duration {
-    times(&pid.to_string()).0
-}
+use super::process::{cpu_time, waited_children_cpu_time};
 
 /// CPU time used so far, by role.
 #[derive(Clone, Default)]
@@ -40,11 +21,10 @@ pub struct Sample {
 
 impl Sample {
     pub fn take(agents: &[u32], etcd: &[u32]) -> Sample {
-        let (launcher, plugins) = times("self");
-        let cpu = |pid: &u32| times(&pid.to_string()).0;
+        let cpu = |pid: &u32| cpu_time(*pid).unwrap_or_default();
         Sample {
-            plugins,
-            launcher,
+            plugins: waited_children_cpu_time("self"),
+            launcher: cpu(&std::process::id()),
             agents: agents.iter().map(cpu).sum(),
             etcd: etcd.iter().map(|pid| (*pid, cpu(pid))).collect(),
         }

@@ -1,13 +1,10 @@
-//! The load the agents put on etcd, from etcd's own `/metrics` (on its client port): the
-//! gRPC messages it received (one per request: the HTTP gateway the agents use opens one
-//! gRPC call per request, a keep-alive included) and the watch events it sent.
+//! The load the agents put on etcd, from etcd's own counters ([`crate::measure::etcd`]):
+//! the requests it received and the watch events it sent, with the moment of the scrape.
 
-use std::net::SocketAddr;
 use std::time::Instant;
 
-use cni_testkit::scrape::{get, Samples};
-
-use crate::{Error, Result};
+use super::{Error, Result};
+use crate::measure::etcd::EtcdMetrics;
 
 /// One scrape of etcd's counters.
 #[derive(Debug, Clone, Copy)]
@@ -21,27 +18,16 @@ pub struct EtcdCounters {
     pub watch_messages: f64,
 }
 
-/// The client port of an `http://IP:PORT` endpoint.
-pub fn metrics_address(endpoint: &str) -> Result<SocketAddr> {
-    endpoint
-        .strip_prefix("http://")
-        .and_then(|a| a.parse().ok())
-        .ok_or_else(|| Error::Setup(format!("etcd endpoint {endpoint} is not http://IP:PORT")))
-}
-
 impl EtcdCounters {
-    pub fn scrape(address: SocketAddr) -> Result<EtcdCounters> {
-        let (status, body) = get(address, "/metrics")?;
-        if status != 200 {
-            return Err(Error::Setup(format!("etcd /metrics answered {status}")));
-        }
-        let samples = Samples::parse(&body);
-        let received = "grpc_server_msg_received_total";
+    /// The counters of the member at `endpoint` (`http://IP:PORT`).
+    pub fn scrape(endpoint: &str) -> Result<EtcdCounters> {
+        let metrics = EtcdMetrics::scrape(endpoint)
+            .ok_or_else(|| Error::Setup(format!("etcd at {endpoint} served no plain-http /metrics")))?;
         Ok(EtcdCounters {
             at: Instant::now(),
-            requests: samples.sum(received, &[]),
-            keepalives: samples.sum(received, &[("grpc_method", "LeaseKeepAlive")]),
-            watch_messages: samples.sum("grpc_server_msg_sent_total", &[("grpc_method", "Watch")]),
+            requests: metrics.requests(None),
+            keepalives: metrics.requests(Some("LeaseKeepAlive")),
+            watch_messages: metrics.watch_messages(),
         })
     }
 

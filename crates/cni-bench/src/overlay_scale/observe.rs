@@ -10,8 +10,8 @@ use cni_net::Netlink;
 use cni_overlay::dataplane::{vtep_address, vtep_mac};
 use ipnet::{IpNet, Ipv4Net};
 
-use crate::agent::DEVICE;
-use crate::Result;
+use super::agent::DEVICE;
+use super::Result;
 
 /// A MAC's octets (ordered, so the entries sit in sets).
 type Mac = [u8; 6];

@@ -4,13 +4,13 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use cni_etcd_testing::EtcdCluster;
+use cni_testkit::etcd::EtcdCluster;
 
-use crate::agent::{Agent, AgentSettings, DEVICE};
-use crate::etcd_load::{metrics_address, EtcdCounters};
-use crate::observe::{Peer, Programmed};
-use crate::topology::{Topology, PREFIX};
-use crate::{Error, Result};
+use super::agent::{Agent, AgentSettings, DEVICE};
+use super::etcd_load::EtcdCounters;
+use super::observe::{Peer, Programmed};
+use super::topology::{Topology, PREFIX};
+use super::{Error, Result};
 
 /// Pause between two observation rounds (a round itself dumps every node waited on).
 const ROUND_PAUSE: Duration = Duration::from_millis(10);
@@ -133,7 +133,6 @@ struct Cluster<'a> {
     /// Held for its `Drop`: the member is killed and its data removed.
     _etcd: EtcdCluster,
     endpoint: String,
-    etcd_metrics: std::net::SocketAddr,
     /// Held for its `Drop`: the nodes' directories (logs, subnet files) go.
     _dir: tempfile::TempDir,
     options: &'a Options<'a>,
@@ -150,7 +149,6 @@ pub fn run(options: &Options) -> Result<Report> {
     let dir = tempfile::Builder::new().prefix(&format!("{PREFIX}-scale-")).tempdir()?;
     let etcd = EtcdCluster::start(PREFIX, 1);
     let endpoint = etcd.endpoints()[0].clone();
-    let etcd_metrics = metrics_address(&endpoint)?;
     let topology = Topology::build(options.nodes, dir.path())?;
     let agents = (0..options.nodes).map(|_| None).collect();
     let mut cluster = Cluster {
@@ -158,19 +156,18 @@ pub fn run(options: &Options) -> Result<Report> {
         topology,
         _etcd: etcd,
         endpoint,
-        etcd_metrics,
         _dir: dir,
         options,
         restarts: vec![0; options.nodes],
         rounds: (0, Duration::ZERO),
     };
 
-    let cold = EtcdCounters::scrape(cluster.etcd_metrics)?;
+    let cold = EtcdCounters::scrape(&cluster.endpoint)?;
     let cold_start = cluster.cold_start()?;
-    let converged = EtcdCounters::scrape(cluster.etcd_metrics)?;
+    let converged = EtcdCounters::scrape(&cluster.endpoint)?;
     let cpu_before = cluster.cpu_time()?;
     cluster.sleep(options.steady)?;
-    let steady = EtcdCounters::scrape(cluster.etcd_metrics)?;
+    let steady = EtcdCounters::scrape(&cluster.endpoint)?;
     let cpu_used = cluster.cpu_time()? - cpu_before;
     let seconds = steady.at.duration_since(converged.at).as_secs_f64();
     let per_agent = |delta: f64| delta / seconds / options.nodes as f64;
@@ -182,11 +179,11 @@ pub fn run(options: &Options) -> Result<Report> {
         // Spread over the nodes: early, middle and late indexes leave and come back.
         let node = (sample * 7 + options.nodes / 2) % options.nodes;
         leaves.push(cluster.leave(node)?);
-        let before = EtcdCounters::scrape(cluster.etcd_metrics)?;
+        let before = EtcdCounters::scrape(&cluster.endpoint)?;
         // Taken before the joiner exists: its own start is not a peer's work.
         let peers_cpu = cluster.cpu_time()?;
         let (first, took) = cluster.join(node)?;
-        let after = EtcdCounters::scrape(cluster.etcd_metrics)?;
+        let after = EtcdCounters::scrape(&cluster.endpoint)?;
         join_cpu += cluster.cpu_time_except(node)? - peers_cpu;
         joins.push(took);
         first_peers.push(first);

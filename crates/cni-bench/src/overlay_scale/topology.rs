@@ -10,7 +10,7 @@ use cni_net::{MacAddr, Netlink};
 use cni_testkit::ns::TestNetns;
 use ipnet::{IpNet, Ipv4Net};
 
-use crate::Result;
+use super::Result;
 
 /// The underlay interface in each node's namespace.
 pub const UNDERLAY_IF: &str = "scu0";

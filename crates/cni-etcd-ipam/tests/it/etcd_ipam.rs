@@ -11,7 +11,7 @@ use std::time::Duration;
 use cni_etcd_ipam::allocator::Allocator;
 use cni_etcd_ipam::block::Block;
 use cni_etcd_ipam::config::EtcdIpamConf;
-use cni_etcd_testing::EtcdCluster;
+use cni_testkit::etcd::EtcdCluster;
 use cni_testkit::runner::{PluginCall, PluginOutput};
 use serde_json::{json, Value};
 
@@ -176,7 +176,7 @@ fn pools_overlapping_another_networks_are_refused() {
 
 #[test]
 fn etcd_unreachable_is_code_11_and_allocates_nothing() {
-    let port = cni_etcd_testing::free_port();
+    let port = cni_testkit::etcd::free_port();
     let conf = conf(&[format!("http://127.0.0.1:{port}")], "edun", "node-a", &["10.81.0.0/16"], 26);
     let err = run(&conf, "ADD", "c1").error();
     assert_eq!(err.code, 11, "{err:?}");

@@ -15,7 +15,7 @@ use cni_etcd_ipam::allocator::Allocator;
 use cni_etcd_ipam::batch::Batcher;
 use cni_etcd_ipam::block::Block;
 use cni_etcd_ipam::config::EtcdIpamConf;
-use cni_etcd_testing::EtcdCluster;
+use cni_testkit::etcd::EtcdCluster;
 use cni_testkit::poll::{finishes, EVENTUALLY};
 use ipnet::IpNet;
 use serde_json::json;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use cni_etcd_testing::EtcdCluster;
+use cni_testkit::etcd::EtcdCluster;
 use cni_testkit::poll::EVENTUALLY;
 use cni_testkit::scrape::{self, Samples};
 use serde_json::{json, Value};

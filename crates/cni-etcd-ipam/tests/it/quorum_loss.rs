@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use cni_etcd_ipam::block::Block;
-use cni_etcd_testing::EtcdCluster;
+use cni_testkit::etcd::EtcdCluster;
 use cni_testkit::runner::{PluginCall, PluginOutput};
 use serde_json::{json, Value};
 

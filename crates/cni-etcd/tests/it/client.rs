@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use cni_etcd::{Compare, Event, Op, Txn};
-use cni_etcd_testing::{EtcdCluster, HostileServer};
+use cni_testkit::etcd::{EtcdCluster, HostileServer};
 use cni_testkit::poll::{finishes, EVENTUALLY};
 
 /// A client timeout no call of a passing test comes near.
@@ -176,7 +176,7 @@ fn members_that_stay_unavailable_fail_the_call_after_two_timeouts() {
 
 #[test]
 fn no_member_up_is_unreachable() {
-    let port = cni_etcd_testing::free_port();
+    let port = cni_testkit::etcd::free_port();
     let mut client =
         cni_etcd::Client::new(&[format!("http://127.0.0.1:{port}")], Duration::from_secs(1)).unwrap();
     let err = client.get(b"/x").unwrap_err();

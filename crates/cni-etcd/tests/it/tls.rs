@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use cni_etcd::{Client, Error, Tls, TlsFiles};
-use cni_etcd_testing::{EtcdCluster, Pki};
+use cni_testkit::etcd::{EtcdCluster, Pki};
 
 fn client(endpoints: &[String], files: &TlsFiles) -> Client {
     Client::with_tls(endpoints, Duration::from_secs(2), Some(Tls::load(files).expect("TLS files"))).unwrap()

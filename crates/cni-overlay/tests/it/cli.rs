@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cni_etcd_testing::HostileServer;
+use cni_testkit::etcd::HostileServer;
 use cni_testkit::ns::TestNetns;
 use tempfile::TempDir;
 
@@ -52,7 +52,7 @@ impl Node {
 
 /// An etcd endpoint nobody listens on: the kernel's pick of a port, released at once.
 fn unreachable_endpoint() -> String {
-    format!("http://127.0.0.1:{}", cni_etcd_testing::free_port())
+    format!("http://127.0.0.1:{}", cni_testkit::etcd::free_port())
 }
 
 #[test]

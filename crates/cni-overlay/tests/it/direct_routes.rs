@@ -8,9 +8,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use crate::harness::{pods_talk, Cluster, Layout, DEVICE, PREFIX};
-use cni_etcd_testing::EtcdCluster;
 use cni_net::netlink::{AddressFlags, IpFamily, LinkSpec, NeighbourState, Route, VethSpec};
 use cni_overlay::dataplane::vtep_mac;
+use cni_testkit::etcd::EtcdCluster;
 use ipnet::IpNet;
 
 /// How long the entries may take to converge: generous, as the machine may be busy (only a

@@ -11,8 +11,8 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::harness::{pods_talk_over, Cluster, Layout, DEVICE, PREFIX};
-use cni_etcd_testing::EtcdCluster;
 use cni_overlay::dataplane::vtep_mac;
+use cni_testkit::etcd::EtcdCluster;
 use ipnet::{IpNet, Ipv6Net};
 use serde_json::Value;
 

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::harness::{pods_talk, Cluster, Host, PREFIX, TTL};
-use cni_etcd_testing::EtcdCluster;
+use cni_testkit::etcd::EtcdCluster;
 
 /// The hosts started before the member dies; the last host joins after.
 const FIRST: [usize; 3] = [0, 1, 2];

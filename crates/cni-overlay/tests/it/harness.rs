@@ -10,13 +10,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use cni_etcd_testing::EtcdCluster;
 use cni_net::netlink::{
     AddressFlags, BridgeOptions, FdbEntry, IpFamily, LinkSpec, Neighbour, NeighbourState, Route, VethSpec,
     MAIN_TABLE,
 };
 use cni_net::{MacAddr, Netlink};
 use cni_testkit::binaries::workspace_binary;
+use cni_testkit::etcd::EtcdCluster;
 use cni_testkit::ns::TestNetns;
 use cni_testkit::runner::PluginCall;
 use cni_testkit::traffic::{tcp_echo, tcp_echo_server};

@@ -13,9 +13,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::harness::{wait_for, Cluster, DEVICE, PREFIX};
-use cni_etcd_testing::{EtcdCluster, HostileServer};
 use cni_net::netlink::AddressFlags;
 use cni_overlay::dataplane::vtep_mac;
+use cni_testkit::etcd::{EtcdCluster, HostileServer};
 use ipnet::{IpNet, Ipv4Net};
 
 /// An underlay address on the test's underlay network that no host has.

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::harness::{wait_for, Cluster, PREFIX, TTL};
-use cni_etcd_testing::EtcdCluster;
+use cni_testkit::etcd::EtcdCluster;
 use cni_testkit::scrape::{self, Samples};
 
 fn sample(samples: &Samples, name: &str, labels: &[(&str, &str)]) -> f64 {

@@ -2,7 +2,6 @@
 //! `etcd` (package `etcd-server`) on free ports, data in a private directory that goes with
 //! the cluster. Members can be killed (SIGKILL) to test failover. [`EtcdCluster::start_tls`]
 //! serves clients over TLS only and requires their certificates (`--client-cert-auth`).
-#![forbid(unsafe_code)]
 
 pub mod hostile;
 pub mod pki;

@@ -2,9 +2,7 @@
 //! the gRPC requests they received by method (the HTTP gateway the agents use makes one
 //! per request) and the bytes those requests carried, summed over the members.
 
-use std::net::SocketAddr;
-
-use cni_testkit::scrape::{get, Samples};
+use cni_bench::measure::etcd::EtcdMetrics;
 
 /// The methods an ADD may cost; anything else is counted under "other".
 const METHODS: [&str; 5] = ["Txn", "Range", "Put", "DeleteRange", "LeaseKeepAlive"];
@@ -23,22 +21,15 @@ impl EtcdLoad {
     pub fn scrape(endpoints: &[String]) -> Option<EtcdLoad> {
         let mut load = EtcdLoad { requests: [0.0; METHODS.len() + 1], bytes: 0.0 };
         for endpoint in endpoints {
-            let address: SocketAddr = endpoint.strip_prefix("http://")?.parse().ok()?;
-            let (status, body) = get(address, "/metrics").ok()?;
-            if status != 200 {
-                return None;
-            }
-            let samples = Samples::parse(&body);
-            let received = "grpc_server_msg_received_total";
-            let all = samples.sum(received, &[]);
+            let member = EtcdMetrics::scrape(endpoint)?;
             let mut named = 0.0;
             for (i, method) in METHODS.iter().enumerate() {
-                let count = samples.sum(received, &[("grpc_method", method)]);
+                let count = member.requests(Some(method));
                 load.requests[i] += count;
                 named += count;
             }
-            load.requests[METHODS.len()] += all - named;
-            load.bytes += samples.sum("etcd_network_client_grpc_received_bytes_total", &[]);
+            load.requests[METHODS.len()] += member.requests(None) - named;
+            load.bytes += member.request_bytes();
         }
         Some(load)
     }

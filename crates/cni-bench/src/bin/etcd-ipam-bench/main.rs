@@ -25,7 +25,6 @@
 #![forbid(unsafe_code)]
 
 mod agents;
-mod cpu;
 mod etcd_load;
 
 use std::collections::HashSet;
@@ -37,6 +36,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use agents::Agents;
+use cni_bench::measure::{cpu, process};
 use etcd_load::EtcdLoad;
 
 use clap::{Parser, ValueEnum};
@@ -44,7 +44,7 @@ use cni_etcd_ipam::allocator::Allocator;
 use cni_etcd_ipam::batch::Batcher;
 use cni_etcd_ipam::block::Block;
 use cni_etcd_ipam::config::EtcdIpamConf;
-use cni_etcd_testing::{EtcdCluster, Pki};
+use cni_testkit::etcd::{EtcdCluster, Pki};
 use serde_json::json;
 
 /// Allocations per second of etcd-ipam from concurrent nodes against a real etcd cluster
@@ -462,7 +462,7 @@ fn run(options: &Options) -> Result<(), String> {
         };
         // No member is down yet: the pids are in member order.
         let pid = cluster.pids()[victim];
-        let spent = cpu::process_time(pid);
+        let spent = process::cpu_time(pid).unwrap_or_default();
         cluster.kill(victim);
         *killed.lock().expect("not poisoned") = Some((victim, pid, spent));
     });

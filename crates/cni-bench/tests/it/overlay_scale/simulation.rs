@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use cni_overlay_scale::{run, Error, Options};
+use cni_bench::overlay_scale::{run, Error, Options};
 use cni_testkit::binaries::workspace_binary;
 
 /// The simulation's namespaces still present (`sch-*` nodes, `scu-*` underlays).

@@ -3,7 +3,7 @@
 //! and exit status 1, never abort on an allocation. A module of the etcd_ipam tests, whose
 //! helpers it uses.
 
-use cni_etcd_testing::HostileServer;
+use cni_testkit::etcd::HostileServer;
 
 use super::{conf, run};
 

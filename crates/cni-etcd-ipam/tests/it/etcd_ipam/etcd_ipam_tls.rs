@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use cni_etcd_testing::{EtcdCluster, Pki};
+use cni_testkit::etcd::{EtcdCluster, Pki};
 use serde_json::Value;
 
 use super::{address, conf as plain_conf, etcd_keys as keys, run};
