@@ -10,6 +10,7 @@ use ipnet::{Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
+use crate::peer::{Refusal, Rule};
 use crate::{Error, Result};
 
 /// What a node publishes about itself.
@@ -64,10 +65,14 @@ pub fn subnet_key(config: &Config, subnet: Ipv4Net) -> Vec<u8> {
 /// `a.b.c.d-len` of a subnet of `--network` with exactly `--subnet-len`. Anything else
 /// (`0.0.0.0-0`, `1.0.0.0-8`, another network's, host bits set) is refused with the reason:
 /// keys are written by other nodes and nothing in them is trusted.
-pub fn key_subnet(config: &Config, key: &[u8]) -> std::result::Result<Ipv4Net, String> {
+pub fn key_subnet(config: &Config, key: &[u8]) -> std::result::Result<Ipv4Net, Refusal> {
     let prefix = config.subnets_prefix();
-    let not_ours =
-        || format!("key {:?} is not a subnet key (a.b.c.d-len under {prefix})", String::from_utf8_lossy(key));
+    let not_ours = || {
+        Rule::Key.refuse(format!(
+            "key {:?} is not a subnet key (a.b.c.d-len under {prefix})",
+            String::from_utf8_lossy(key)
+        ))
+    };
     let text = std::str::from_utf8(key).map_err(|_| not_ours())?;
     let (addr, len) =
         text.strip_prefix(&prefix).and_then(|rest| rest.split_once('-')).ok_or_else(not_ours)?;
@@ -75,13 +80,14 @@ pub fn key_subnet(config: &Config, key: &[u8]) -> std::result::Result<Ipv4Net, S
     let len: u8 = len.parse().map_err(|_| not_ours())?;
     let subnet = Ipv4Net::new(addr, len).map_err(|_| not_ours())?;
     if subnet.network() != addr {
-        return Err(format!("{subnet} is not a subnet's first address"));
+        return Err(Rule::Subnet.refuse(format!("{subnet} is not a subnet's first address")));
     }
     if !config.network.contains(&subnet) {
-        return Err(format!("subnet {subnet} lies outside --network {}", config.network));
+        return Err(Rule::Subnet.refuse(format!("subnet {subnet} lies outside --network {}", config.network)));
     }
     if len != config.subnet_len {
-        return Err(format!("subnet {subnet} is a /{len}, not the network's /{}", config.subnet_len));
+        return Err(Rule::Subnet
+            .refuse(format!("subnet {subnet} is a /{len}, not the network's /{}", config.subnet_len)));
     }
     Ok(subnet)
 }
@@ -196,7 +202,7 @@ mod tests {
         let key = subnet_key(&c, subnet);
         assert_eq!(key, b"/cni-rs/overlay/subnets/10.244.7.0-24");
         assert_eq!(key_subnet(&c, &key), Ok(subnet));
-        assert!(key_subnet(&c, b"/other/10.244.7.0-24").unwrap_err().contains("not a subnet key"));
+        assert!(key_subnet(&c, b"/other/10.244.7.0-24").unwrap_err().message.contains("not a subnet key"));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! optional.
 //!
 //! Peers' records are untrusted, so nothing from them becomes a label: a refused record is
-//! counted under the rule it broke ([`refusal_reason`], a closed set), never under its key
+//! counted under the rule it broke ([`crate::peer::Rule`], a closed set), never under its key
 //! or node name.
 
 use std::net::SocketAddr;
@@ -33,33 +33,6 @@ pub struct OverlayMetrics {
     lease_reacquired: Counter,
     /// Every unary etcd call (lease keep-alive, listings); `/healthz` looks at it.
     pub etcd: Arc<RoundTrips>,
-}
-
-/// The rule a refused record broke, from the refusal's message (`peer::PeerRecord::parse`
-/// and `lease::key_subnet` start each message with the part of the record at fault).
-pub fn refusal_reason(message: &str) -> &'static str {
-    const BY_START: [(&str, &str); 12] = [
-        ("key ", "key"),
-        ("subnet ", "subnet"),
-        ("subnet6 ", "subnet6"),
-        ("record is not bound", "no_lease"),
-        ("record of ", "too_large"),
-        ("record: ", "malformed"),
-        ("node name", "node_name"),
-        ("record names this node", "own_node"),
-        ("underlay ", "underlay"),
-        ("vtepMac ", "vtep_mac"),
-        ("wgPublicKey ", "wg_public_key"),
-        ("wgPort ", "wg_port"),
-    ];
-    if message.contains(" is not a subnet's first address") {
-        return "subnet";
-    }
-    BY_START
-        .iter()
-        .find(|(start, _)| message.starts_with(start))
-        .map(|(_, reason)| *reason)
-        .unwrap_or("other")
 }
 
 impl OverlayMetrics {
@@ -112,7 +85,7 @@ impl OverlayMetrics {
             Change::Joined(_) => self.peer_changes.get_or_create(&label("joined")).inc(),
             Change::Left(_) => self.peer_changes.get_or_create(&label("left")).inc(),
             Change::Refused { reason, .. } => {
-                self.records_refused.get_or_create(&[("reason", refusal_reason(reason))]).inc()
+                self.records_refused.get_or_create(&[("reason", reason.rule.label())]).inc()
             }
             Change::Unchanged => 0,
         };
@@ -166,12 +139,10 @@ pub fn serve(address: SocketAddr, metrics: &OverlayMetrics, ttl: Duration) -> st
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::config::Config;
-    use crate::peer::{Own, PeerRecord};
+    use crate::peer::{Own, PeerRecord, Rule};
 
-    /// Each rule of `PeerRecord::parse` maps to its own label: a change of its messages
-    /// that would send refusals to `other` fails here.
+    /// Each check of `PeerRecord::parse` refuses under its own rule, so its own label.
     #[test]
     fn every_refusal_has_its_reason() {
         let args: Vec<String> = ["--etcd-endpoints", "http://a:1", "--iface", "e", "--node", "n1"]
@@ -192,21 +163,21 @@ mod tests {
         let value = |node: &str, underlay: &str, mac: &str| {
             format!(r#"{{"node":"{node}","underlay":"{underlay}","vtepMac":"{mac}"}}"#).into_bytes()
         };
-        let cases: Vec<(Vec<u8>, Vec<u8>, i64, &str)> = vec![
-            (b"/elsewhere/x".to_vec(), value("b", "192.0.2.9", &good_mac), 1, "key"),
-            (key("10.250.0.0-24"), value("b", "192.0.2.9", &good_mac), 1, "subnet"),
-            (key("10.244.2.1-24"), value("b", "192.0.2.9", &good_mac), 1, "subnet"),
-            (key("10.244.2.0-24"), value("b", "192.0.2.9", &good_mac), 0, "no_lease"),
-            (key("10.244.2.0-24"), vec![b' '; 100_000], 1, "too_large"),
-            (key("10.244.2.0-24"), b"{".to_vec(), 1, "malformed"),
-            (key("10.244.2.0-24"), value("", "192.0.2.9", &good_mac), 1, "node_name"),
-            (key("10.244.2.0-24"), value("n1", "192.0.2.9", &good_mac), 1, "own_node"),
-            (key("10.244.2.0-24"), value("b", "239.1.1.1", &good_mac), 1, "underlay"),
-            (key("10.244.2.0-24"), value("b", "192.0.2.9", "02:00:00:00:00:01"), 1, "vtep_mac"),
+        let cases: Vec<(Vec<u8>, Vec<u8>, i64, Rule)> = vec![
+            (b"/elsewhere/x".to_vec(), value("b", "192.0.2.9", &good_mac), 1, Rule::Key),
+            (key("10.250.0.0-24"), value("b", "192.0.2.9", &good_mac), 1, Rule::Subnet),
+            (key("10.244.2.1-24"), value("b", "192.0.2.9", &good_mac), 1, Rule::Subnet),
+            (key("10.244.2.0-24"), value("b", "192.0.2.9", &good_mac), 0, Rule::NoLease),
+            (key("10.244.2.0-24"), vec![b' '; 100_000], 1, Rule::TooLarge),
+            (key("10.244.2.0-24"), b"{".to_vec(), 1, Rule::Malformed),
+            (key("10.244.2.0-24"), value("", "192.0.2.9", &good_mac), 1, Rule::NodeName),
+            (key("10.244.2.0-24"), value("n1", "192.0.2.9", &good_mac), 1, Rule::OwnNode),
+            (key("10.244.2.0-24"), value("b", "239.1.1.1", &good_mac), 1, Rule::Underlay),
+            (key("10.244.2.0-24"), value("b", "192.0.2.9", "02:00:00:00:00:01"), 1, Rule::VtepMac),
         ];
         for (key, value, lease, reason) in cases {
-            let message = PeerRecord::parse(&config, &own, &key, &value, lease).unwrap_err();
-            assert_eq!(refusal_reason(&message), reason, "{message}");
+            let refusal = PeerRecord::parse(&config, &own, &key, &value, lease).unwrap_err();
+            assert_eq!(refusal.rule, reason, "{refusal}");
         }
         let wg_args: Vec<String> =
             args.iter().cloned().chain(["--backend".into(), "wireguard".into()]).collect();
@@ -220,18 +191,14 @@ mod tests {
         let own_key = cni_net::wireguard::base64(&[9; 32]);
         let other_key = cni_net::wireguard::base64(&[8; 32]);
         for (value, reason) in [
-            (wg_value("AAAA", 51820), "wg_public_key"),
-            (wg_value(&own_key, 51820), "wg_public_key"),
-            (wg_value(&other_key, 0), "wg_port"),
-            (wg_value(&other_key, 70000), "malformed"),
-            (value("b", "192.0.2.9", &good_mac), "wg_public_key"),
+            (wg_value("AAAA", 51820), Rule::WgPublicKey),
+            (wg_value(&own_key, 51820), Rule::WgPublicKey),
+            (wg_value(&other_key, 0), Rule::WgPort),
+            (wg_value(&other_key, 70000), Rule::Malformed),
+            (value("b", "192.0.2.9", &good_mac), Rule::WgPublicKey),
         ] {
-            let message = PeerRecord::parse(&wg_config, &own, &key("10.244.2.0-24"), &value, 1).unwrap_err();
-            assert_eq!(refusal_reason(&message), reason, "{message}");
+            let refusal = PeerRecord::parse(&wg_config, &own, &key("10.244.2.0-24"), &value, 1).unwrap_err();
+            assert_eq!(refusal.rule, reason, "{refusal}");
         }
-        // A dual-stack node's paired-subnet check (peer::tests covers when it refuses).
-        let message =
-            "subnet6 fd00:0:0:7::/64 is not fd00:0:0:2::/64, the IPv6 subnet paired with 10.244.2.0/24";
-        assert_eq!(refusal_reason(message), "subnet6");
     }
 }

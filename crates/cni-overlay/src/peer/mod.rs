@@ -19,6 +19,9 @@ use crate::config::{Backend, Config};
 use crate::dataplane::vtep_mac;
 use crate::lease::{self, paired_subnet6, NodeRecord};
 
+mod refusal;
+pub use refusal::{Refusal, Rule};
+
 /// The largest record value read: a genuine dual-stack one is about 130 bytes of JSON.
 pub const MAX_RECORD_BYTES: usize = 1024;
 
@@ -100,19 +103,25 @@ impl PeerRecord {
         key: &[u8],
         value: &[u8],
         lease: i64,
-    ) -> Result<PeerRecord, String> {
+    ) -> Result<PeerRecord, Refusal> {
         let subnet = lease::key_subnet(config, key)?;
         if subnet.contains(&own.subnet.network()) || own.subnet.contains(&subnet.network()) {
-            return Err(format!("subnet {subnet} overlaps this node's own {}", own.subnet));
+            return Err(
+                Rule::Subnet.refuse(format!("subnet {subnet} overlaps this node's own {}", own.subnet))
+            );
         }
         if lease == 0 {
             // Every agent writes its record on a lease; one without would never expire.
-            return Err("record is not bound to a lease".into());
+            return Err(Rule::NoLease.refuse("record is not bound to a lease"));
         }
         if value.len() > MAX_RECORD_BYTES {
-            return Err(format!("record of {} bytes is over the {MAX_RECORD_BYTES}-byte limit", value.len()));
+            return Err(Rule::TooLarge.refuse(format!(
+                "record of {} bytes is over the {MAX_RECORD_BYTES}-byte limit",
+                value.len()
+            )));
         }
-        let record: NodeRecord = serde_json::from_slice(value).map_err(|e| format!("record: {e}"))?;
+        let record: NodeRecord =
+            serde_json::from_slice(value).map_err(|e| Rule::Malformed.refuse(format!("record: {e}")))?;
         let node = checked_node(config, record.node)?;
         let subnet6 = checked_subnet6(config, subnet, record.subnet6)?;
         let underlay = checked_underlay(config, own, record.underlay)?;
@@ -156,14 +165,15 @@ impl PeerRecord {
     }
 }
 
-fn checked_node(config: &Config, node: String) -> Result<String, String> {
+fn checked_node(config: &Config, node: String) -> Result<String, Refusal> {
     if node.is_empty() || node.len() > MAX_NODE_NAME || node.chars().any(char::is_control) {
-        return Err(format!("node name must be 1-{MAX_NODE_NAME} characters without control characters"));
+        return Err(Rule::NodeName
+            .refuse(format!("node name must be 1-{MAX_NODE_NAME} characters without control characters")));
     }
     if node == config.node {
         // This node's own record from an earlier lease (it expires with that lease), or
         // someone speaking for this node: never a peer either way.
-        return Err(format!("record names this node ({node})"));
+        return Err(Rule::OwnNode.refuse(format!("record names this node ({node})")));
     }
     Ok(node)
 }
@@ -176,10 +186,11 @@ fn checked_subnet6(
     config: &Config,
     subnet: Ipv4Net,
     claimed: Option<Ipv6Net>,
-) -> Result<Option<Ipv6Net>, String> {
+) -> Result<Option<Ipv6Net>, Refusal> {
     let (Some(paired), Some(claimed)) = (paired_subnet6(config, subnet), claimed) else { return Ok(None) };
     if claimed != paired {
-        return Err(format!("subnet6 {claimed} is not {paired}, the IPv6 subnet paired with {subnet}"));
+        return Err(Rule::Subnet6
+            .refuse(format!("subnet6 {claimed} is not {paired}, the IPv6 subnet paired with {subnet}")));
     }
     Ok(Some(paired))
 }
@@ -188,8 +199,8 @@ fn checked_subnet6(
 /// host address of the underlay's family outside the pod networks, not this node's own;
 /// loopback only when this node's underlay is loopback too (nodes sharing one host, as in
 /// a test).
-fn checked_underlay(config: &Config, own: &Own, underlay: IpAddr) -> Result<IpAddr, String> {
-    let refused = |why: &str| format!("underlay {underlay} {why}");
+fn checked_underlay(config: &Config, own: &Own, underlay: IpAddr) -> Result<IpAddr, Refusal> {
+    let refused = |why: &str| Rule::Underlay.refuse(format!("underlay {underlay} {why}"));
     match (underlay, own.underlay) {
         (IpAddr::V4(v4), IpAddr::V4(_)) => checked_underlay4(v4).map_err(refused)?,
         (IpAddr::V6(v6), IpAddr::V6(_)) => checked_underlay6(v6).map_err(refused)?,
@@ -245,14 +256,16 @@ fn checked_underlay6(underlay: Ipv6Addr) -> Result<(), &'static str> {
 
 /// The VTEP MAC must be the one every agent derives from its underlay address: a record
 /// cannot claim another node's MAC (and so take over its FDB entry).
-fn checked_vtep_mac(text: &str, underlay: IpAddr) -> Result<MacAddr, String> {
-    let mac: MacAddr = text.parse().map_err(|_| format!("vtepMac {text:?} is not a MAC address"))?;
+fn checked_vtep_mac(text: &str, underlay: IpAddr) -> Result<MacAddr, Refusal> {
+    let mac: MacAddr =
+        text.parse().map_err(|_| Rule::VtepMac.refuse(format!("vtepMac {text:?} is not a MAC address")))?;
     if mac.octets()[0] & 1 != 0 || mac == MacAddr::default() {
-        return Err(format!("vtepMac {mac} is not a unicast address"));
+        return Err(Rule::VtepMac.refuse(format!("vtepMac {mac} is not a unicast address")));
     }
     let derived = vtep_mac(underlay);
     if mac != derived {
-        return Err(format!("vtepMac {mac} is not {derived}, the one derived from underlay {underlay}"));
+        return Err(Rule::VtepMac
+            .refuse(format!("vtepMac {mac} is not {derived}, the one derived from underlay {underlay}")));
     }
     Ok(mac)
 }
@@ -260,18 +273,21 @@ fn checked_vtep_mac(text: &str, underlay: IpAddr) -> Result<MacAddr, String> {
 /// A WireGuard peer's key and port: both present, the key exactly 32 bytes of canonical
 /// base64 and not this node's own (a record claiming it would make this node a peer of
 /// itself), the port not 0 (JSON numbers past 65535 are already refused as malformed).
-fn checked_wireguard(own: &Own, key: &Option<String>, port: Option<u16>) -> Result<WgIdentity, String> {
-    let text = key.as_deref().ok_or("wgPublicKey missing: the peer is not a WireGuard node")?;
-    let public_key = wireguard::parse_key(text).map_err(|e| format!("wgPublicKey {e}"))?;
+fn checked_wireguard(own: &Own, key: &Option<String>, port: Option<u16>) -> Result<WgIdentity, Refusal> {
+    let text = key
+        .as_deref()
+        .ok_or_else(|| Rule::WgPublicKey.refuse("wgPublicKey missing: the peer is not a WireGuard node"))?;
+    let public_key =
+        wireguard::parse_key(text).map_err(|e| Rule::WgPublicKey.refuse(format!("wgPublicKey {e}")))?;
     if public_key == [0; wireguard::KEY_LEN] {
-        return Err("wgPublicKey is all zeros".into());
+        return Err(Rule::WgPublicKey.refuse("wgPublicKey is all zeros"));
     }
     if own.wg_public_key == Some(public_key) {
-        return Err("wgPublicKey is this node's own public key".into());
+        return Err(Rule::WgPublicKey.refuse("wgPublicKey is this node's own public key"));
     }
     match port {
-        None => Err("wgPort missing: the peer is not a WireGuard node".into()),
-        Some(0) => Err("wgPort 0 is not a port a peer can be reached on".into()),
+        None => Err(Rule::WgPort.refuse("wgPort missing: the peer is not a WireGuard node")),
+        Some(0) => Err(Rule::WgPort.refuse("wgPort 0 is not a port a peer can be reached on")),
         Some(port) => Ok(WgIdentity { public_key, port }),
     }
 }
@@ -279,16 +295,16 @@ fn checked_wireguard(own: &Own, key: &Option<String>, port: Option<u16>) -> Resu
 /// The peer's path under `--backend`. With `direct` a peer off this node's L2 cannot be
 /// reached at all (a route via an address that is not on-link would send its pods'
 /// packets to whatever the default route leads to): refused.
-fn checked_path(config: &Config, own: &Own, underlay: IpAddr) -> Result<PeerPath, String> {
+fn checked_path(config: &Config, own: &Own, underlay: IpAddr) -> Result<PeerPath, Refusal> {
     match (config.backend, own.is_onlink(underlay)) {
         (Backend::Wireguard, _) => Ok(PeerPath::Wireguard),
         (Backend::Vxlan, _) | (Backend::Auto, false) => Ok(PeerPath::Vxlan),
         (Backend::Direct | Backend::Auto, true) => Ok(PeerPath::Direct),
-        (Backend::Direct, false) => Err(format!(
+        (Backend::Direct, false) => Err(Rule::Underlay.refuse(format!(
             "underlay {underlay} is not on-link on --iface {} (in none of its prefixes): --backend direct \
              cannot reach it",
             config.iface
-        )),
+        ))),
     }
 }
 
@@ -308,7 +324,7 @@ pub enum Change {
     /// Refused, first time at this revision: log it.
     Refused {
         key: String,
-        reason: String,
+        reason: Refusal,
     },
     Unchanged,
 }
@@ -360,16 +376,15 @@ impl Peers {
     /// A WireGuard key already held by another peer is refused: the device keys its peers
     /// by public key, so a second record with one node's key would take that node's
     /// allowed IPs (and its pods' traffic) away from it.
-    fn unique_key(&self, peer: PeerRecord) -> Result<PeerRecord, String> {
+    fn unique_key(&self, peer: PeerRecord) -> Result<PeerRecord, Refusal> {
         let Some(identity) = peer.wireguard else { return Ok(peer) };
         let holder = self.accepted.values().find(|other| {
             other.subnet != peer.subnet
                 && other.wireguard.is_some_and(|o| o.public_key == identity.public_key)
         });
         match holder {
-            Some(other) => {
-                Err(format!("wgPublicKey is already node {}'s (subnet {})", other.node, other.subnet))
-            }
+            Some(other) => Err(Rule::WgPublicKey
+                .refuse(format!("wgPublicKey is already node {}'s (subnet {})", other.node, other.subnet))),
             None => Ok(peer),
         }
     }

@@ -42,7 +42,7 @@ fn record(node: &str, underlay: &str) -> Vec<u8> {
     format!(r#"{{"node":"{node}","underlay":"{underlay}","vtepMac":"{mac}"}}"#).into_bytes()
 }
 
-fn parse(key: &str, value: &[u8]) -> Result<PeerRecord, String> {
+fn parse(key: &str, value: &[u8]) -> Result<PeerRecord, Refusal> {
     PeerRecord::parse(&config(&[]), &own(), key.as_bytes(), value, 7)
 }
 
@@ -68,7 +68,7 @@ fn the_backend_picks_each_peers_path() {
     assert_eq!(path("auto", "198.51.100.2"), Ok(PeerPath::Vxlan));
     assert_eq!(path("vxlan", "198.51.100.2"), Ok(PeerPath::Vxlan));
     // Claimed as direct but not on this node's L2: refused, not routed into the void.
-    let err = path("direct", "198.51.100.2").unwrap_err();
+    let err = path("direct", "198.51.100.2").unwrap_err().message;
     assert!(err.contains("not on-link on --iface e"), "{err}");
 }
 
@@ -108,9 +108,11 @@ fn dual_stack_records_are_checked_against_the_paired_subnet() {
         (record6("n2", "192.0.2.2", "fd00:244:0:2::/64"), "not of the family"),
     ];
     for (value, want) in cases {
-        let err = parse(value.clone()).unwrap_err();
+        let err = parse(value.clone()).unwrap_err().message;
         assert!(err.contains(want), "{}: {err}", String::from_utf8_lossy(&value));
     }
+    let unpaired = parse(record6("n2", "2001:db8::2", "fd00:244:0:3::/64")).unwrap_err();
+    assert_eq!(unpaired.rule, Rule::Subnet6, "counted under its own label");
     // An IPv4-only node ignores the key: the record reads as before.
     let v4 =
         PeerRecord::parse(&super::tests::config(&[]), &own(), key, &record6("n2", "192.0.2.2", "x::/64"), 7);
@@ -142,11 +144,12 @@ fn hostile_subnets_are_refused_naming_the_rule() {
         ("10.244.2.0-99", "not a subnet key"),
     ];
     for (key, want) in cases {
-        let err = parse(&format!("/cni-rs/overlay/subnets/{key}"), &good).unwrap_err();
+        let err = parse(&format!("/cni-rs/overlay/subnets/{key}"), &good).unwrap_err().message;
         assert!(err.contains(want), "{key}: {err}");
     }
     let err = PeerRecord::parse(&config(&[]), &own(), b"/cni-rs/overlay/subnets/10.244.2.0-24", &good, 0)
-        .unwrap_err();
+        .unwrap_err()
+        .message;
     assert!(err.contains("lease"), "{err}");
 }
 
@@ -176,7 +179,7 @@ fn hostile_values_are_refused_naming_the_rule() {
         (vec![b' '; MAX_RECORD_BYTES + 1], "over the 1024-byte limit"),
     ];
     for (value, want) in cases {
-        let err = parse(key, &value).unwrap_err();
+        let err = parse(key, &value).unwrap_err().message;
         assert!(err.contains(want), "{}: {err}", String::from_utf8_lossy(&value));
     }
 }
@@ -217,7 +220,7 @@ fn wireguard_records_carry_an_exact_key_and_a_port() {
         (wg_record("n2", "224.0.0.1", &good, "51820"), "not unicast"),
     ];
     for (value, want) in cases {
-        let err = parse(value.clone()).unwrap_err();
+        let err = parse(value.clone()).unwrap_err().message;
         assert!(err.contains(want), "{}: {err}", String::from_utf8_lossy(&value));
     }
     // A VXLAN node reads a WireGuard node's record as before (the extra keys ignored).
@@ -243,7 +246,7 @@ fn a_record_claiming_another_peers_key_is_refused() {
     let mut peers = Peers::default();
     assert!(matches!(peers.put(&config, &own, &b), Change::Joined(_)));
     match peers.put(&config, &own, &thief) {
-        Change::Refused { reason, .. } => assert!(reason.contains("already node b's"), "{reason}"),
+        Change::Refused { reason, .. } => assert!(reason.message.contains("already node b's"), "{reason}"),
         other => panic!("{other:?}"),
     }
     assert_eq!(peers.accepted().len(), 1);
