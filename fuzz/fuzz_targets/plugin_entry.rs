@@ -9,6 +9,7 @@
 //! would turn it into an error JSON) is reported by the fuzzer as a crash: it is a bug.
 #![no_main]
 
+use cni_sdk::catalog::Catalog;
 use cni_sdk::{CniError, CniResult, Command, Plugin, Request, Version};
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashMap;
@@ -18,7 +19,9 @@ struct DryPlugin;
 
 impl DryPlugin {
     fn stage(&self, req: &Request) -> Result<(), CniError> {
-        cni_plugins::fuzzing::config_stage_with_ipam(&req.conf.plugin_type, req, &[cni_etcd_ipam::config_stage, cni_dhcp::config_stage])
+        let catalog = Catalog::new(&[cni_plugins::registry::catalog(), cni_etcd_ipam::catalog(), cni_dhcp::catalog()]);
+        catalog
+            .config_stage_with_ipam(&req.conf.plugin_type, req)
             .unwrap_or_else(|| Err(CniError::invalid_config("no such plugin")))
     }
 }

@@ -40,7 +40,8 @@ pub mod wire6;
 use std::io;
 use std::time::Duration;
 
-use cni_sdk::keys::{config_keys, Keys};
+use cni_sdk::catalog::Entry;
+use cni_sdk::keys::config_keys;
 use cni_sdk::{CniError, CniResult, Plugin, Request};
 use cni_types::ErrorCode;
 
@@ -52,16 +53,16 @@ use store::Family;
 /// The plugin's name: its `type` in a configuration and its binary's.
 pub const NAME: &str = "dhcp";
 
-/// The keys dhcp's configuration accepts beyond the common ones (what `cnitool validate`
-/// and the docs drift test check against); `None` when `name` is not dhcp.
-pub fn plugin_keys(name: &str) -> Option<Keys> {
-    (name == NAME).then(config_keys::<config::RawConf>)
-}
-
-/// dhcp's parsing and validation of a request, before it asks the daemon anything (for
-/// `cnitool validate` and the fuzzer); `None` when `name` is not dhcp.
-pub fn config_stage(name: &str, req: &Request) -> Option<Result<(), CniError>> {
-    (name == NAME).then(|| load(req).and_then(|(conf, _)| params(req, &conf)).map(drop))
+/// dhcp's record for the catalog `cnitool validate`, the fuzzer and the docs drift test
+/// read: its dry stage is the parsing and validation before it asks the daemon anything.
+pub fn catalog() -> &'static [Entry] {
+    &[Entry {
+        name: NAME,
+        make: || Box::new(Dhcp),
+        config_stage: |req| load(req).and_then(|(conf, _)| params(req, &conf)).map(drop),
+        keys: config_keys::<config::RawConf>,
+        chained: false,
+    }]
 }
 
 /// How long the plugin waits for the daemon: more than an acquisition may take with the

@@ -34,20 +34,20 @@ pub mod liveness;
 pub mod metrics;
 pub mod plugin;
 
-use cni_sdk::keys::{config_keys, Keys};
-use cni_sdk::{CniError, Request};
+use cni_sdk::catalog::Entry;
+use cni_sdk::keys::config_keys;
 
 /// The plugin's name: its `type` in a configuration and its binary's.
 pub const NAME: &str = "etcd-ipam";
 
-/// The keys etcd-ipam's configuration accepts beyond the common ones (what `cnitool
-/// validate` and the docs drift test check against); `None` when `name` is not etcd-ipam.
-pub fn plugin_keys(name: &str) -> Option<Keys> {
-    (name == NAME).then(config_keys::<config::RawConf>)
-}
-
-/// etcd-ipam's parsing and validation of a request, before any etcd work (for `cnitool
-/// validate` and the fuzzer); `None` when `name` is not etcd-ipam.
-pub fn config_stage(name: &str, req: &Request) -> Option<Result<(), CniError>> {
-    (name == NAME).then(|| plugin::parse(req).map(drop))
+/// etcd-ipam's record for the catalog `cnitool validate`, the fuzzer and the docs drift
+/// test read: its dry stage is the parsing and validation before any etcd work.
+pub fn catalog() -> &'static [Entry] {
+    &[Entry {
+        name: NAME,
+        make: || Box::new(plugin::EtcdIpam),
+        config_stage: |req| plugin::parse(req).map(drop),
+        keys: config_keys::<config::RawConf>,
+        chained: false,
+    }]
 }

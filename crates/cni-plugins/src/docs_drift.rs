@@ -17,6 +17,7 @@
 //! page's CNI_ARGS section).
 
 use crate::keys::{common_keys, Keys};
+use cni_sdk::catalog::Catalog;
 use cni_testkit::docs;
 use std::collections::BTreeSet;
 
@@ -44,21 +45,15 @@ fn drift(
     problems
 }
 
-/// Every plugin with a page: the multi-call binary's, etcd-ipam and dhcp (binaries of
+/// Every plugin with a page: the multi-call binary's, etcd-ipam's and dhcp's (binaries of
 /// their own, dev-dependencies here so that one test keeps every page in step).
-fn our_plugins() -> Vec<&'static str> {
-    let own_binaries = [cni_etcd_ipam::NAME, cni_dhcp::NAME];
-    crate::registry::plugins().iter().map(|entry| entry.name).chain(own_binaries).collect()
+fn catalog() -> Catalog {
+    Catalog::new(&[crate::registry::catalog(), cni_etcd_ipam::catalog(), cni_dhcp::catalog()])
 }
-
-/// The configuration stages of our plugins built outside this crate.
-const OTHER_STAGES: &[crate::fuzzing::Stage] = &[cni_etcd_ipam::config_stage, cni_dhcp::config_stage];
 
 /// The keys plugin `name` reads, whichever crate it is built in.
 fn plugin_keys(name: &str) -> Option<Keys> {
-    crate::keys::plugin_keys(name)
-        .or_else(|| cni_etcd_ipam::plugin_keys(name))
-        .or_else(|| cni_dhcp::plugin_keys(name))
+    catalog().find(name).map(|entry| (entry.keys)())
 }
 
 fn read_page(name: &str) -> Result<String, String> {
@@ -73,11 +68,8 @@ fn documented_keys(page: &str) -> BTreeSet<String> {
 fn every_plugin_page_documents_exactly_the_keys_the_code_accepts() {
     let common = common_keys();
     let mut problems = Vec::new();
-    for name in our_plugins() {
-        let Some(code) = plugin_keys(name) else {
-            problems.push(format!("{name}: no key source in keys::plugin_keys"));
-            continue;
-        };
+    for entry in catalog().entries() {
+        let (name, code) = (entry.name, (entry.keys)());
         match read_page(&format!("{name}.md")) {
             Ok(page) => {
                 problems.extend(drift(&format!("{name}.md"), &code, &documented_keys(&page), &common))
@@ -148,7 +140,8 @@ fn leaf_paths(value: &serde_json::Value, path: &str, out: &mut Vec<String>) {
 fn every_example_is_a_valid_conflist_using_only_real_keys() {
     let common = common_keys();
     let mut problems = Vec::new();
-    for name in our_plugins() {
+    let catalog = catalog();
+    for name in catalog.entries().map(|entry| entry.name) {
         let page_name = format!("{name}.md");
         let Some(list) = read_page(&page_name).ok().as_deref().and_then(example) else {
             problems.push(format!("{page_name}: no JSON example under ## Example"));
@@ -166,7 +159,7 @@ fn every_example_is_a_valid_conflist_using_only_real_keys() {
             let ipam_type = conf["ipam"]["type"].as_str().map(str::to_string);
             let version = cni_sdk::Version::parse(list["cniVersion"].as_str().unwrap_or_default()).unwrap();
             let serde_json::Value::Object(conf) = conf else { unreachable!("a plugin object") };
-            match crate::dry_run::check_add(&plugin_type, &conf, version, OTHER_STAGES) {
+            match crate::dry_run::check_add(&catalog, &plugin_type, &conf, version) {
                 None => {
                     problems.push(format!("{page_name}: example plugin type {plugin_type:?} is not ours"))
                 }

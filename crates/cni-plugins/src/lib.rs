@@ -5,7 +5,8 @@
 //! - [`interface`]: interface plugins (loopback, bridge, ptp, ...);
 //! - [`ipam`]: address management (host-local, static, ...);
 //! - [`meta`]: chained plugins (portmap, firewall, tuning, ...);
-//! - [`keys`]: the configuration keys each plugin accepts, read from its types.
+//! - [`registry`]: one record per plugin (name, constructor, dry configuration stage, keys);
+//! - [`keys`]: what those key lists are made of.
 
 #![forbid(unsafe_code)]
 
@@ -14,8 +15,6 @@
 // themselves are reached through the registry only.
 mod common;
 pub mod dry_run;
-#[doc(hidden)]
-pub mod fuzzing;
 mod interface;
 pub mod ipam;
 pub mod keys;

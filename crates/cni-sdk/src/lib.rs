@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod args;
+pub mod catalog;
 pub mod config;
 pub mod delegate;
 mod gc;

@@ -8,17 +8,21 @@ pub use imp::*;
 
 #[cfg(feature = "plugin-checks")]
 mod imp {
+    use cni_plugins::registry::Catalog;
     use cni_types::{CniError, Version};
     use serde_json::{Map, Value};
     use std::collections::BTreeSet;
 
     pub use cni_plugins::keys::Keys;
 
+    /// Every plugin of cni-rs: the multi-call binary's, etcd-ipam's and dhcp's.
+    fn catalog() -> Catalog {
+        Catalog::new(&[cni_plugins::registry::catalog(), cni_etcd_ipam::catalog(), cni_dhcp::catalog()])
+    }
+
     /// The keys plugin `plugin_type` reads beyond the common ones; `None`: not ours.
     pub fn plugin_keys(plugin_type: &str) -> Option<Keys> {
-        cni_plugins::keys::plugin_keys(plugin_type)
-            .or_else(|| cni_etcd_ipam::plugin_keys(plugin_type))
-            .or_else(|| cni_dhcp::plugin_keys(plugin_type))
+        catalog().find(plugin_type).map(|entry| (entry.keys)())
     }
 
     /// The keys every plugin object has (`cniVersion`, `name`, `type`, `ipam.type`, ...).
@@ -38,7 +42,7 @@ mod imp {
 
     /// Whether the plugin is ours and needs a prevResult (a chained, meta plugin).
     pub fn is_chained(plugin_type: &str) -> bool {
-        cni_plugins::registry::is_chained(plugin_type)
+        catalog().find(plugin_type).is_some_and(|entry| entry.chained)
     }
 
     /// The plugin's own ADD validation, run dry; `None`: not ours.
@@ -47,8 +51,7 @@ mod imp {
         conf: &Map<String, Value>,
         version: Version,
     ) -> Option<Result<(), CniError>> {
-        let others: &[cni_plugins::fuzzing::Stage] = &[cni_etcd_ipam::config_stage, cni_dhcp::config_stage];
-        cni_plugins::dry_run::check_add(plugin_type, conf, version, others)
+        cni_plugins::dry_run::check_add(&catalog(), plugin_type, conf, version)
     }
 }
 
