@@ -206,7 +206,7 @@ impl Agent<'_> {
 
     fn log_change(change: Change) {
         match change {
-            Change::Joined(peer) => tracing::info!(
+            Change::Joined(peer) | Change::Replaced { new: peer, .. } => tracing::info!(
                 peer = ?peer.node(),
                 subnet = %peer.subnet(),
                 subnet6 = peer.subnet6().map(tracing::field::display),
@@ -216,7 +216,7 @@ impl Agent<'_> {
             ),
             Change::Left(peer) => tracing::info!(peer = ?peer.node(), subnet = %peer.subnet(), "peer left"),
             // The key and the reason quote another node's record: the key is escaped.
-            Change::Refused { key, reason } => {
+            Change::Refused { key, reason, .. } => {
                 tracing::warn!(key = ?key, reason = %reason, "refused a node record")
             }
             Change::Unchanged => {}
@@ -280,17 +280,54 @@ impl Agent<'_> {
         Ok(self.client.watch_prefix(self.config.subnets_prefix().as_bytes(), revision + 1)?)
     }
 
-    fn apply(&mut self, events: Vec<Event>) -> Result<()> {
+    /// The watch's changes, each applied to the kernel on its own: the entries of the one
+    /// peer that changed are written or removed, nothing is dumped, so a join costs every
+    /// other node the same whatever the cluster's size (a full pass, [`Self::converge`],
+    /// runs at start, after a watch gap, on a retry and every [`RECONCILE`] or so).
+    fn apply(&mut self, events: Vec<Event>) {
         let own = self.own();
+        let mut failures = Vec::new();
         for event in events {
             let change = match event {
                 Event::Put(kv) => self.peers.put(self.config, &own, &kv),
                 Event::Delete(kv) => self.peers.delete(self.config, &kv.key),
             };
+            failures.extend(self.program_change(&change));
             self.metrics.change(&change);
             Self::log_change(change);
         }
-        self.converge()
+        self.metrics.reconciled(self.peers.accepted().values(), Some(failures.len()));
+        if !failures.is_empty() && self.retry_at.is_none() {
+            for failure in &failures {
+                tracing::warn!(failure = %failure, "cannot program a peer; retrying");
+            }
+            self.retry_at = Some(Instant::now() + RETRY);
+        }
+    }
+
+    /// The kernel requests one peer's change needs: its old entries out (those its new
+    /// record does not keep), its new ones in.
+    fn program_change(&mut self, change: &Change) -> Vec<dataplane::Failure> {
+        let (old, new) = match change {
+            Change::Joined(new) => (None, Some(new)),
+            Change::Replaced { old, new } => (Some(old), Some(new)),
+            Change::Left(old) | Change::Refused { dropped: Some(old), .. } => (Some(old), None),
+            Change::Refused { dropped: None, .. } | Change::Unchanged => return Vec::new(),
+        };
+        let mut failures = match (&mut self.wireguard, &self.device) {
+            (Some((wg, _)), Some(device)) => wgplane::program_change(wg, device, old, new),
+            _ => Vec::new(),
+        };
+        let accepted = self.peers.accepted();
+        failures.extend(dataplane::program_change(
+            &mut self.nl,
+            &self.underlay,
+            self.device.as_ref(),
+            accepted,
+            old,
+            new,
+        ));
+        failures
     }
 
     /// Renews the lease; true when the subnet had to be acquired again (the peers are then
@@ -352,12 +389,17 @@ impl Agent<'_> {
         // Whether a watch ran before: each later resync is a restart.
         let mut watched = false;
         let mut next_keepalive = Instant::now() + self.config.keepalive_interval();
+        let mut next_reconcile = Instant::now() + reconcile_interval();
         while !stop.load(Ordering::SeqCst) {
             if Instant::now() >= next_keepalive {
                 if self.keepalive() || self.onlink_changed() {
                     watch = None;
                 }
                 next_keepalive = Instant::now() + self.config.keepalive_interval();
+            }
+            if Instant::now() >= next_reconcile {
+                self.retry_at = Some(Instant::now());
+                next_reconcile = Instant::now() + reconcile_interval();
             }
             if self.retry_at.is_some_and(|at| Instant::now() >= at) {
                 if let Err(e) = self.converge() {
@@ -383,12 +425,7 @@ impl Agent<'_> {
             };
             match current.next_events(TICK) {
                 Ok(events) if events.is_empty() => {}
-                Ok(events) => {
-                    if let Err(e) = self.apply(events) {
-                        tracing::warn!(error = %e, "applying peer changes failed; resyncing");
-                        watch = None;
-                    }
-                }
+                Ok(events) => self.apply(events),
                 Err(e) => {
                     tracing::warn!(error = %e, "watch failed; resyncing");
                     watch = None;
@@ -396,4 +433,16 @@ impl Agent<'_> {
             }
         }
     }
+}
+
+/// How often a full pass compares the kernel with the believed peers when nothing asked
+/// for one: it repairs what another program changed under the agent. Jittered by up to a
+/// quarter either way, so that nodes started together do not dump their tables together.
+const RECONCILE: Duration = Duration::from_secs(600);
+
+fn reconcile_interval() -> Duration {
+    let quarter = RECONCILE / 4;
+    let random = cni_os::random::u64().unwrap_or(0);
+    let jitter = Duration::from_millis(random % (2 * quarter.as_millis() as u64).max(1));
+    RECONCILE - quarter + jitter
 }

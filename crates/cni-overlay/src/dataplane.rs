@@ -272,19 +272,24 @@ impl Wanted {
 
     /// Whether every one of a peer's entries is among these.
     fn has_all(&self, entries: &PeerEntries) -> bool {
-        let routes = entries.routes.iter().all(|r| match (r.gateway, r.oif) {
-            (Some(gateway), Some(oif)) => self.routes.contains(&(r.destination, gateway, oif)),
+        entries.routes.iter().all(|r| self.has_route(r))
+            && entries.neighbours.iter().all(|n| self.has_neighbour(n))
+            && entries.fdb.as_ref().is_none_or(|f| self.has_remote(f))
+    }
+
+    fn has_route(&self, route: &Route) -> bool {
+        match (route.gateway, route.oif) {
+            (Some(gateway), Some(oif)) => self.routes.contains(&(route.destination, gateway, oif)),
             _ => false,
-        });
-        let neighbours = entries
-            .neighbours
-            .iter()
-            .all(|n| n.mac.is_some_and(|mac| self.neighbours.contains(&(n.address, mac))));
-        let fdb = entries
-            .fdb
-            .as_ref()
-            .is_none_or(|f| f.dst.is_some_and(|dst| self.remotes.contains(&(f.mac, dst))));
-        routes && neighbours && fdb
+        }
+    }
+
+    fn has_neighbour(&self, neighbour: &Neighbour) -> bool {
+        neighbour.mac.is_some_and(|mac| self.neighbours.contains(&(neighbour.address, mac)))
+    }
+
+    fn has_remote(&self, fdb: &FdbEntry) -> bool {
+        fdb.dst.is_some_and(|dst| self.remotes.contains(&(fdb.mac, dst)))
     }
 }
 
@@ -363,6 +368,55 @@ pub fn reconcile(
         note(&mut failures, || format!("peer {} ({})", peer.node(), peer.subnet()), outcome);
     }
     Ok(failures)
+}
+
+/// One peer's change without reading the kernel's tables: the entries `old` implied that
+/// `new` does not are removed (absent ones are no failure), then `new`'s are written.
+/// `accepted` is every peer now believed: an FDB entry another accepted peer still needs
+/// (two records naming one underlay) stays.
+pub fn program_change(
+    nl: &mut Netlink,
+    underlay: &Underlay,
+    device: Option<&Device>,
+    accepted: &BTreeMap<Ipv4Net, PeerRecord>,
+    old: Option<&PeerRecord>,
+    new: Option<&PeerRecord>,
+) -> Vec<Failure> {
+    let mut failures = Vec::new();
+    let new_entries = new.map(|peer| peer_entries(underlay, device, peer));
+    if let Some(old) = old {
+        let keep = Wanted::of(new_entries.iter());
+        let shared_underlay =
+            accepted.values().any(|p| p.underlay() == old.underlay() && p.subnet() != old.subnet());
+        let stale = peer_entries(underlay, device, old);
+        for route in stale.routes.iter().filter(|r| !keep.has_route(r)) {
+            note(
+                &mut failures,
+                || format!("old route {}", route.destination),
+                absent_is_fine(nl.delete_route(route)),
+            );
+        }
+        for neighbour in stale.neighbours.iter().filter(|n| !keep.has_neighbour(n)) {
+            let outcome = nl.delete_neighbour(neighbour.index, neighbour.address);
+            note(&mut failures, || format!("old neighbour {}", neighbour.address), absent_is_fine(outcome));
+        }
+        if let Some(fdb) = stale.fdb.filter(|f| !keep.has_remote(f) && !shared_underlay) {
+            note(&mut failures, || format!("old FDB entry {}", fdb.mac), absent_is_fine(nl.delete_fdb(&fdb)));
+        }
+    }
+    if let (Some(peer), Some(entries)) = (new, &new_entries) {
+        let outcome = program_peer(nl, entries);
+        note(&mut failures, || format!("peer {} ({})", peer.node(), peer.subnet()), outcome);
+    }
+    failures
+}
+
+/// A removal of something already gone is what was wanted.
+fn absent_is_fine(outcome: cni_net::Result<()>) -> cni_net::Result<()> {
+    match outcome {
+        Err(e) if e.is_not_found() => Ok(()),
+        other => other,
+    }
 }
 
 /// Records a failed kernel request; the others go on (the agent retries the lot later).

@@ -82,7 +82,9 @@ impl OverlayMetrics {
     pub(crate) fn change(&self, change: &Change) {
         let label = |change: &'static str| [("change", change)];
         match change {
-            Change::Joined(_) => self.peer_changes.get_or_create(&label("joined")).inc(),
+            Change::Joined(_) | Change::Replaced { .. } => {
+                self.peer_changes.get_or_create(&label("joined")).inc()
+            }
             Change::Left(_) => self.peer_changes.get_or_create(&label("left")).inc(),
             Change::Refused { reason, .. } => {
                 self.records_refused.get_or_create(&[("reason", reason.rule.label())]).inc()

@@ -105,6 +105,34 @@ pub fn reconcile(
     Ok(failures)
 }
 
+/// One peer's change on the device without reading it: the old key's peer removed when
+/// the new record has another key (or none), the new peer set (a set replaces its
+/// endpoint and allowed IPs).
+pub fn program_change(
+    wg: &mut WireGuard,
+    device: &Device,
+    old: Option<&PeerRecord>,
+    new: Option<&PeerRecord>,
+) -> Vec<Failure> {
+    let mut failures = Vec::new();
+    let wanted = new.and_then(wanted_peer);
+    if let Some(stale) = old.and_then(wanted_peer) {
+        if wanted.as_ref().is_none_or(|w| w.public_key != stale.public_key) {
+            if let Err(error) = wg.remove_peer(device.index, &stale.public_key) {
+                let subject = format!("old WireGuard peer {}", cni_net::wireguard::base64(&stale.public_key));
+                failures.push(Failure { subject, error });
+            }
+        }
+    }
+    if let (Some(record), Some(peer)) = (new, wanted) {
+        if let Err(error) = wg.set_peer(device.index, &peer) {
+            let subject = format!("WireGuard peer {} ({})", record.node(), record.subnet());
+            failures.push(Failure { subject, error });
+        }
+    }
+    failures
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

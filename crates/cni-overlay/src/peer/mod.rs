@@ -320,11 +320,18 @@ pub struct Peers {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     Joined(PeerRecord),
+    /// A peer's record changed (a new underlay, path, key or IPv6 subnet).
+    Replaced {
+        old: PeerRecord,
+        new: PeerRecord,
+    },
     Left(PeerRecord),
-    /// Refused, first time at this revision: log it.
+    /// Refused, first time at this revision: log it. `dropped` is the peer whose record
+    /// this was while it was good: it loses its entries.
     Refused {
         key: String,
         reason: Refusal,
+        dropped: Option<PeerRecord>,
     },
     Unchanged,
 }
@@ -357,17 +364,17 @@ impl Peers {
                 self.refused.remove(&kv.key);
                 match self.accepted.insert(peer.subnet, peer.clone()) {
                     Some(old) if old == peer => Change::Unchanged,
-                    _ => Change::Joined(peer),
+                    Some(old) => Change::Replaced { old, new: peer },
+                    None => Change::Joined(peer),
                 }
             }
             Err(reason) => {
                 // A peer whose record turned bad loses its entries.
-                if let Ok(subnet) = lease::key_subnet(config, &kv.key) {
-                    self.accepted.remove(&subnet);
-                }
+                let dropped =
+                    lease::key_subnet(config, &kv.key).ok().and_then(|subnet| self.accepted.remove(&subnet));
                 match self.refused.insert(kv.key.clone(), kv.mod_revision) {
-                    Some(logged) if logged == kv.mod_revision => Change::Unchanged,
-                    _ => Change::Refused { key: kv.key_str(), reason },
+                    Some(logged) if logged == kv.mod_revision && dropped.is_none() => Change::Unchanged,
+                    _ => Change::Refused { key: kv.key_str(), reason, dropped },
                 }
             }
         }

@@ -252,7 +252,7 @@ fn a_record_claiming_another_peers_key_is_refused() {
     assert_eq!(peers.accepted().len(), 1);
     // b itself rotating to a new key is a change of b, not a clash.
     let rotated = kv("10.244.2.0-24", wg_record("b", "192.0.2.2", &wireguard::base64(&[3; 32]), "51820"));
-    assert!(matches!(peers.put(&config, &own, &rotated), Change::Joined(_)));
+    assert!(matches!(peers.put(&config, &own, &rotated), Change::Replaced { .. }));
     let now = peers.accepted().values().next().unwrap().wireguard().unwrap();
     assert_eq!(now.public_key, [3; 32]);
 }
