@@ -30,6 +30,7 @@ pub struct DnsMetrics {
     queries: Family<Labels2, Counter>,
     upstream_latency: Histogram,
     busy: Counter,
+    refused: Family<Labels2, Counter>,
     names: Gauge,
     networks: Gauge,
 }
@@ -40,6 +41,7 @@ impl Default for DnsMetrics {
             queries: Family::default(),
             upstream_latency: Histogram::new(cni_metrics::round_trip_buckets()),
             busy: Counter::default(),
+            refused: Family::default(),
             names: Gauge::default(),
             networks: Gauge::default(),
         }
@@ -112,6 +114,12 @@ impl DnsMetrics {
             "Queries answered SERVFAIL and TCP clients closed because every slot was in use",
             self.busy.clone(),
         );
+        registry.register(
+            "refused",
+            "Queries (udp) and clients (tcp) not answered, silently, because they were not the \
+             network's: reason source (not from its subnets) or interface (not from its bridge)",
+            self.refused.clone(),
+        );
         registry.register("names", "Attachments whose names are served", self.names.clone());
         registry.register("networks", "Networks served", self.networks.clone());
     }
@@ -123,6 +131,14 @@ impl DnsMetrics {
 
     pub fn forwarded(&self, elapsed: Duration) {
         self.upstream_latency.observe(elapsed.as_secs_f64());
+    }
+
+    pub fn refused(&self, transport: crate::answer::Transport, why: crate::zone::Refusal) {
+        let transport = match transport {
+            crate::answer::Transport::Udp => "udp",
+            crate::answer::Transport::Tcp => "tcp",
+        };
+        self.refused.get_or_create(&[("transport", transport), ("reason", why.label())]).inc();
     }
 
     pub fn busy(&self) {
