@@ -307,17 +307,19 @@ impl Resolver {
                 self.refuse(Transport::Udp, why);
                 continue;
             }
-            let bytes = buf[..n].to_vec();
-            // Local answers are cheap and answered here; a forward waits on the network, so it
-            // gets its own thread (bounded by the forward limit) and the listener moves on.
-            match handle(zone, &bytes, Transport::Udp) {
+            let bytes = &buf[..n];
+            // Local answers are cheap and answered here (sent before they are counted: the
+            // client is waiting); a forward waits on the network, so it gets its own thread
+            // (bounded by the forward limit) and the listener moves on.
+            match handle(zone, bytes, Transport::Udp) {
                 Outcome::Reply(reply) => {
-                    self.counters.queries.fetch_add(1, Ordering::Relaxed);
-                    self.metrics.query(&bytes, Source::Local, Some(&reply));
                     let _ = socket.send_to(&reply, peer);
+                    self.counters.queries.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.query(bytes, Source::Local, Some(&reply));
                 }
-                Outcome::Drop => self.metrics.query(&bytes, Source::Local, None),
+                Outcome::Drop => self.metrics.query(bytes, Source::Local, None),
                 Outcome::Forward(query) => {
+                    let bytes = bytes.to_vec();
                     self.counters.queries.fetch_add(1, Ordering::Relaxed);
                     // The slot is taken before the thread exists, so a flood makes SERVFAILs,
                     // not threads.

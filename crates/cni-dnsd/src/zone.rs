@@ -123,7 +123,11 @@ impl NetworkZone {
         if name == self.domain {
             return Lookup::Found(&[]);
         }
-        if name.ends_with(&format!(".{}", self.domain)) {
+        // `<something>.<domain>`, without building that string for every query.
+        let under_domain = name.len() > self.domain.len()
+            && name.ends_with(self.domain.as_str())
+            && name.as_bytes()[name.len() - self.domain.len() - 1] == b'.';
+        if under_domain {
             return Lookup::NoSuchName;
         }
         if !name.is_empty() && !name.contains('.') {
@@ -263,6 +267,9 @@ mod tests {
         assert_eq!(zone.lookup("db.dns.podman"), Lookup::NoSuchName);
         assert_eq!(zone.lookup("db"), Lookup::NotOurs);
         assert_eq!(zone.lookup("example.com"), Lookup::NotOurs);
+        // Ends with the domain's text without being under it.
+        assert_eq!(zone.lookup("xdns.podman"), Lookup::NotOurs);
+        assert_eq!(zone.lookup("a.xdns.podman"), Lookup::NotOurs);
         assert_eq!(zone.pointer("fd00::2".parse().unwrap()), Some("web.dns.podman"));
     }
 
