@@ -150,7 +150,9 @@ impl DnsMetrics {
     pub fn query(&self, query: &[u8], source: Source, reply: Option<&[u8]>) {
         let (kind, result) = (type_index(query), result_index(source, reply));
         self.series[kind][result]
-            .get_or_init(|| self.queries.get_or_create(&[("type", TYPES[kind]), ("result", RESULTS[result])]).clone())
+            .get_or_init(|| {
+                self.queries.get_or_create(&[("type", TYPES[kind]), ("result", RESULTS[result])]).clone()
+            })
             .inc();
     }
 
