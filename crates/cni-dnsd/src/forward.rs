@@ -134,8 +134,8 @@ fn is_own(server: IpAddr, own: &HashSet<IpAddr>) -> bool {
 /// Asks `servers` in order and returns the reply for the client (its id restored), or
 /// SERVFAIL when none answered. Servers in `own` (our listening addresses) are skipped so a
 /// resolv.conf that points at a gateway cannot make us ask ourselves forever; a spelling
-/// this misses still ends at once, because a query from the host itself arrives on the
-/// loopback interface, not on a network's bridge, and is never answered (see `server`).
+/// this misses still ends at once: a query the host sends to a gateway comes from that
+/// gateway's own address, which no container has, and is never answered (see `zone`).
 pub fn forward(
     query: &Message,
     servers: &[SocketAddr],

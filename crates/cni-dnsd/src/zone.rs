@@ -40,7 +40,8 @@ pub struct NetworkZone {
 /// Why a query was not answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
-    /// Its source address is not in the network's subnets.
+    /// Its source address is not in the network's subnets, or is the gateway's own (the
+    /// host itself: the resolver forwarding to itself, or any local process).
     Source,
     /// It arrived on another interface than the network's bridge.
     Interface,
@@ -103,8 +104,13 @@ impl NetworkZone {
     /// Whether a query from `peer` that arrived on interface `ifindex` is this network's to
     /// answer: from one of its subnets, on its bridge. Anything else (a host's neighbour
     /// routed to the gateway, a container of another network, a spoofed source) is not.
+    ///
+    /// A packet the host sends to its own gateway address is looped back, yet the kernel
+    /// reports the gateway's interface (the bridge) as where it arrived; its source is then
+    /// the gateway address itself, which no container has, so that is refused by name.
     pub fn admits(&self, peer: IpAddr, ifindex: u32) -> Result<(), Refusal> {
-        if !self.subnets.iter().any(|subnet| subnet.contains(&peer)) {
+        let peer = peer.to_canonical();
+        if !self.subnets.iter().any(|subnet| subnet.contains(&peer)) || self.listen.contains(&peer) {
             return Err(Refusal::Source);
         }
         if self.ifindex == 0 || ifindex != self.ifindex {
@@ -296,6 +302,9 @@ mod tests {
         assert_eq!(zone.admits(v4, 8), Err(Refusal::Interface));
         assert_eq!(zone.admits("10.0.1.7".parse().unwrap(), 7), Err(Refusal::Source));
         assert_eq!(zone.admits("192.168.1.2".parse().unwrap(), 7), Err(Refusal::Source));
+        // The gateway itself: the host, looped back.
+        zone.listen = vec!["10.0.0.1".parse().unwrap()];
+        assert_eq!(zone.admits("10.0.0.1".parse().unwrap(), 7), Err(Refusal::Source));
     }
 
     #[test]
