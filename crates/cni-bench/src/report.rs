@@ -172,6 +172,16 @@ fn fact_lines(id: WorkloadId, out: &SetOutcome) -> Vec<String> {
                 ));
             }
         }
+        WorkloadId::Dns => {
+            if let (Some(ns), Some(queries)) = (get("resolver_cpu_ns"), get("resolver_cpu_queries")) {
+                if queries > 0.0 {
+                    lines.push(format!(
+                        "resolver CPU per query {:.1} µs (its threads' on-CPU time, system calls included)",
+                        ns / queries / 1000.0
+                    ));
+                }
+            }
+        }
         _ => {}
     }
     lines

@@ -44,6 +44,14 @@ pub struct NetworkRecord {
     /// redirects port 53 to).
     #[serde(default = "dns_port")]
     pub port: u16,
+    /// Who may ask: the network's subnets (the prefixes of the attachments' addresses).
+    /// A record without them (written before they were recorded) is served to nobody.
+    #[serde(default)]
+    pub subnets: Vec<ipnet::IpNet>,
+    /// The host-side interface the network's clients reach the gateway through (the
+    /// bridge): a query that arrives on any other interface is not answered.
+    #[serde(default)]
+    pub interface: Option<String>,
 }
 
 fn dns_port() -> u16 {
@@ -296,6 +304,8 @@ mod tests {
             listen: vec!["10.0.0.1".parse().unwrap()],
             upstreams: vec![],
             port: 1053,
+            subnets: vec!["10.0.0.0/24".parse().unwrap()],
+            interface: Some("br0".into()),
         };
         state.write_network("net1", &net).unwrap();
         state.write_host("net1", &host("c1", "web")).unwrap();

@@ -10,8 +10,12 @@ use std::net::IpAddr;
 
 /// Our answers may change at any moment (a container stops): clients must not cache them.
 pub const LOCAL_TTL: u32 = 0;
-/// The UDP payload size we offer in EDNS (the DNS flag day 2020 value).
+/// The UDP payload size we offer in EDNS (the DNS flag day 2020 value), and the most we
+/// ever send over UDP whatever a client advertises: a datagram's source can be forged, so
+/// a reply larger than this would let anyone who can send one aim our bytes at another.
 pub const EDNS_PAYLOAD: u16 = 1232;
+/// The most a client without EDNS takes over UDP (RFC 1035 4.2.1).
+pub const PLAIN_UDP_PAYLOAD: u16 = 512;
 const HEADER_LEN: usize = 12;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,11 +53,19 @@ fn response_to(query: &Message, code: ResponseCode) -> Message {
     reply
 }
 
-/// Encodes `reply`; over UDP, one larger than the client takes is sent as an empty
-/// truncated answer (TC), and the client asks again over TCP (RFC 1035 4.2.1, RFC 7766).
+/// The largest UDP reply `query` may get: 512 bytes without EDNS, else what the client
+/// advertises, at least 512 and at most [`EDNS_PAYLOAD`].
+pub fn udp_limit(query: &Message) -> usize {
+    let advertised = query.extensions().as_ref().map_or(PLAIN_UDP_PAYLOAD, |edns| edns.max_payload());
+    usize::from(advertised.clamp(PLAIN_UDP_PAYLOAD, EDNS_PAYLOAD))
+}
+
+/// Encodes `reply`; over UDP, one larger than [`udp_limit`] is sent as an empty truncated
+/// answer (TC), and the client asks again over TCP (RFC 1035 4.2.1, RFC 7766), where the
+/// handshake proves its address.
 pub fn encode(query: &Message, reply: &Message, transport: Transport) -> Vec<u8> {
     let bytes = reply.to_vec().unwrap_or_else(|_| encode_error(query, ResponseCode::ServFail));
-    if transport == Transport::Udp && bytes.len() > usize::from(query.max_payload()) {
+    if transport == Transport::Udp && bytes.len() > udp_limit(query) {
         let mut truncated = response_to(query, reply.response_code());
         truncated.set_authoritative(reply.authoritative()).set_truncated(true);
         return truncated.to_vec().unwrap_or_else(|_| encode_error(query, ResponseCode::ServFail));
@@ -271,6 +283,38 @@ mod tests {
         let tcp = reply(&zone, &q, Transport::Tcp);
         assert!(!tcp.truncated());
         assert_eq!(tcp.answers().len(), 256);
+    }
+
+    #[test]
+    fn a_udp_answer_never_exceeds_512_bytes_without_edns_nor_1232_with_it() {
+        let mut zone = NetworkZone::new("n", "dns.podman", vec![], vec![]);
+        for i in 0..8u8 {
+            zone.add(&HostRecord {
+                container_id: format!("c{i}"),
+                ifname: "eth0".into(),
+                name: format!("n{i}"),
+                aliases: vec!["svc".into()],
+                addresses: (0..16u8).map(|j| IpAddr::from([10, 1, i, j])).collect(),
+            })
+            .unwrap();
+        }
+        // 128 A records: about 2 KB whole.
+        for (edns, limit) in
+            [(None, 512), (Some(600), 600), (Some(4096), 1232), (Some(65535), 1232), (Some(100), 512)]
+        {
+            let mut q = query("svc.dns.podman.", RecordType::A);
+            if let Some(size) = edns {
+                let mut e = Edns::new();
+                e.set_max_payload(size);
+                q.set_edns(e);
+            }
+            assert_eq!(udp_limit(&q), limit, "{edns:?}");
+            let Outcome::Reply(bytes) = handle(&zone, &q.to_vec().unwrap(), Transport::Udp) else { panic!() };
+            assert!(bytes.len() <= limit, "{edns:?}: {} bytes", bytes.len());
+            assert!(Message::from_vec(&bytes).unwrap().truncated(), "{edns:?}");
+            let Outcome::Reply(bytes) = handle(&zone, &q.to_vec().unwrap(), Transport::Tcp) else { panic!() };
+            assert!(bytes.len() > 2000);
+        }
     }
 
     #[test]

@@ -125,9 +125,17 @@ fn ask_tcp(server: SocketAddr, sent: &Message, bytes: &[u8]) -> std::io::Result<
     Ok(reply)
 }
 
+/// Whether `server` is one of our own listening addresses, however it is spelt: an
+/// IPv4-mapped IPv6 address (`::ffff:10.89.0.1`) reaches the IPv4 gateway too.
+fn is_own(server: IpAddr, own: &HashSet<IpAddr>) -> bool {
+    own.contains(&server) || own.contains(&server.to_canonical())
+}
+
 /// Asks `servers` in order and returns the reply for the client (its id restored), or
 /// SERVFAIL when none answered. Servers in `own` (our listening addresses) are skipped so a
-/// resolv.conf that points at a gateway cannot make us ask ourselves forever.
+/// resolv.conf that points at a gateway cannot make us ask ourselves forever; a spelling
+/// this misses still ends at once: a query the host sends to a gateway comes from that
+/// gateway's own address, which no container has, and is never answered (see `zone`).
 pub fn forward(
     query: &Message,
     servers: &[SocketAddr],
@@ -137,7 +145,7 @@ pub fn forward(
     let mut sent = query.clone();
     sent.set_id(random_id());
     let Ok(bytes) = sent.to_vec() else { return encode_error(query, ResponseCode::FormErr) };
-    for server in servers.iter().filter(|s| !own.contains(&s.ip())) {
+    for server in servers.iter().filter(|s| !is_own(s.ip(), own)) {
         let reply = match transport {
             Transport::Udp => ask_udp(*server, &sent, &bytes),
             Transport::Tcp => match ask_udp(*server, &sent, &bytes) {
@@ -148,10 +156,10 @@ pub fn forward(
         if let Ok(mut reply) = reply {
             reply.set_id(query.id());
             if let Ok(out) = reply.to_vec() {
-                if transport == Transport::Tcp || out.len() <= usize::from(query.max_payload().max(512)) {
+                if transport == Transport::Tcp || out.len() <= crate::answer::udp_limit(query) {
                     return out;
                 }
-                // Re-encoding grew it past what the client takes over UDP: let it use TCP.
+                // More than the client may get over UDP: let it use TCP.
                 return crate::answer::encode(query, &reply, Transport::Udp);
             }
         }
@@ -162,6 +170,17 @@ pub fn forward(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn our_addresses_are_recognised_in_every_spelling() {
+        let own: HashSet<IpAddr> = ["10.89.0.1".parse().unwrap(), "fd89::1".parse().unwrap()].into();
+        for ours in ["10.89.0.1", "::ffff:10.89.0.1", "fd89::1"] {
+            assert!(is_own(ours.parse().unwrap(), &own), "{ours}");
+        }
+        for other in ["10.89.0.2", "::ffff:10.89.0.2", "::10.89.0.1", "127.0.0.1"] {
+            assert!(!is_own(other.parse().unwrap(), &own), "{other}");
+        }
+    }
 
     #[test]
     fn resolv_conf_nameservers() {

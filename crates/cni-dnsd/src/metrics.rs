@@ -4,6 +4,7 @@
 //! Queries come from containers, so nothing of a query becomes a label but its record type
 //! mapped to a closed set ([`query_type`]); names, addresses and networks never do.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use cni_metrics::prometheus_client::metrics::counter::Counter;
@@ -26,10 +27,19 @@ pub enum Source {
     Upstream,
 }
 
+/// The `type` label's values; the last is `other`.
+const TYPES: [&str; 11] = ["A", "AAAA", "PTR", "SRV", "CNAME", "TXT", "MX", "NS", "SOA", "ANY", "other"];
+/// The `result` label's values.
+const RESULTS: [&str; 6] = ["answered", "nxdomain", "error", "forwarded", "forward_failed", "dropped"];
+
 pub struct DnsMetrics {
     queries: Family<Labels2, Counter>,
+    /// Each (type, result) series once the family made it: counting a query is then one
+    /// atomic add, not the family's lock and a hash of its labels.
+    series: [[OnceLock<Counter>; RESULTS.len()]; TYPES.len()],
     upstream_latency: Histogram,
     busy: Counter,
+    refused: Family<Labels2, Counter>,
     names: Gauge,
     networks: Gauge,
 }
@@ -38,8 +48,10 @@ impl Default for DnsMetrics {
     fn default() -> DnsMetrics {
         DnsMetrics {
             queries: Family::default(),
+            series: std::array::from_fn(|_| std::array::from_fn(|_| OnceLock::new())),
             upstream_latency: Histogram::new(cni_metrics::round_trip_buckets()),
             busy: Counter::default(),
+            refused: Family::default(),
             names: Gauge::default(),
             networks: Gauge::default(),
         }
@@ -49,6 +61,11 @@ impl Default for DnsMetrics {
 /// The record type asked for in a query's first question, as a label; `other` for the
 /// rest and for a query too short to have one.
 pub fn query_type(query: &[u8]) -> &'static str {
+    TYPES[type_index(query)]
+}
+
+/// [`query_type`] as an index into [`TYPES`].
+fn type_index(query: &[u8]) -> usize {
     // After the 12-byte header: the name as length-prefixed labels ending with 0, then the
     // type (a compressed name is not expected in a question; it ends the name too).
     let mut at = 12;
@@ -63,32 +80,39 @@ pub fn query_type(query: &[u8]) -> &'static str {
             l => at += usize::from(l),
         }
     }
-    let Some(code) = query.get(at..at + 2) else { return "other" };
+    let other = TYPES.len() - 1;
+    let Some(code) = query.get(at..at + 2) else { return other };
     match u16::from_be_bytes([code[0], code[1]]) {
-        1 => "A",
-        28 => "AAAA",
-        12 => "PTR",
-        33 => "SRV",
-        5 => "CNAME",
-        16 => "TXT",
-        15 => "MX",
-        2 => "NS",
-        6 => "SOA",
-        255 => "ANY",
-        _ => "other",
+        1 => 0,
+        28 => 1,
+        12 => 2,
+        33 => 3,
+        5 => 4,
+        16 => 5,
+        15 => 6,
+        2 => 7,
+        6 => 8,
+        255 => 9,
+        _ => other,
     }
 }
 
 /// The outcome of a query, from the reply's response code (`dropped`: no reply).
+#[cfg(test)]
 fn result(source: Source, reply: Option<&[u8]>) -> &'static str {
-    let Some(reply) = reply else { return "dropped" };
+    RESULTS[result_index(source, reply)]
+}
+
+/// The result as an index into [`RESULTS`].
+fn result_index(source: Source, reply: Option<&[u8]>) -> usize {
+    let Some(reply) = reply else { return 5 };
     let rcode = reply.get(3).map(|b| b & 0x0f);
     match (source, rcode) {
-        (Source::Local, Some(0)) => "answered",
-        (Source::Local, Some(3)) => "nxdomain",
-        (Source::Local, _) => "error",
-        (Source::Upstream, Some(0 | 3)) => "forwarded",
-        (Source::Upstream, _) => "forward_failed",
+        (Source::Local, Some(0)) => 0,
+        (Source::Local, Some(3)) => 1,
+        (Source::Local, _) => 2,
+        (Source::Upstream, Some(0 | 3)) => 3,
+        (Source::Upstream, _) => 4,
     }
 }
 
@@ -112,17 +136,36 @@ impl DnsMetrics {
             "Queries answered SERVFAIL and TCP clients closed because every slot was in use",
             self.busy.clone(),
         );
+        registry.register(
+            "refused",
+            "Queries (udp) and clients (tcp) not answered, silently, because they were not the \
+             network's: reason source (not from its subnets) or interface (not from its bridge)",
+            self.refused.clone(),
+        );
         registry.register("names", "Attachments whose names are served", self.names.clone());
         registry.register("networks", "Networks served", self.networks.clone());
     }
 
     /// One query and its reply (`None`: none was sent).
     pub fn query(&self, query: &[u8], source: Source, reply: Option<&[u8]>) {
-        self.queries.get_or_create(&[("type", query_type(query)), ("result", result(source, reply))]).inc();
+        let (kind, result) = (type_index(query), result_index(source, reply));
+        self.series[kind][result]
+            .get_or_init(|| {
+                self.queries.get_or_create(&[("type", TYPES[kind]), ("result", RESULTS[result])]).clone()
+            })
+            .inc();
     }
 
     pub fn forwarded(&self, elapsed: Duration) {
         self.upstream_latency.observe(elapsed.as_secs_f64());
+    }
+
+    pub fn refused(&self, transport: crate::answer::Transport, why: crate::zone::Refusal) {
+        let transport = match transport {
+            crate::answer::Transport::Udp => "udp",
+            crate::answer::Transport::Tcp => "tcp",
+        };
+        self.refused.get_or_create(&[("transport", transport), ("reason", why.label())]).inc();
     }
 
     pub fn busy(&self) {

@@ -5,11 +5,18 @@
 //! SERVFAIL at once), at most [`Limits::tcp_connections`] TCP clients (more are closed), an
 //! idle TCP client is dropped after [`TCP_IDLE`], and the records are bounded by the limits
 //! in `cni_dns`.
+//!
+//! Who is answered: only a client of the network whose gateway it asked, that is a source
+//! address in the network's subnets on a packet that arrived on the network's bridge
+//! (`zone::NetworkZone::admits`). The gateway address is local, so Linux delivers packets
+//! for it from every interface: a host's neighbour routed to the pod subnet, or a container
+//! of another network, would otherwise have an open resolver. Anything else is dropped
+//! without a word (a REFUSED would itself be a reply to a spoofed source) and counted.
 
 use crate::answer::{handle, Outcome, Transport};
 use crate::forward::{forward, HostServers};
 use crate::metrics::{DnsMetrics, Source};
-use crate::zone::Zones;
+use crate::zone::{Refusal, Zones};
 use cni_cli::tracing;
 use cni_dns::StateDir;
 use cni_os::socket;
@@ -51,10 +58,15 @@ struct Counters {
     queries: AtomicU64,
     forwarded: AtomicU64,
     refused_busy: AtomicU64,
+    /// Queries (and TCP clients) not answered because they were not the network's.
+    refused_foreign: AtomicU64,
 }
 
 struct Listener {
     stop: Arc<AtomicBool>,
+    /// The bridge's interface index the listener was made for: a re-created bridge has a
+    /// new one, and the listener is made again (its TCP socket is bound to the old one).
+    ifindex: u32,
 }
 
 impl Drop for Listener {
@@ -116,8 +128,8 @@ impl Resolver {
             .iter()
             .map(|(address, zone)| (SocketAddr::new(*address, zone.port), zone))
             .collect();
-        listeners.retain(|address, _| {
-            let keep = wanted.contains_key(address);
+        listeners.retain(|address, listener| {
+            let keep = wanted.get(address).is_some_and(|zone| zone.ifindex == listener.ifindex);
             if !keep {
                 tracing::info!(address = %address, "stopped answering");
             }
@@ -128,7 +140,7 @@ impl Resolver {
             if listeners.contains_key(address) {
                 continue;
             }
-            match self.listen(*address) {
+            match self.listen(*address, zone) {
                 Ok(listener) => {
                     tracing::info!(address = %address, network = %zone.network, "answering");
                     listeners.insert(*address, listener);
@@ -150,13 +162,26 @@ impl Resolver {
         summary
     }
 
-    fn listen(self: &Arc<Resolver>, addr: SocketAddr) -> std::io::Result<Listener> {
+    fn listen(
+        self: &Arc<Resolver>,
+        addr: SocketAddr,
+        zone: &crate::zone::NetworkZone,
+    ) -> std::io::Result<Listener> {
+        let bridge = match (&zone.interface, zone.ifindex) {
+            (Some(name), index) if index != 0 => name.clone(),
+            _ => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "the network's bridge is not known or does not exist: nobody could be answered",
+                ))
+            }
+        };
         let udp = crate::sockets::udp(addr)?;
         // A listener of this address stopped by an earlier reload (its network's last
         // container went, and one came back at once) closes within one POLL: wait for it.
         let mut attempts = 0;
         let tcp = loop {
-            match crate::sockets::tcp(addr, 64) {
+            match crate::sockets::tcp(addr, &bridge, 64) {
                 Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && attempts < 20 => {
                     attempts += 1;
                     std::thread::sleep(POLL / 10);
@@ -174,7 +199,7 @@ impl Resolver {
         std::thread::Builder::new()
             .name(format!("tcp {addr}"))
             .spawn(move || me.serve_tcp(tcp, addr.ip(), &flag))?;
-        Ok(Listener { stop })
+        Ok(Listener { stop, ifindex: zone.ifindex })
     }
 
     /// The upstream servers for a network: its own, or the host's.
@@ -253,12 +278,18 @@ impl Resolver {
         self.forward_reserved(query, own, zones, transport)
     }
 
+    /// Counts a query or client that was not answered because it is not the network's.
+    fn refuse(&self, transport: Transport, why: Refusal) {
+        self.counters.refused_foreign.fetch_add(1, Ordering::Relaxed);
+        self.metrics.refused(transport, why);
+    }
+
     fn serve_udp(self: Arc<Resolver>, socket: UdpSocket, local: IpAddr, stop: &AtomicBool) {
         let socket = Arc::new(socket);
         let mut buf = vec![0u8; 65535];
         while !stop.load(Ordering::SeqCst) {
-            let (n, peer) = match socket.recv_from(&mut buf) {
-                Ok(r) => r,
+            let (n, peer, interface) = match cni_os::inet::recv_with_interface(&*socket, &mut buf) {
+                Ok(r) => (r.len, r.peer, r.interface),
                 Err(e)
                     if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
                 {
@@ -270,19 +301,25 @@ impl Resolver {
                     continue;
                 }
             };
-            let bytes = buf[..n].to_vec();
-            // Local answers are cheap and answered here; a forward waits on the network, so it
-            // gets its own thread (bounded by the forward limit) and the listener moves on.
             let zones = self.zones();
             let Some(zone) = zones.by_address.get(&local) else { continue };
-            match handle(zone, &bytes, Transport::Udp) {
+            if let Err(why) = zone.admits(peer.ip(), interface) {
+                self.refuse(Transport::Udp, why);
+                continue;
+            }
+            let bytes = &buf[..n];
+            // Local answers are cheap and answered here (sent before they are counted: the
+            // client is waiting); a forward waits on the network, so it gets its own thread
+            // (bounded by the forward limit) and the listener moves on.
+            match handle(zone, bytes, Transport::Udp) {
                 Outcome::Reply(reply) => {
-                    self.counters.queries.fetch_add(1, Ordering::Relaxed);
-                    self.metrics.query(&bytes, Source::Local, Some(&reply));
                     let _ = socket.send_to(&reply, peer);
+                    self.counters.queries.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.query(bytes, Source::Local, Some(&reply));
                 }
-                Outcome::Drop => self.metrics.query(&bytes, Source::Local, None),
+                Outcome::Drop => self.metrics.query(bytes, Source::Local, None),
                 Outcome::Forward(query) => {
+                    let bytes = bytes.to_vec();
                     self.counters.queries.fetch_add(1, Ordering::Relaxed);
                     // The slot is taken before the thread exists, so a flood makes SERVFAILs,
                     // not threads.
@@ -313,7 +350,18 @@ impl Resolver {
             if !readable(&listener, POLL) {
                 continue;
             }
-            let Ok((stream, _)) = listener.accept() else { continue };
+            let Ok((stream, peer)) = listener.accept() else { continue };
+            // The listener takes connections from the bridge only (SO_BINDTODEVICE); the
+            // source must be the network's too.
+            let zones = self.zones();
+            let admitted = match zones.by_address.get(&local) {
+                Some(zone) => zone.admits(peer.ip(), zone.ifindex),
+                None => Err(Refusal::Interface),
+            };
+            if let Err(why) = admitted {
+                self.refuse(Transport::Tcp, why);
+                continue; // closed at once, nothing read
+            }
             if self.tcp_connections.fetch_add(1, Ordering::SeqCst) >= self.settings.limits.tcp_connections {
                 self.tcp_connections.fetch_sub(1, Ordering::SeqCst);
                 self.counters.refused_busy.fetch_add(1, Ordering::Relaxed);
@@ -353,7 +401,7 @@ impl Resolver {
         let listening = self.listeners.lock().unwrap_or_else(|p| p.into_inner()).len();
         let errors = self.listen_errors.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let mut line = format!(
-            "pid={} networks={} attachments={} listening={} queries={} forwarded={} busy={} problems={}",
+            "pid={} networks={} attachments={} listening={} queries={} forwarded={} busy={} refused={} problems={}",
             std::process::id(),
             zones.networks.len(),
             zones.attachment_count(),
@@ -361,6 +409,7 @@ impl Resolver {
             self.counters.queries.load(Ordering::Relaxed),
             self.counters.forwarded.load(Ordering::Relaxed),
             self.counters.refused_busy.load(Ordering::Relaxed),
+            self.counters.refused_foreign.load(Ordering::Relaxed),
             zones.problems.len() + errors.len(),
         );
         if let Some(first) = errors.first() {

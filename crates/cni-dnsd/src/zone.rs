@@ -24,11 +24,36 @@ pub struct NetworkZone {
     /// The port answered on at the `listen` addresses.
     pub port: u16,
     pub upstreams: Vec<SocketAddr>,
+    /// Who may ask: sources outside these are not answered (none: nobody is).
+    pub subnets: Vec<ipnet::IpNet>,
+    /// The bridge the network's clients are behind, and its index when the records were
+    /// loaded (0: no such interface now, so nothing arrives there).
+    pub interface: Option<String>,
+    pub ifindex: u32,
     /// `<name>.<domain>` → addresses, in the order attachments registered them (by file).
     names: HashMap<String, Vec<IpAddr>>,
     /// address → the container name that owns it (`<name>.<domain>`).
     pointers: HashMap<IpAddr, String>,
     pub attachments: usize,
+}
+
+/// Why a query was not answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Its source address is not in the network's subnets, or is the gateway's own (the
+    /// host itself: the resolver forwarding to itself, or any local process).
+    Source,
+    /// It arrived on another interface than the network's bridge.
+    Interface,
+}
+
+impl Refusal {
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::Source => "source",
+            Refusal::Interface => "interface",
+        }
+    }
 }
 
 /// What a name resolves to on one network.
@@ -76,6 +101,24 @@ impl NetworkZone {
         Ok(())
     }
 
+    /// Whether a query from `peer` that arrived on interface `ifindex` is this network's to
+    /// answer: from one of its subnets, on its bridge. Anything else (a host's neighbour
+    /// routed to the gateway, a container of another network, a spoofed source) is not.
+    ///
+    /// A packet the host sends to its own gateway address is looped back, yet the kernel
+    /// reports the gateway's interface (the bridge) as where it arrived; its source is then
+    /// the gateway address itself, which no container has, so that is refused by name.
+    pub fn admits(&self, peer: IpAddr, ifindex: u32) -> Result<(), Refusal> {
+        let peer = peer.to_canonical();
+        if !self.subnets.iter().any(|subnet| subnet.contains(&peer)) || self.listen.contains(&peer) {
+            return Err(Refusal::Source);
+        }
+        if self.ifindex == 0 || ifindex != self.ifindex {
+            return Err(Refusal::Interface);
+        }
+        Ok(())
+    }
+
     /// Looks a query name up. A bare single label (`web`, asked by a client without our
     /// search domain) is tried under the domain too, as dnsmasq's `expand-hosts` did.
     pub fn lookup(&self, qname: &str) -> Lookup<'_> {
@@ -86,7 +129,11 @@ impl NetworkZone {
         if name == self.domain {
             return Lookup::Found(&[]);
         }
-        if name.ends_with(&format!(".{}", self.domain)) {
+        // `<something>.<domain>`, without building that string for every query.
+        let under_domain = name.len() > self.domain.len()
+            && name.ends_with(self.domain.as_str())
+            && name.as_bytes()[name.len() - self.domain.len() - 1] == b'.';
+        if under_domain {
             return Lookup::NoSuchName;
         }
         if !name.is_empty() && !name.contains('.') {
@@ -145,6 +192,19 @@ impl Zones {
             upstreams.truncate(cni_dns::MAX_UPSTREAMS);
             let mut zone = NetworkZone::new(&network, &record.domain, record.listen.clone(), upstreams);
             zone.port = record.port;
+            zone.subnets = record.subnets.iter().copied().take(cni_dns::MAX_ADDRESSES).collect();
+            zone.interface = record.interface.clone();
+            match &record.interface {
+                Some(name) => match cni_os::inet::interface_index(name) {
+                    Ok(index) => zone.ifindex = index,
+                    // Answered again as soon as the bridge is back and the records are read.
+                    Err(e) => zones.problems.push(format!("network {network}: bridge {name:?}: {e}")),
+                },
+                None => zones.problems.push(format!(
+                    "network {network}: the record names no bridge (written by an older plugin): \
+                     nobody is answered until the network's next ADD"
+                )),
+            }
             match state.hosts(&network, cni_dns::MAX_HOSTS_PER_NETWORK) {
                 Ok(hosts) => {
                     for host in hosts {
@@ -213,6 +273,9 @@ mod tests {
         assert_eq!(zone.lookup("db.dns.podman"), Lookup::NoSuchName);
         assert_eq!(zone.lookup("db"), Lookup::NotOurs);
         assert_eq!(zone.lookup("example.com"), Lookup::NotOurs);
+        // Ends with the domain's text without being under it.
+        assert_eq!(zone.lookup("xdns.podman"), Lookup::NotOurs);
+        assert_eq!(zone.lookup("a.xdns.podman"), Lookup::NotOurs);
         assert_eq!(zone.pointer("fd00::2".parse().unwrap()), Some("web.dns.podman"));
     }
 
@@ -223,6 +286,25 @@ mod tests {
         zone.add(&host("c2", "b", &["shared"], &["10.0.0.3"])).unwrap();
         assert_eq!(zone.lookup("shared.d.test"), Lookup::Found(&ips(&["10.0.0.2", "10.0.0.3"])));
         assert_eq!(zone.pointer("10.0.0.3".parse().unwrap()), Some("b.d.test"));
+    }
+
+    #[test]
+    fn only_the_networks_subnets_on_its_bridge_are_answered() {
+        let mut zone = NetworkZone::new("n", "d.test", vec![], vec![]);
+        let (v4, v6): (IpAddr, IpAddr) = ("10.0.0.7".parse().unwrap(), "fd00::7".parse().unwrap());
+        // A record without subnets or bridge: nobody.
+        assert_eq!(zone.admits(v4, 0), Err(Refusal::Source));
+        zone.subnets = vec!["10.0.0.0/24".parse().unwrap(), "fd00::/64".parse().unwrap()];
+        assert_eq!(zone.admits(v4, 0), Err(Refusal::Interface));
+        zone.ifindex = 7;
+        assert_eq!(zone.admits(v4, 7), Ok(()));
+        assert_eq!(zone.admits(v6, 7), Ok(()));
+        assert_eq!(zone.admits(v4, 8), Err(Refusal::Interface));
+        assert_eq!(zone.admits("10.0.1.7".parse().unwrap(), 7), Err(Refusal::Source));
+        assert_eq!(zone.admits("192.168.1.2".parse().unwrap(), 7), Err(Refusal::Source));
+        // The gateway itself: the host, looped back.
+        zone.listen = vec!["10.0.0.1".parse().unwrap()];
+        assert_eq!(zone.admits("10.0.0.1".parse().unwrap(), 7), Err(Refusal::Source));
     }
 
     #[test]

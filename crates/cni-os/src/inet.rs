@@ -2,8 +2,10 @@
 //! options: the DHCP clients (v4 and v6), cni-dnsd's listeners and cni-net's neighbour
 //! announcements all set options through here, so each option has one spelling.
 //!
-//! Every option is a typed call into `rustix` except `SO_BINDTODEVICE`, which rustix does
-//! not offer and which is therefore the one `setsockopt(2)` written out here.
+//! Every option is a typed call into `rustix` except those rustix does not offer:
+//! `SO_BINDTODEVICE`, and the packet information (`IP_PKTINFO`, `IPV6_RECVPKTINFO`) that
+//! tells a datagram server on which interface each datagram arrived, read with
+//! `recvmsg(2)` ([`recv_with_interface`]). Those are written out here, and only here.
 
 use std::io;
 use std::net::SocketAddr;
@@ -75,6 +77,155 @@ pub fn bind_to_device(fd: impl AsFd, ifname: &str) -> io::Result<()> {
     }
 }
 
+/// Asks the kernel to tell, with every datagram `fd` receives, the interface it arrived
+/// on (`IP_PKTINFO` for an IPv4 socket, `IPV6_RECVPKTINFO` for an IPv6 one); read it with
+/// [`recv_with_interface`].
+pub fn set_recv_interface(fd: impl AsFd, ipv6: bool) -> io::Result<()> {
+    let (level, name) = if ipv6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_PKTINFO)
+    };
+    let on: libc::c_int = 1;
+    let fd = fd.as_fd();
+    #[allow(unsafe_code)]
+    // SAFETY: a valid descriptor; the option value is a live int whose size is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// One datagram as [`recv_with_interface`] received it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received {
+    /// Bytes written to the buffer (a longer datagram is cut to the buffer).
+    pub len: usize,
+    /// Who sent it.
+    pub peer: SocketAddr,
+    /// The index of the interface it arrived on; 0 when the kernel did not say (the
+    /// socket was not set up with [`set_recv_interface`]).
+    pub interface: u32,
+}
+
+/// Ancillary data room: one `in6_pktinfo` (the larger of the two) with its header, and
+/// alignment for `cmsghdr` (u64 covers it on every Linux ABI).
+const CONTROL_WORDS: usize = 8;
+
+/// Receives one datagram on `fd` with its sender and the interface it arrived on, in one
+/// `recvmsg(2)`: the same single system call as `recv_from`, so a server that checks the
+/// interface of every query pays nothing more than the few bytes of ancillary data.
+/// Honours the socket's receive timeout (`WouldBlock` or `TimedOut` when it passes).
+pub fn recv_with_interface(fd: impl AsFd, buf: &mut [u8]) -> io::Result<Received> {
+    let fd = fd.as_fd();
+    let mut peer = std::mem::MaybeUninit::<libc::sockaddr_storage>::zeroed();
+    let mut control = [0u64; CONTROL_WORDS];
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    #[allow(unsafe_code)]
+    // SAFETY: msghdr is plain data; all-zero is a valid (empty) value that is filled below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = peer.as_mut_ptr().cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    #[allow(unsafe_code)]
+    // SAFETY: every pointer in msg points at a live local or at `buf`, each with its true
+    // length; the kernel writes within those lengths only.
+    let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    #[allow(unsafe_code)]
+    // SAFETY: the storage was zeroed (a valid value) and the kernel wrote at most its size.
+    let peer = socket_address(unsafe { peer.assume_init_ref() }, msg.msg_namelen)?;
+    let mut interface = 0;
+    #[allow(unsafe_code)]
+    // SAFETY: msg is the header the kernel just filled: CMSG_FIRSTHDR/NXTHDR stay within
+    // msg_controllen (bounded by `control`), and a payload is read only when the header
+    // says it is the pktinfo of the expected level, whose length covers the struct read
+    // (read_unaligned: the payload need not be aligned for it).
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            let (level, kind) = ((*cmsg).cmsg_level, (*cmsg).cmsg_type);
+            let len = (*cmsg).cmsg_len as usize;
+            if level == libc::IPPROTO_IP
+                && kind == libc::IP_PKTINFO
+                && len >= libc::CMSG_LEN(std::mem::size_of::<libc::in_pktinfo>() as u32) as usize
+            {
+                let info = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::in_pktinfo>());
+                interface = info.ipi_ifindex as u32;
+            } else if level == libc::IPPROTO_IPV6
+                && kind == libc::IPV6_PKTINFO
+                && len >= libc::CMSG_LEN(std::mem::size_of::<libc::in6_pktinfo>() as u32) as usize
+            {
+                let info = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::in6_pktinfo>());
+                interface = info.ipi6_ifindex;
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    Ok(Received { len: n as usize, peer, interface })
+}
+
+/// The address in a `sockaddr_storage` the kernel filled with `len` bytes.
+fn socket_address(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> io::Result<SocketAddr> {
+    let len = len as usize;
+    let family = libc::c_int::from(storage.ss_family);
+    let storage: *const libc::sockaddr_storage = storage;
+    if family == libc::AF_INET && len >= std::mem::size_of::<libc::sockaddr_in>() {
+        #[allow(unsafe_code)]
+        // SAFETY: the family says sockaddr_in, which is plain data smaller than the
+        // storage the reference points at.
+        let v4 = unsafe { std::ptr::read_unaligned(storage.cast::<libc::sockaddr_in>()) };
+        let ip = std::net::Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr));
+        return Ok(SocketAddr::from((ip, u16::from_be(v4.sin_port))));
+    }
+    if family == libc::AF_INET6 && len >= std::mem::size_of::<libc::sockaddr_in6>() {
+        #[allow(unsafe_code)]
+        // SAFETY: the family says sockaddr_in6, which is plain data smaller than the
+        // storage the reference points at.
+        let v6 = unsafe { std::ptr::read_unaligned(storage.cast::<libc::sockaddr_in6>()) };
+        let ip = std::net::Ipv6Addr::from(v6.sin6_addr.s6_addr);
+        return Ok(SocketAddr::V6(std::net::SocketAddrV6::new(
+            ip,
+            u16::from_be(v6.sin6_port),
+            v6.sin6_flowinfo,
+            v6.sin6_scope_id,
+        )));
+    }
+    Err(io::Error::new(io::ErrorKind::InvalidData, format!("a datagram from an address of family {family}")))
+}
+
+/// The index of interface `name` in the calling thread's network namespace.
+pub fn interface_index(name: &str) -> io::Result<u32> {
+    if name.is_empty() || name.len() > 15 || name.contains('\0') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{name:?} is not an interface name"),
+        ));
+    }
+    let probe = rustix::net::socket_with(
+        rustix::net::AddressFamily::INET,
+        rustix::net::SocketType::DGRAM,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )?;
+    Ok(rustix::net::netdevice::name_to_index(&probe, name)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,5 +291,38 @@ mod tests {
             let err = bind_to_device(&fd, bad).unwrap_err();
             assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_datagram_comes_with_its_sender_and_interface() {
+        for local in [SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), SocketAddr::from((Ipv6Addr::LOCALHOST, 0))]
+        {
+            let fd = socket_for(&local, Kind::Datagram).unwrap();
+            if local.is_ipv6() {
+                set_ipv6_v6only(&fd, true).unwrap();
+            }
+            set_recv_interface(&fd, local.is_ipv6()).unwrap();
+            bind(&fd, &local).unwrap();
+            let server = UdpSocket::from(fd);
+            let client = UdpSocket::bind(SocketAddr::new(local.ip(), 0)).unwrap();
+            client.send_to(b"ping", server.local_addr().unwrap()).unwrap();
+            let mut buf = [0u8; 2];
+            let got = recv_with_interface(&server, &mut buf).unwrap();
+            // Cut to the buffer, from the client, on loopback.
+            assert_eq!((got.len, &buf), (2, b"pi"));
+            assert_eq!(got.peer, client.local_addr().unwrap());
+            assert_eq!(got.interface, interface_index("lo").unwrap());
+        }
+    }
+
+    #[test]
+    fn without_the_option_the_interface_is_unknown() {
+        let server = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let client = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        client.send_to(b"x", server.local_addr().unwrap()).unwrap();
+        let got = recv_with_interface(&server, &mut [0u8; 8]).unwrap();
+        assert_eq!((got.len, got.interface), (1, 0));
+        assert!(interface_index("no-such-if0").is_err());
+        assert_eq!(interface_index("a\0b").unwrap_err().kind(), io::ErrorKind::InvalidInput);
     }
 }

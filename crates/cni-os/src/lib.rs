@@ -17,7 +17,7 @@
 //! With cni-net (netlink and namespaces), this crate is the only home of `unsafe` code in
 //! the workspace: every other crate forbids it and calls the safe functions here, which
 //! prefer `rustix`'s typed system calls and fall back to `libc` only where rustix has no
-//! call (SO_BINDTODEVICE, wait4, signal handlers, hooks between fork and exec). Each
+//! call (SO_BINDTODEVICE, packet information with recvmsg, wait4, signal handlers, hooks between fork and exec). Each
 //! `unsafe` block is allowed where it stands and states why it is sound.
 #![deny(unsafe_code)]
 

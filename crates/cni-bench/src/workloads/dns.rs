@@ -2,7 +2,10 @@
 //! registers names with `cni-dnsd` (found next to cni-bench, where `cargo build --release
 //! -p cni-dnsd` puts it); the reference starts one dnsmasq for the network and edits its
 //! hosts file. Timed: ADD and DEL of every container through libcni, and queries from one
-//! container to the gateway for the others' names (latency of each, queries/s of the run).
+//! container to the gateway for the others' names (latency of each, queries/s of the run),
+//! and the resolver's own CPU time per query (all its threads' on-CPU time from the
+//! kernel's schedstat, taken around the queries: unlike latency, it hardly moves with the
+//! machine's other load, so it says where a difference comes from on a busy host).
 //!
 //! The reference keeps its files under `$XDG_RUNTIME_DIR/containers/cni/dnsname`: the
 //! variable is pointed into the run's state root while the workload runs, so nothing is
@@ -39,6 +42,24 @@ fn kill_by_pid_file(file: &Path) {
     };
     // A pid the resolver wrote for itself in this run's state root; it may be gone already.
     let _ = cni_os::process::kill(pid, cni_os::process::Signal::KILL);
+}
+
+/// The pid the set's resolver wrote: ours (`cni-dnsd`) or the reference's dnsmasq.
+fn resolver_pid(dir: &Path) -> Option<u32> {
+    let ours = dir.join("dnsname/dnsd.pid");
+    let reference = dir.join(format!("xdg/containers/cni/dnsname/{NETWORK}/pidfile"));
+    [ours, reference].iter().find_map(|file| std::fs::read_to_string(file).ok()?.trim().parse().ok())
+}
+
+/// The on-CPU time of every thread of `pid` so far, in ns (the first field of each
+/// thread's `/proc/<pid>/task/<tid>/schedstat`).
+fn cpu_time_ns(pid: u32) -> Option<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let stat = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
+        total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(total)
 }
 
 /// One A query over UDP; Ok(true) when it was answered with an address.
@@ -173,7 +194,13 @@ impl DnsWorkload {
 
         // Queries from the first container for every other one's name, round robin.
         let queries = if ctx.smoke { 200 } else { 2000 };
+        let pid = resolver_pid(dir);
+        let cpu_before = pid.and_then(cpu_time_ns);
         let timed = ctx.pool.get(0).run(|| query_the_others(n, queries))?;
+        if let (Some(before), Some(after)) = (cpu_before, pid.and_then(cpu_time_ns)) {
+            out.count("resolver_cpu_ns", after.saturating_sub(before));
+            out.count("resolver_cpu_queries", queries as u64);
+        }
         let QueryRun { samples, wall, unanswered } =
             timed.map_err(|e| BenchError::io("query the resolver", e))?;
         out.op_by("query", RatioBy::Median).add_phase(samples.iter().copied(), wall);

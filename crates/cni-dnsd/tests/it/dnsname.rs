@@ -110,17 +110,25 @@ fn the_resolver_keeps_only_the_capability_to_bind_port_53() {
         let out = host.ns.command("ss").args([proto, "-Hln"]).output().unwrap();
         String::from_utf8_lossy(&out.stdout).to_string()
     };
-    for proto in ["-u", "-t"] {
+    // The TCP listener takes connections from the network's bridge only.
+    for (proto, local) in [("-u", "10.89.5.1:1053"), ("-t", "10.89.5.1%dnsbr5:1053")] {
         let text = ss(proto);
-        assert!(text.contains("10.89.5.1:1053"), "{text}");
+        assert!(text.contains(local), "{text}");
         assert!(!text.contains(":53 "), "{text}");
     }
-    // Port 53 of the gateway is redirected there by the network's own table, before dstnat.
+    // Port 53 of the gateway is redirected there by the network's own table, before dstnat,
+    // for queries that arrive on the network's bridge only.
     let rules = host.ns.nft_text();
     assert!(rules.contains("table inet cni-dns-"), "{rules}");
     assert!(rules.contains("priority dstnat - 10"), "{rules}");
-    assert!(rules.contains("ip daddr 10.89.5.1 udp dport 53 dnat ip to 10.89.5.1:1053"), "{rules}");
-    assert!(rules.contains("ip daddr 10.89.5.1 tcp dport 53 dnat ip to 10.89.5.1:1053"), "{rules}");
+    assert!(
+        rules.contains(r#"iifname "dnsbr5" ip daddr 10.89.5.1 udp dport 53 dnat ip to 10.89.5.1:1053"#),
+        "{rules}"
+    );
+    assert!(
+        rules.contains(r#"iifname "dnsbr5" ip daddr 10.89.5.1 tcp dport 53 dnat ip to 10.89.5.1:1053"#),
+        "{rules}"
+    );
     net.del(&host, &mut web);
     // The network's last DEL takes the table with it.
     let rules = host.ns.nft_text();

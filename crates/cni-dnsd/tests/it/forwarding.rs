@@ -12,9 +12,9 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-const STUB: &str = "127.0.0.1:5353";
+pub const STUB: &str = "127.0.0.1:5353";
 
-fn reply_to(q: &Message, addresses: &[Ipv4Addr], truncated: bool) -> Message {
+pub fn reply_to(q: &Message, addresses: &[Ipv4Addr], truncated: bool) -> Message {
     let mut r = Message::new();
     r.set_id(q.id()).set_message_type(MessageType::Response).set_recursion_available(true);
     r.add_queries(q.queries().iter().cloned());
@@ -25,7 +25,7 @@ fn reply_to(q: &Message, addresses: &[Ipv4Addr], truncated: bool) -> Message {
     r
 }
 
-fn big() -> Vec<Ipv4Addr> {
+pub fn big() -> Vec<Ipv4Addr> {
     (0..100u8).map(|i| Ipv4Addr::new(10, 200, 0, i)).collect()
 }
 
@@ -37,12 +37,16 @@ fn stub_answer(q: &Message, over_tcp: bool) -> Option<Message> {
         "big.example.test." if over_tcp => Some(reply_to(q, &big(), false)),
         "big.example.test." => Some(reply_to(q, &[], true)),
         "spoofed.example.test." => Some(reply_to(q, &[Ipv4Addr::new(192, 0, 2, 7)], false)),
+        // Whole over UDP whatever its size, as an upstream that ignores the client's limit.
+        "huge.example.test." => {
+            Some(reply_to(q, &(0..200u8).map(|i| Ipv4Addr::new(10, 201, 0, i)).collect::<Vec<_>>(), false))
+        }
         _ => None,
     }
 }
 
 /// Serves the stub in the host namespace; returns the count of TCP queries it got.
-fn start_stub(host: &Host) -> Arc<AtomicUsize> {
+pub fn start_stub(host: &Host) -> Arc<AtomicUsize> {
     let (udp, tcp) =
         host.ns.run(|| (UdpSocket::bind(STUB).unwrap(), TcpListener::bind(STUB).unwrap())).unwrap();
     std::thread::spawn(move || {

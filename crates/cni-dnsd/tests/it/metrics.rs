@@ -1,7 +1,8 @@
 //! The resolver's `/metrics` and `/healthz` scraped over TCP while it answers: cni-dnsd
 //! started by hand in a throwaway host namespace with `--metrics-address` on that
 //! namespace's loopback (the plugin then uses it), a container's lookups answered from the
-//! records, one forwarded to a stub upstream, the counters read back; and a flood of idle
+//! records, one forwarded to a stub upstream, one from the host itself refused, the
+//! counters read back; and a flood of idle
 //! clients on the metrics port while the container's lookups go on. Needs root.
 
 use std::io::Write;
@@ -88,6 +89,19 @@ fn lookups_and_forwards_are_counted_by_type_and_result() {
     assert_eq!(forwarded.response_code(), ResponseCode::NoError);
     let over_tcp = ctr.ask_tcp(server, &query("mxclient.dns.podman.", RecordType::A)).unwrap();
     assert_eq!(over_tcp.answers().len(), 1);
+    // From the host itself: looped back, though the kernel says it came in on the bridge;
+    // its source is the gateway's own address. Not answered, counted as refused.
+    let resolver_port = SocketAddr::new(net.gateway(), 1053);
+    let bytes = query("mxclient.dns.podman.", RecordType::A).to_vec().unwrap();
+    host.ns.run(|| UdpSocket::bind("0.0.0.0:0").unwrap().send_to(&bytes, resolver_port).unwrap()).unwrap();
+    let refused = || {
+        scrape_in(&host, address)
+            .get("cni_dnsd_refused_total", &[("transport", "udp"), ("reason", "source")])
+            .unwrap_or(0.0)
+    };
+    cni_testkit::poll::until("the host's query is counted as refused", cni_testkit::poll::EVENTUALLY, || {
+        refused() == 1.0
+    });
 
     let samples = scrape_in(&host, address);
     assert_eq!(queries(&samples, "A", "answered"), 2.0, "{samples}");

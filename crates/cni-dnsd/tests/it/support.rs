@@ -36,11 +36,56 @@ pub struct Host {
 
 impl Host {
     pub fn new() -> Host {
+        Host::with_prefix(PREFIX)
+    }
+
+    /// A host whose namespace is named `<prefix>-<random>`.
+    pub fn with_prefix(prefix: &str) -> Host {
         Host {
             cni_path: cni_path(),
-            ns: TestNetns::with_prefix(PREFIX).unwrap(),
+            ns: TestNetns::with_prefix(prefix).unwrap(),
             dirs: tempfile::tempdir().unwrap(),
         }
+    }
+
+    /// Starts the resolver in the host namespace before any plugin does, reading upstream
+    /// servers from `resolv_conf` (the plugin starts it with the machine's). The plugin
+    /// finds it by its control socket and the test's Drop kills it by its pid file.
+    pub fn start_resolver(&self, resolv_conf: &Path) {
+        let state = self.state_dir();
+        let status = self
+            .ns
+            .command(env!("CARGO_BIN_EXE_cni-dnsd"))
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--pidfile")
+            .arg(state.join("dnsd.pid"))
+            .arg("--resolv-conf")
+            .arg(resolv_conf)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        let mut child = status.expect("start cni-dnsd");
+        cni_testkit::poll::until(
+            "the resolver answers its control socket",
+            cni_testkit::poll::EVENTUALLY,
+            || self.status().is_some(),
+        );
+        // Reaped by a thread: it is killed by its pid file when the test ends.
+        std::thread::spawn(move || child.wait());
+    }
+
+    /// The resolver's `status` line, if it answers.
+    pub fn status(&self) -> Option<String> {
+        cni_dns::control::request(&self.state_dir().join("dnsd.sock"), "status", Duration::from_secs(5)).ok()
+    }
+
+    /// A counter of the status line (`queries`, `forwarded`, `refused`, ...).
+    pub fn counter(&self, name: &str) -> Option<u64> {
+        let status = self.status()?;
+        let prefix = format!("{name}=");
+        status.split_whitespace().find_map(|w| w.strip_prefix(&prefix)).and_then(|v| v.parse().ok())
     }
 
     pub fn state_dir(&self) -> PathBuf {
@@ -233,7 +278,12 @@ pub struct Container {
 
 impl Container {
     pub fn new(name: &str) -> Container {
-        let ns = TestNetns::with_prefix(PREFIX).unwrap();
+        Container::with_prefix(PREFIX, name)
+    }
+
+    /// A container whose namespace is named `<prefix>-<random>`.
+    pub fn with_prefix(prefix: &str, name: &str) -> Container {
+        let ns = TestNetns::with_prefix(prefix).unwrap();
         Container { id: format!("ctr-{}", ns.name()), ns, name: name.into(), results: Default::default() }
     }
 

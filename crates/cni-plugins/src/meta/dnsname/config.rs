@@ -163,6 +163,35 @@ pub fn gateways(prev: &CniResult) -> Result<Vec<IpAddr>, CniError> {
     Ok(gateways)
 }
 
+/// Who may ask the resolver: the prefixes of the addresses that have a gateway (the
+/// network's subnets, e.g. 10.89.0.0/24 for 10.89.0.5/24).
+pub fn subnets(prev: &CniResult) -> Vec<ipnet::IpNet> {
+    let mut subnets: Vec<ipnet::IpNet> = Vec::new();
+    for ip in prev.ips.iter().filter(|ip| ip.gateway.is_some()) {
+        let subnet = ip.address.trunc();
+        if !subnets.contains(&subnet) {
+            subnets.push(subnet);
+        }
+    }
+    subnets
+}
+
+/// The host-side interface the containers reach the gateway through: the bridge, which
+/// the bridge plugin reports as the result's first interface outside the sandbox. The
+/// resolver answers only queries that arrive there (dnsmasq under the reference plugin was
+/// bound to the bridge the same way).
+pub fn bridge(prev: &CniResult) -> Result<String, CniError> {
+    prev.interfaces
+        .iter()
+        .find(|iface| iface.sandbox.is_empty() && !iface.name.is_empty())
+        .map(|iface| iface.name.clone())
+        .ok_or_else(|| {
+            CniError::invalid_config(
+                "dnsname: prevResult.interfaces has no host-side interface (the bridge) to answer on",
+            )
+        })
+}
+
 /// The record ADD writes for this attachment.
 pub fn host_record(req: &Request, conf: &DnsnameConf, prev: &CniResult) -> Result<HostRecord, CniError> {
     Ok(HostRecord {

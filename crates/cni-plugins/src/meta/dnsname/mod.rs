@@ -46,6 +46,7 @@ impl Dnsname {
         })?;
         let host = config::host_record(req, conf, &prev)?;
         let gateways = config::gateways(&prev)?;
+        let bridge = config::bridge(&prev)?;
         {
             // DEL removes a network's directory with its last record: not while we add one.
             let _lock = resolver::StateLock::acquire_prepared(state)?;
@@ -55,13 +56,15 @@ impl Dnsname {
                 listen: gateways.clone(),
                 upstreams: conf.upstreams.clone(),
                 port: conf.bind_port,
+                subnets: config::subnets(&prev),
+                interface: Some(bridge.clone()),
             };
             state.write_network(&conf.network, &network).map_err(store_error)?;
             state.write_host(&conf.network, &host).map_err(store_error)?;
         }
         let redirected = match conf.bind_port {
             53 => Ok(()),
-            port => redirect::install(&conf.network, &gateways, port),
+            port => redirect::install(&conf.network, &bridge, &gateways, port),
         };
         if let Err(e) = redirected.and_then(|()| reload(req, state).map(drop)) {
             // Roll back: the record must not linger for a container that never started.

@@ -10,6 +10,11 @@
 //! network's DNS. The first NAT rule that matches a new connection decides it, so ours,
 //! running first, keeps port 53 on the gateway for the resolver whatever is published.
 //!
+//! Only queries that arrive on the network's bridge are redirected (`iifname`): the
+//! gateway address is local, so Linux would take a packet for it from any interface, and a
+//! host's neighbour with a route to the pod subnet, or a container of another network,
+//! must not reach the resolver through this rule (the resolver checks again by itself).
+//!
 //! The table is replaced whole in one transaction (add, delete, add again: idempotent and
 //! atomic) and deleted with the network's last attachment.
 
@@ -33,8 +38,9 @@ fn nft_error(what: &str, e: impl std::fmt::Display) -> CniError {
     CniError::internal(format!("dnsname: {what}: {e}"))
 }
 
-/// Installs (or replaces) the redirect of `gateways`' port 53 to `port`.
-pub fn install(network: &str, gateways: &[IpAddr], port: u16) -> Result<(), CniError> {
+/// Installs (or replaces) the redirect of `gateways`' port 53 to `port`, for queries that
+/// arrive on `bridge`.
+pub fn install(network: &str, bridge: &str, gateways: &[IpAddr], port: u16) -> Result<(), CniError> {
     let name = table_name(network);
     let mut batch = Batch::new();
     let table = Table::new(Family::Inet, &name).with_comment(format!("dnsname {network}"));
@@ -53,6 +59,7 @@ pub fn install(network: &str, gateways: &[IpAddr], port: u16) -> Result<(), CniE
         let host = ipnet::IpNet::from(*gateway);
         for l4 in [proto::UDP, proto::TCP] {
             let rule = RuleBuilder::new(Family::Inet, &name, CHAIN)
+                .iifname(bridge)
                 .daddr(host)
                 .dport(l4, 53)
                 .dnat(*gateway, Some(port))
