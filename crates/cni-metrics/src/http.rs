@@ -102,7 +102,6 @@ enum Stage {
 
 struct Conn {
     stream: TcpStream,
-    opened: Instant,
     /// When this stage's allowance ends (the head's, then the answer's).
     deadline: Instant,
     stage: Stage,
@@ -168,25 +167,23 @@ impl Server {
         !ready[0].is_empty()
     }
 
-    /// Takes every waiting connection; past the limit, the oldest held one is closed for
-    /// each new one.
+    /// Takes the waiting connections, at most as many as may be held in one turn (a
+    /// flood of connections must not keep the loop from the requests already in);
+    /// past the limit, the oldest held one is closed for each new one.
     fn accept(&mut self, now: Instant) {
-        loop {
+        for _ in 0..self.limits.connections {
             match self.listener.accept() {
                 Ok((stream, _)) => {
                     if stream.set_nonblocking(true).is_err() {
                         continue;
                     }
                     if self.conns.len() >= self.limits.connections {
-                        let oldest = (0..self.conns.len()).min_by_key(|&i| self.conns[i].opened);
-                        if let Some(oldest) = oldest {
-                            self.conns.remove(oldest);
-                        }
+                        // Connections are kept in the order they came: the first is oldest.
+                        self.conns.remove(0);
                     }
                     let deadline = now + self.limits.deadline;
                     self.conns.push(Conn {
                         stream,
-                        opened: now,
                         deadline,
                         stage: Stage::Reading(Vec::with_capacity(512)),
                         ready: PollFlags::IN,
