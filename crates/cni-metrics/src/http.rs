@@ -11,40 +11,43 @@
 //! - **How long**: one deadline ([`DEADLINE`]) for the whole head from the moment the
 //!   connection is taken up, not a timeout per read, so a client trickling a byte at a time
 //!   is cut; writing the answer has the same allowance.
-//! - **How many**: [`WORKERS`] connection threads, started once; accepted connections wait
-//!   for one in a queue of [`QUEUE`]; a connection arriving while the queue is full is
-//!   closed at once. Threads and memory are thus fixed whatever the number of clients. A
-//!   client holding every thread delays scrapes (by at most the deadline per connection
-//!   it holds), never the daemon.
+//! - **How many**: one thread serves every connection, polling them all (nonblocking
+//!   sockets, `poll(2)`), so no client waits behind another: a request that has arrived is
+//!   answered in the same turn of the loop however many idle or trickling clients are
+//!   open. At most [`MAX_CONNECTIONS`] are held; when one more arrives, the oldest is
+//!   closed to make room (a flood of idle clients sheds its own oldest, a fresh probe is
+//!   served). Threads (one), descriptors and memory (a head buffer and an answer per held
+//!   connection) are thus fixed whatever the number of clients, and a liveness probe is
+//!   not starved by clients that hold connections open.
 //! - **What**: `GET` (and `HEAD`) of the two paths; any other path is 404, any other
 //!   method 405, anything that is not HTTP 400.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::mpsc::{sync_channel, Receiver, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::os::fd::AsFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags, Timespec};
 
 /// The largest request head taken: a scraper's is a few hundred bytes.
 pub const MAX_REQUEST_HEAD: usize = 8 << 10;
 /// The time a client has to send its request head, and again to take the answer.
 pub const DEADLINE: Duration = Duration::from_secs(2);
-/// Connection threads.
-pub const WORKERS: usize = 2;
-/// Accepted connections waiting for a thread; more are closed at once.
-pub const QUEUE: usize = 8;
+/// Connections held at once; one more closes the oldest. A scraper and a probe hold one
+/// each for a moment: the rest is room for clients that hold theirs open.
+pub const MAX_CONNECTIONS: usize = 128;
 
-/// The bounds of an endpoint ([`DEADLINE`], [`WORKERS`], [`QUEUE`] in the daemons).
+/// The bounds of an endpoint ([`DEADLINE`], [`MAX_CONNECTIONS`] in the daemons).
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub deadline: Duration,
-    pub workers: usize,
-    pub queue: usize,
+    pub connections: usize,
 }
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { deadline: DEADLINE, workers: WORKERS, queue: QUEUE }
+        Limits { deadline: DEADLINE, connections: MAX_CONNECTIONS }
     }
 }
 
@@ -59,7 +62,7 @@ pub trait Source: Send + Sync + 'static {
 /// The content type of [`Source::metrics`]: the OpenMetrics text prometheus-client writes.
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Binds `address` and serves `source` on background threads; returns the bound address
+/// Binds `address` and serves `source` on a background thread; returns the bound address
 /// (the port chosen when `address` had port 0). Binding errors come back at once, so a
 /// daemon started with a bad address fails at start rather than run without its metrics.
 pub fn serve(address: SocketAddr, source: Arc<dyn Source>) -> io::Result<SocketAddr> {
@@ -70,39 +73,185 @@ pub fn serve(address: SocketAddr, source: Arc<dyn Source>) -> io::Result<SocketA
 pub fn serve_with(address: SocketAddr, source: Arc<dyn Source>, limits: Limits) -> io::Result<SocketAddr> {
     let listener = TcpListener::bind(address)?;
     let bound = listener.local_addr()?;
-    let (queue, waiting) = sync_channel::<TcpStream>(limits.queue);
-    let waiting = Arc::new(Mutex::new(waiting));
-    for _ in 0..limits.workers.max(1) {
-        let (waiting, source) = (waiting.clone(), source.clone());
-        let deadline = limits.deadline;
-        std::thread::Builder::new()
-            .name("metrics conn".into())
-            .spawn(move || work(&waiting, &*source, deadline))?;
-    }
-    std::thread::Builder::new().name("metrics accept".into()).spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else {
-                // Out of descriptors and the like: wait for connections to end.
-                std::thread::sleep(Duration::from_millis(50));
-                continue;
-            };
-            match queue.try_send(stream) {
-                Ok(()) => {}
-                // Busy: the client is dropped (closed) rather than queued without end.
-                Err(TrySendError::Full(_)) => {}
-                Err(TrySendError::Disconnected(_)) => return,
-            }
-        }
-    })?;
+    listener.set_nonblocking(true)?;
+    let limits = Limits { connections: limits.connections.max(1), ..limits };
+    std::thread::Builder::new()
+        .name("metrics http".into())
+        .spawn(move || Server { listener, source, limits, conns: Vec::new() }.run())?;
     Ok(bound)
 }
 
-fn work(waiting: &Mutex<Receiver<TcpStream>>, source: &dyn Source, deadline: Duration) {
-    loop {
-        let next = waiting.lock().unwrap_or_else(|p| p.into_inner()).recv();
-        let Ok(stream) = next else { return };
-        // A failed connection is the client's problem; the thread serves the next one.
-        let _ = answer(stream, source, deadline);
+/// The one thread's state: the listener and every connection it holds.
+struct Server {
+    listener: TcpListener,
+    source: Arc<dyn Source>,
+    limits: Limits,
+    conns: Vec<Conn>,
+}
+
+/// Where a connection stands.
+enum Stage {
+    /// Taking the request head (at most [`MAX_REQUEST_HEAD`] bytes).
+    Reading(Vec<u8>),
+    /// Sending the answer from `sent` on; `then_drain` after a 431 (see [`Stage::Draining`]).
+    Writing { out: Vec<u8>, sent: usize, then_drain: bool },
+    /// Closing with unread data resets the connection, which can destroy the answer
+    /// before the client reads it: this much more is taken (and dropped) first.
+    Draining(u64),
+}
+
+struct Conn {
+    stream: TcpStream,
+    /// When this stage's allowance ends (the head's, then the answer's).
+    deadline: Instant,
+    stage: Stage,
+    /// What the last poll found (a new connection is tried at once: a request already
+    /// sent is served in the turn that accepts it).
+    ready: PollFlags,
+}
+
+/// What one turn did to a connection.
+enum Next {
+    Keep,
+    Close,
+}
+
+impl Server {
+    fn run(mut self) {
+        loop {
+            let listener_ready = self.wait();
+            let now = Instant::now();
+            if listener_ready {
+                self.accept(now);
+            }
+            let source = &*self.source;
+            let allowance = self.limits.deadline;
+            self.conns.retain_mut(|conn| {
+                let next = if conn.deadline <= now {
+                    Next::Close
+                } else if conn.ready.is_empty() {
+                    Next::Keep
+                } else {
+                    conn.progress(source, allowance)
+                };
+                matches!(next, Next::Keep)
+            });
+        }
+    }
+
+    /// Polls the listener and every connection until one is ready or the earliest
+    /// deadline passes; records each connection's readiness and returns the listener's.
+    fn wait(&mut self) -> bool {
+        let mut fds = Vec::with_capacity(self.conns.len() + 1);
+        fds.push(PollFd::new(&self.listener, PollFlags::IN));
+        for conn in &self.conns {
+            let wanted = match conn.stage {
+                Stage::Writing { .. } => PollFlags::OUT,
+                Stage::Reading(_) | Stage::Draining(_) => PollFlags::IN,
+            };
+            fds.push(PollFd::from_borrowed_fd(conn.stream.as_fd(), wanted));
+        }
+        let timeout = self.conns.iter().map(|c| c.deadline).min().map(|earliest| {
+            // A millisecond more, so the deadline has passed when poll returns.
+            let left = earliest.saturating_duration_since(Instant::now()) + Duration::from_millis(1);
+            Timespec::try_from(left).unwrap_or(Timespec { tv_sec: 1, tv_nsec: 0 })
+        });
+        // EINTR (or ENOMEM) reads as nothing ready: the loop looks again, deadlines hold.
+        let polled = rustix::event::poll(&mut fds, timeout.as_ref()).is_ok();
+        let ready: Vec<PollFlags> =
+            fds.iter().map(|fd| if polled { fd.revents() } else { PollFlags::empty() }).collect();
+        drop(fds);
+        for (conn, ready) in self.conns.iter_mut().zip(&ready[1..]) {
+            conn.ready = *ready;
+        }
+        !ready[0].is_empty()
+    }
+
+    /// Takes the waiting connections, at most as many as may be held in one turn (a
+    /// flood of connections must not keep the loop from the requests already in);
+    /// past the limit, the oldest held one is closed for each new one.
+    fn accept(&mut self, now: Instant) {
+        for _ in 0..self.limits.connections {
+            match self.listener.accept() {
+                Ok((stream, _)) => {
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    if self.conns.len() >= self.limits.connections {
+                        // Connections are kept in the order they came: the first is oldest.
+                        self.conns.remove(0);
+                    }
+                    let deadline = now + self.limits.deadline;
+                    self.conns.push(Conn {
+                        stream,
+                        deadline,
+                        stage: Stage::Reading(Vec::with_capacity(512)),
+                        ready: PollFlags::IN,
+                    });
+                }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => return,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    // Out of descriptors and the like: let held connections end first.
+                    std::thread::sleep(Duration::from_millis(50));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Conn {
+    /// Moves the connection on as far as its socket allows without blocking.
+    fn progress(&mut self, source: &dyn Source, allowance: Duration) -> Next {
+        loop {
+            match &mut self.stage {
+                Stage::Reading(head) => match read_head(&mut self.stream, head) {
+                    Ok(None) => return Next::Keep,
+                    Ok(Some(parsed)) => {
+                        let then_drain = parsed == Head::TooLarge;
+                        let out = render(&parsed, source);
+                        self.stage = Stage::Writing { out, sent: 0, then_drain };
+                        self.deadline = Instant::now() + allowance;
+                    }
+                    Err(_) => return Next::Close,
+                },
+                Stage::Writing { out, sent, then_drain } => {
+                    while *sent < out.len() {
+                        match self.stream.write(&out[*sent..]) {
+                            Ok(0) => return Next::Close,
+                            Ok(n) => *sent += n,
+                            Err(err) if err.kind() == io::ErrorKind::WouldBlock => return Next::Keep,
+                            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                            Err(_) => return Next::Close,
+                        }
+                    }
+                    if !*then_drain || self.stream.shutdown(std::net::Shutdown::Write).is_err() {
+                        return Next::Close;
+                    }
+                    self.stage = Stage::Draining(DRAIN_AFTER_REFUSAL);
+                    self.deadline = Instant::now() + allowance;
+                }
+                Stage::Draining(left) => {
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        let want = chunk.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
+                        match self.stream.read(&mut chunk[..want]) {
+                            Ok(0) => return Next::Close,
+                            Ok(n) => {
+                                *left -= n as u64;
+                                if *left == 0 {
+                                    return Next::Close;
+                                }
+                            }
+                            Err(err) if err.kind() == io::ErrorKind::WouldBlock => return Next::Keep,
+                            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                            Err(_) => return Next::Close,
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -114,27 +263,26 @@ enum Head {
     Malformed,
 }
 
-/// Reads until the blank line ending the head, within the size limit and the deadline.
-fn read_head(stream: &mut TcpStream, allowed: Duration) -> io::Result<Head> {
-    let deadline = Instant::now() + allowed;
-    let mut head = Vec::with_capacity(512);
+/// Reads what has arrived into `head`: the parsed head once the blank line ending it is
+/// in (or the limit is reached, or the client ended early), `None` while more may come.
+fn read_head(stream: &mut TcpStream, head: &mut Vec<u8>) -> io::Result<Option<Head>> {
     let mut chunk = [0u8; 1024];
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        stream.set_read_timeout(Some(left))?;
-        let n = stream.read(&mut chunk)?;
+        let n = match stream.read(&mut chunk) {
+            Ok(n) => n,
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+            Err(err) => return Err(err),
+        };
         if n == 0 {
-            return Ok(Head::Malformed);
+            return Ok(Some(Head::Malformed));
         }
         head.extend_from_slice(&chunk[..n]);
         if let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
-            return Ok(parse_request_line(&head[..end]));
+            return Ok(Some(parse_request_line(&head[..end])));
         }
         if head.len() >= MAX_REQUEST_HEAD {
-            return Ok(Head::TooLarge);
+            return Ok(Some(Head::TooLarge));
         }
     }
 }
@@ -153,10 +301,10 @@ fn parse_request_line(head: &[u8]) -> Head {
     }
 }
 
-fn answer(mut stream: TcpStream, source: &dyn Source, deadline: Duration) -> io::Result<()> {
-    let head = read_head(&mut stream, deadline)?;
-    let (status, content_type, body) = route(&head, source);
-    let head_only = matches!(&head, Head::Complete { method, .. } if method == "HEAD");
+/// The whole answer to `head`: status line, headers and (unless HEAD) the body.
+fn render(head: &Head, source: &dyn Source) -> Vec<u8> {
+    let (status, content_type, body) = route(head, source);
+    let head_only = matches!(head, Head::Complete { method, .. } if method == "HEAD");
     let mut out = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
@@ -165,16 +313,7 @@ fn answer(mut stream: TcpStream, source: &dyn Source, deadline: Duration) -> io:
     if !head_only {
         out.extend_from_slice(body.as_bytes());
     }
-    stream.set_write_timeout(Some(deadline))?;
-    stream.write_all(&out)?;
-    if head == Head::TooLarge {
-        // Closing with unread data resets the connection, which can destroy the answer
-        // before the client reads it: a little more is taken (and dropped) first.
-        stream.shutdown(std::net::Shutdown::Write)?;
-        stream.set_read_timeout(Some(deadline))?;
-        let _ = io::copy(&mut (&mut stream).take(DRAIN_AFTER_REFUSAL), &mut io::sink());
-    }
-    Ok(())
+    out
 }
 
 /// How much of an oversized request is read and dropped after the refusal.

@@ -34,7 +34,7 @@ fn start(limits: Limits) -> (SocketAddr, Arc<Fake>) {
 }
 
 fn short() -> Limits {
-    Limits { deadline: Duration::from_millis(300), workers: 2, queue: 4 }
+    Limits { deadline: Duration::from_millis(300), connections: 16 }
 }
 
 /// Sends `request` as is and returns the whole answer.
@@ -99,7 +99,7 @@ fn an_oversized_head_is_refused_unread_and_serving_goes_on() {
 fn slow_loris_and_floods_are_cut_and_scrapes_come_back() {
     let limits = short();
     let (address, _) = start(limits);
-    // More idle clients than threads plus queue, each sending a byte now and then.
+    // More trickling clients than the endpoint holds, each sending a byte now and then.
     let mut loris: Vec<TcpStream> = (0..32).map(|_| TcpStream::connect(address).unwrap()).collect();
     for stream in &mut loris {
         let _ = stream.write_all(b"GET /metr");
@@ -110,7 +110,7 @@ fn slow_loris_and_floods_are_cut_and_scrapes_come_back() {
             let _ = stream.write_all(b"i");
         }
     }
-    // Every one of them was closed (at the deadline, or at once when the queue was full):
+    // Every one of them was closed (at the deadline, or when newer ones took its place):
     // reading returns end-of-file or a reset, never a 200.
     for stream in &mut loris {
         stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -118,6 +118,41 @@ fn slow_loris_and_floods_are_cut_and_scrapes_come_back() {
         let _ = stream.read_to_end(&mut answer);
         assert!(!String::from_utf8_lossy(&answer).contains("200 OK"));
     }
-    // The endpoint serves again: the threads were freed, not lost.
+    // The endpoint serves again: the connections were freed, not lost.
     assert_eq!(Samples::scrape(address).value("fake_scrapes_total", &[]), 1.0);
+}
+
+/// The threads of this process (each test runs in its own process under nextest).
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
+}
+
+#[test]
+fn health_and_metrics_answer_while_idle_and_slow_clients_hold_connections() {
+    // The production bounds: the daemons' liveness probes meet these.
+    let before = threads();
+    let (address, fake) = start(Limits::default());
+    assert_eq!(threads(), before + 1, "the endpoint is one thread");
+    // More idle clients than the endpoint holds, connected and silent, and a slow loris
+    // trickling a head that never ends: they stay open while the probe asks.
+    let mut idle: Vec<TcpStream> =
+        (0..MAX_CONNECTIONS + 72).map(|_| TcpStream::connect(address).unwrap()).collect();
+    let mut loris = TcpStream::connect(address).unwrap();
+    loris.write_all(b"GET /healthz HTTP/1.1\r\nX-Slow: ").unwrap();
+    for round in 0..3 {
+        let _ = loris.write_all(b"a");
+        let (status, body) = scrape::get(address, "/healthz").expect("the probe is answered");
+        assert_eq!((status, body.as_str()), (200, "ok: etcd answered\n"), "round {round}");
+        let scraped = Samples::scrape(address).value("fake_scrapes_total", &[]);
+        assert_eq!(scraped, f64::from(round + 1));
+        // More silent clients keep arriving; the endpoint sheds its oldest, not the probe.
+        idle.extend((0..50).map(|_| TcpStream::connect(address).unwrap()));
+    }
+    assert_eq!(threads(), before + 1, "no thread per client");
+    assert_eq!(fake.scrapes.load(Ordering::SeqCst), 3);
+    // The loris never finished its head: it is closed without an answer.
+    loris.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut answer = Vec::new();
+    let _ = loris.read_to_end(&mut answer);
+    assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
 }

@@ -52,8 +52,8 @@ impl http::Source for Exposition {
     }
 }
 
-/// Serves `registry` on `/metrics` and `health` on `/healthz` at `address`, on background
-/// threads; returns the address bound (see [`http`] for the limits).
+/// Serves `registry` on `/metrics` and `health` on `/healthz` at `address`, on one
+/// background thread; returns the address bound (see [`http`] for the limits).
 pub fn serve(address: SocketAddr, registry: Registry, health: HealthCheck) -> io::Result<SocketAddr> {
     http::serve(address, Arc::new(Exposition { registry, health }))
 }

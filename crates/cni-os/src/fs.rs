@@ -198,12 +198,30 @@ pub fn read_nofollow(path: &Path) -> io::Result<Option<Vec<u8>>> {
 /// FIFO, device or socket in the file's place is refused (`InvalidInput`) without blocking:
 /// the open does not wait for a FIFO's writer. `Ok(None)` when there is none.
 pub fn read_nofollow_limited(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
+    match open_nofollow_nonblocking(path) {
+        Ok(file) => read_opened_limited(file, path, limit).map(Some),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Reads a whole regular file, following links (a configuration directory may link its
+/// files from elsewhere), under the same bounds as [`read_nofollow_limited`]: whatever the
+/// link or name leads to must be a regular file (a FIFO, `/dev/zero` or a socket is refused
+/// without blocking on it) of at most `limit` bytes, of which at most `limit + 1` are read.
+/// For input from files anyone who can write the directory may have put there.
+pub fn read_regular_limited(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags((OFlags::CLOEXEC | OFlags::NONBLOCK).bits() as i32)
+        .open(path)?;
+    read_opened_limited(file, path, limit)
+}
+
+/// The bounded read both of the above share, on a file opened without blocking: what the
+/// open reached is checked (not the name, which may have changed since a listing).
+fn read_opened_limited(file: File, path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     use std::io::Read;
-    let file = match open_nofollow_nonblocking(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
     let file_type = file.metadata()?.file_type();
     if !file_type.is_file() && !file_type.is_dir() {
         return Err(io::Error::new(
@@ -219,7 +237,7 @@ pub fn read_nofollow_limited(path: &Path, limit: u64) -> io::Result<Option<Vec<u
             format!("{} is longer than {limit} bytes", path.display()),
         ));
     }
-    Ok(Some(bytes))
+    Ok(bytes)
 }
 
 /// Opens `path` for reading without following a link and without waiting for a FIFO's
@@ -464,6 +482,31 @@ mod tests {
         assert!(made.success());
         let err = read_nofollow_limited(&fifo, 100).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+    }
+
+    #[test]
+    fn a_regular_read_follows_links_but_only_to_a_bounded_regular_file() {
+        let dir = tempfile::Builder::new().prefix("sr-fs").tempdir().unwrap();
+        let path = dir.path().join("conf");
+        std::fs::write(&path, [b'x'; 10]).unwrap();
+        let link = dir.path().join("link");
+        symlink(&path, &link).unwrap();
+        assert_eq!(read_regular_limited(&link, 10).unwrap().len(), 10, "a link to a file is followed");
+        // A sparse terabyte: refused after limit + 1 bytes, never allocated.
+        let huge = dir.path().join("huge");
+        std::fs::File::create(&huge).unwrap().set_len(1 << 40).unwrap();
+        let err = read_regular_limited(&huge, 1 << 20).unwrap_err();
+        assert!(err.to_string().contains("longer than 1048576 bytes"), "{err}");
+        // Endless or blocking things behind a name or a link: refused without reading.
+        let fifo = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let zero = dir.path().join("zero");
+        symlink("/dev/zero", &zero).unwrap();
+        for path in [&fifo, &zero] {
+            let err = read_regular_limited(path, 100).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+            assert!(err.to_string().ends_with("is not a regular file"), "{err}");
+        }
     }
 
     #[test]

@@ -10,7 +10,11 @@
 //!   plain `http` is refused (it would drop the server's authentication and the
 //!   transport's integrity for the rest of the fetch), at most [`MAX_REDIRECTS`] of them,
 //!   and a token is never sent on to another host;
-//! - what is plain HTTP at all is decided by one rule, [`is_loopback`].
+//! - what is plain HTTP at all is decided by one rule, [`is_loopback`], and it is applied
+//!   to every hop of a request ([`transport_allowed`]): the first URL and each redirect's
+//!   target. Plain HTTP to another machine is followed only when the body is checked
+//!   against a digest the caller already holds ([`Check::Digest`]); otherwise a loopback
+//!   server could send the fetch on to an unauthenticated host off the machine.
 
 use std::io::Write;
 use std::path::Path;
@@ -93,6 +97,33 @@ pub fn plain_http_allowed(url: &Url) -> bool {
     url.host().is_some_and(|host| is_loopback(&host))
 }
 
+/// What vouches for a body besides its transport: decides whether plain HTTP to another
+/// machine may carry it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// The caller checks the body against a digest it held before asking (an image URI's
+    /// pin, a descriptor's digest): whoever answers cannot swap it unnoticed.
+    Digest,
+    /// Nothing but the transport: the body (a manifest by tag, a token, an unpinned image)
+    /// is only as good as the server's authentication.
+    Transport,
+}
+
+/// Whether one hop of a request may go to `url`: `https`, plain `http` to this machine's
+/// loopback, or plain `http` anywhere when the body is checked by digest. The error names
+/// the hop's URL and the rule.
+pub fn transport_allowed(url: &Url, check: Check) -> Result<(), String> {
+    match url.scheme() {
+        "https" => Ok(()),
+        "http" if check == Check::Digest || plain_http_allowed(url) => Ok(()),
+        "http" => Err(format!(
+            "refusing plain http to another machine ({url}): only loopback may be spoken to in \
+             plain text unless the content is pinned by digest"
+        )),
+        other => Err(format!("refusing a {other}: URL ({url})")),
+    }
+}
+
 /// The HTTP client of one fetch.
 #[derive(Debug, Clone)]
 pub struct Fetcher {
@@ -116,13 +147,16 @@ impl Fetcher {
         Ok(Fetcher { agent: config.into(), limits })
     }
 
-    /// GETs `url` with `headers`, following redirects under this module's policy. Every
-    /// status comes back as a response (4xx and 5xx too): callers decide what they mean.
-    /// An `Authorization` header goes only to the host it was given for.
-    pub fn get(&self, url: &str, headers: &[(&str, &str)]) -> Result<Response, String> {
+    /// GETs `url` with `headers`, following redirects under this module's policy; `check`
+    /// says what vouches for the body ([`transport_allowed`] is applied to every hop,
+    /// before it is connected to). Every status comes back as a response (4xx and 5xx
+    /// too): callers decide what they mean. An `Authorization` header goes only to the
+    /// host it was given for.
+    pub fn get(&self, url: &str, headers: &[(&str, &str)], check: Check) -> Result<Response, String> {
         let mut current = Url::parse(url).map_err(|err| format!("{url}: not a URL: {err}"))?;
         let origin = authority(&current);
         for _ in 0..=MAX_REDIRECTS {
+            transport_allowed(&current, check).map_err(|err| format!("GET {url}: {err}"))?;
             let mut request = self.agent.get(current.as_str());
             for (name, value) in headers {
                 if name.eq_ignore_ascii_case("authorization") && authority(&current) != origin {
@@ -143,8 +177,8 @@ impl Fetcher {
     }
 
     /// GETs `url` and fails unless the answer is a 2xx.
-    pub fn get_ok(&self, url: &str, headers: &[(&str, &str)]) -> Result<Response, String> {
-        let response = self.get(url, headers)?;
+    pub fn get_ok(&self, url: &str, headers: &[(&str, &str)], check: Check) -> Result<Response, String> {
+        let response = self.get(url, headers, check)?;
         check_status(url, response)
     }
 }
@@ -203,7 +237,8 @@ pub fn check_status(url: &str, response: Response) -> Result<Response, String> {
 }
 
 /// Where a redirect from `from` to `location` leads, or why it is not followed: a
-/// downgrade from https to http, or a scheme other than http(s).
+/// downgrade from https to http, or a scheme other than http(s). (Whether plain http to
+/// the target is acceptable at all is [`transport_allowed`]'s, checked on every hop.)
 pub fn redirect_target(from: &Url, location: &str) -> Result<Url, String> {
     let to = from.join(location).map_err(|err| format!("GET {from}: bad redirect {location:?}: {err}"))?;
     match (from.scheme(), to.scheme()) {
@@ -295,6 +330,19 @@ mod tests {
         );
         assert_eq!(redirect_target(&http, "https://x.example/").unwrap().as_str(), "https://x.example/");
         assert!(redirect_target(&http, "file:///etc/passwd").unwrap_err().contains("file:"));
+    }
+
+    #[test]
+    fn plain_http_to_another_machine_needs_a_digest_on_every_hop() {
+        let url = |u: &str| Url::parse(u).unwrap();
+        for check in [Check::Digest, Check::Transport] {
+            assert!(transport_allowed(&url("https://cdn.example/b"), check).is_ok());
+            assert!(transport_allowed(&url("http://127.0.0.1:5000/b"), check).is_ok());
+            assert!(transport_allowed(&url("file:///etc/shadow"), check).unwrap_err().contains("file:"));
+        }
+        assert!(transport_allowed(&url("http://cdn.example/b"), Check::Digest).is_ok());
+        let err = transport_allowed(&url("http://cdn.example/b"), Check::Transport).unwrap_err();
+        assert!(err.contains("refusing plain http to another machine (http://cdn.example/b)"), "{err}");
     }
 
     fn roots(config: &TlsConfig) -> usize {

@@ -14,7 +14,7 @@ use url::Url;
 use kurma_model::image::oci::{self, Descriptor, Digest};
 use serde_json::{json, Value};
 
-use crate::fetch::{self, Bound, Fetcher};
+use crate::fetch::{self, Bound, Check, Fetcher};
 use crate::source::DockerRef;
 
 /// The manifest types accepted, most specific first.
@@ -82,7 +82,10 @@ impl Registry<'_> {
     /// registry's `Docker-Content-Digest` when it sends one.
     fn manifest(&self, reference: &str) -> Result<(Descriptor, Value), String> {
         let url = format!("{}/v2/{}/manifests/{reference}", self.image.base_url(), self.image.repository);
-        let response = self.with_auth(&url, &[("Accept", MANIFEST_ACCEPT)])?;
+        // A manifest by digest is checked against it; one by tag is only as good as its
+        // transport (the registry's own Docker-Content-Digest comes over the same one).
+        let check = if reference.starts_with("sha256:") { Check::Digest } else { Check::Transport };
+        let response = self.with_auth(&url, &[("Accept", MANIFEST_ACCEPT)], check)?;
         let header_digest = fetch::header(&response, "Docker-Content-Digest").map(str::to_string);
         // A missing Content-Type counts as text, as HTTP says.
         let content_type = response.body().mime_type().unwrap_or("text/plain").to_string();
@@ -110,7 +113,7 @@ impl Registry<'_> {
         let path = self.layout.join(descriptor.digest.blob_path());
         let url =
             format!("{}/v2/{}/blobs/{}", self.image.base_url(), self.image.repository, descriptor.digest);
-        let response = self.with_auth(&url, &[])?;
+        let response = self.with_auth(&url, &[], Check::Digest)?;
         let mut file = std::fs::File::create(&path).map_err(|err| format!("{}: {err}", path.display()))?;
         fetch::copy_body(response, Bound::Exactly(descriptor.size), &mut file, &format!("GET {url}"))?;
         oci::verify_blob(&path, descriptor).map_err(|e| e.to_string())
@@ -119,13 +122,18 @@ impl Registry<'_> {
     /// GETs `url` with `headers` (and the token, once there is one); on a 401 with a
     /// bearer challenge, fetches an anonymous token and asks again. Fails unless the
     /// answer is a 2xx.
-    fn with_auth(&self, url: &str, headers: &[(&str, &str)]) -> Result<fetch::Response, String> {
+    fn with_auth(
+        &self,
+        url: &str,
+        headers: &[(&str, &str)],
+        check: Check,
+    ) -> Result<fetch::Response, String> {
         let call = |token: Option<String>| {
             let mut all = headers.to_vec();
             if let Some(value) = &token {
                 all.push(("Authorization", value));
             }
-            self.fetcher.get(url, &all)
+            self.fetcher.get(url, &all, check)
         };
         let first = call(bearer(self.token.borrow().as_deref()))?;
         if first.status() != 401 {
@@ -156,14 +164,11 @@ impl Registry<'_> {
         }
         let realm = realm.ok_or("the auth challenge has no realm")?;
         let mut realm_url = Url::parse(&realm).map_err(|err| format!("auth realm {realm:?}: {err}"))?;
-        // A token goes over https, or stays on this machine.
-        if realm_url.scheme() != "https"
-            && !(realm_url.scheme() == "http" && fetch::plain_http_allowed(&realm_url))
-        {
-            return Err(format!("auth realm {realm:?}: a token is fetched over https only"));
-        }
+        // A token goes over https, or stays on this machine (the rule every hop follows).
+        fetch::transport_allowed(&realm_url, Check::Transport)
+            .map_err(|err| format!("auth realm {realm:?}: a token is fetched over https only: {err}"))?;
         realm_url.query_pairs_mut().extend_pairs(&query);
-        let response = self.fetcher.get_ok(realm_url.as_str(), &[])?;
+        let response = self.fetcher.get_ok(realm_url.as_str(), &[], Check::Transport)?;
         let body = fetch::read_body(
             response,
             Bound::AtMost(self.fetcher.limits.document),

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use kurma_model::image::oci::{self, Digest};
 use url::Url;
 
-use crate::fetch::{self, Bound, Fetcher};
+use crate::fetch::{self, Bound, Check, Fetcher};
 
 /// A parsed `aci` URI.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,7 +90,9 @@ impl HttpImage {
             }
         };
         url.set_fragment(None);
-        if url.scheme() == "http" && pin.is_none() && !fetch::plain_http_allowed(&url) {
+        // The fetch applies the same rule to every hop; refusing here says so at parse time.
+        let check = if pin.is_some() { Check::Digest } else { Check::Transport };
+        if url.scheme() == "http" && fetch::transport_allowed(&url, check).is_err() {
             return Err("a plain http:// image from another machine must be pinned: add \
                         #sha256=<the image file's sha256> (or use https://)"
                 .into());
@@ -102,7 +104,8 @@ impl HttpImage {
     /// checks the pin.
     pub fn download(&self, fetcher: &Fetcher, dest: &Path) -> Result<(), String> {
         let url = self.url.as_str();
-        let response = fetcher.get_ok(url, &[])?;
+        let check = if self.pin.is_some() { Check::Digest } else { Check::Transport };
+        let response = fetcher.get_ok(url, &[], check)?;
         let mut file = std::fs::File::create(dest).map_err(|err| format!("{}: {err}", dest.display()))?;
         fetch::copy_body(response, Bound::AtMost(fetcher.limits.image), &mut file, &format!("GET {url}"))?;
         if let Some(pin) = &self.pin {

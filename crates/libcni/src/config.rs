@@ -46,7 +46,7 @@ impl NetworkConfigList {
     /// anything else as a single-plugin configuration upconverted to a list.
     pub fn from_file(path: impl AsRef<Path>) -> Result<NetworkConfigList> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let bytes = read_conf(path)?;
         let origin = path.display().to_string();
         if path.extension().is_none_or(|e| e != "conflist") {
             return Ok(parse_conf(&bytes, &origin, Some(path))?.into_list());
@@ -82,8 +82,7 @@ impl NetworkConfigList {
             let files = if plugin_dir.is_dir() { conf_files(&plugin_dir, &["conf"])? } else { Vec::new() };
             for file in &files {
                 let origin = file.display().to_string();
-                let bytes =
-                    std::fs::read(file).map_err(|e| Error::io(format!("reading {}", file.display()), e))?;
+                let bytes = read_conf(file)?;
                 let plugin = json_object(&bytes, &origin)?;
                 check_plugin_type(&plugin, &origin, "type")?;
                 self.list.plugins.push(plugin);
@@ -124,6 +123,19 @@ impl NetworkConfig {
     }
 }
 
+/// The largest configuration file loaded. Real ones are a few KiB; whoever can write the
+/// configuration directory (or a file a link there leads to) must not make a runtime
+/// read without end.
+pub const MAX_CONF_BYTES: u64 = 1 << 20;
+
+/// A configuration file's bytes: a regular file (links followed) of at most
+/// [`MAX_CONF_BYTES`], read without blocking on a FIFO or device put in its place after
+/// the directory was listed. The error names the file and the bound.
+fn read_conf(path: &Path) -> Result<Vec<u8>> {
+    cni_os::fs::read_regular_limited(path, MAX_CONF_BYTES)
+        .map_err(|e| Error::io(format!("reading {}", path.display()), e))
+}
+
 /// The files in `dir` whose extension is one of `extensions`, in lexical order.
 pub fn conf_files(dir: &Path, extensions: &[&str]) -> Result<Vec<PathBuf>> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
@@ -147,8 +159,7 @@ pub fn load_network(dir: impl AsRef<Path>, name: &str) -> Result<NetworkConfigLi
     let dir = dir.as_ref();
     for extensions in [&["conflist"][..], &["conf", "json"][..]] {
         for file in conf_files(dir, extensions)? {
-            let bytes =
-                std::fs::read(&file).map_err(|e| Error::io(format!("reading {}", file.display()), e))?;
+            let bytes = read_conf(&file)?;
             let declared = serde_json::from_slice::<Value>(&bytes)
                 .ok()
                 .and_then(|v| v.get("name").and_then(Value::as_str).map(str::to_string));

@@ -35,7 +35,7 @@ mod runtime;
 
 pub use cache::NetworkAttachment;
 pub use cni_types::{Attachment, TraceContext};
-pub use config::{conf_files, load_network, NetworkConfig, NetworkConfigList};
+pub use config::{conf_files, load_network, NetworkConfig, NetworkConfigList, MAX_CONF_BYTES};
 pub use error::{Error, Result};
 pub use exec::find_plugin;
 pub use request::RuntimeConf;

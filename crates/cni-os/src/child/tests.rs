@@ -104,3 +104,68 @@ fn a_missing_program_is_a_spawn_error() {
     let outcome = run(&mut Command::new("/nonexistent/ch-program"), b"", &generous());
     assert!(matches!(outcome, Err(Error::Spawn(ref e)) if e.kind() == ErrorKind::NotFound), "{outcome:?}");
 }
+
+/// The pids a script printed, one a line, before it was killed or ended.
+fn printed_pids(bytes: &[u8]) -> Vec<u32> {
+    text(bytes).lines().filter_map(|line| line.trim().parse().ok()).collect()
+}
+
+#[test]
+fn a_child_printing_without_end_is_killed_at_the_deadline_with_its_output_capped() {
+    // `yes` never exits and never stops writing, on both streams: the loop must neither
+    // block on a full pipe nor keep more than the cap.
+    let outcome = run(
+        &mut sh("echo $$; yes >&2 & exec yes"),
+        b"",
+        &within(Duration::from_millis(500)).output_cap(4096),
+    );
+    let Err(Error::Timeout(partial)) = outcome else { panic!("expected a timeout, got {outcome:?}") };
+    assert_eq!(partial.status.signal(), Some(libc::SIGKILL));
+    assert_eq!((partial.stdout.len(), partial.stderr.len()), (4096, 4096));
+    assert!(partial.stdout_truncated && partial.stderr_truncated);
+    let child: u32 =
+        text(&partial.stdout[..partial.stdout.iter().position(|&b| b == b'\n').unwrap()]).parse().unwrap();
+    assert!(ended(child), "the child {child} outlived the kill");
+}
+
+#[test]
+fn a_child_that_closes_its_output_and_lingers_is_still_killed_at_the_deadline() {
+    // Both output pipes end at once: that must not pass for the child's end.
+    let pid_dir = tempfile::Builder::new().prefix("sr-child").tempdir().unwrap();
+    let pid_file = pid_dir.path().join("pid");
+    let script = format!("echo $$ > {}; exec >&- 2>&-; sleep 600", pid_file.display());
+    let outcome = run(&mut sh(&script), b"", &within(Duration::from_millis(500)));
+    let Err(Error::Timeout(partial)) = outcome else { panic!("expected a timeout, got {outcome:?}") };
+    assert_eq!(partial.status.signal(), Some(libc::SIGKILL));
+    assert!(partial.stdout.is_empty() && partial.stderr.is_empty());
+    let child: u32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    assert!(ended(child));
+}
+
+#[test]
+fn grandchildren_holding_the_pipes_die_with_a_child_that_never_exits() {
+    // Two grandchildren holding both pipes, one of them printing without end into stderr,
+    // and a child that never exits: at the deadline the group goes, all three of them.
+    let script = "sleep 600 & echo $!; (exec yes >&2) & echo $!; echo $$; sleep 600";
+    let outcome = run(&mut sh(script), b"", &within(Duration::from_millis(500)).output_cap(1 << 16));
+    let Err(Error::Timeout(partial)) = outcome else { panic!("expected a timeout, got {outcome:?}") };
+    let pids = printed_pids(&partial.stdout);
+    assert_eq!(pids.len(), 3, "{}", text(&partial.stdout));
+    assert!(partial.stderr_truncated, "the printing grandchild was drained to the end");
+    for pid in pids {
+        assert!(ended(pid), "{pid} outlived the group kill");
+    }
+}
+
+#[test]
+fn a_grandchild_that_left_the_group_and_holds_the_pipe_does_not_hold_up_the_return() {
+    // setsid takes the grandchild out of the child's group (a group kill would not reach
+    // it); the child exits at once. The return is bounded by the pipe grace, not by the
+    // grandchild, and the generous deadline is not reached.
+    let done = run(&mut sh("setsid sleep 600 & echo $!"), b"", &generous()).unwrap();
+    assert!(done.status.success());
+    let grandchild: u32 = text(&done.stdout).trim().parse().unwrap();
+    // Not ours to kill after a normal exit; the test cleans up.
+    let _ = crate::process::kill(grandchild, Signal::KILL);
+    assert!(ended(grandchild));
+}

@@ -26,8 +26,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// A configuration file larger than this is not loaded: real ones are a few KiB, and a
-/// file a CI job validates may come from anyone.
-const MAX_FILE_BYTES: u64 = 1 << 20;
+/// file a CI job validates may come from anyone. (libcni's own bound, which its read
+/// enforces: this is only the early, friendlier message.)
+const MAX_FILE_BYTES: u64 = libcni::MAX_CONF_BYTES;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Severity {
@@ -161,11 +162,16 @@ fn target_files(ctx: &Context, target: &str) -> Result<Vec<PathBuf>, Failure> {
         }
         return Ok(files);
     }
-    if path.is_file() {
-        return Ok(vec![path.to_path_buf()]);
-    }
-    if target.contains('/') {
-        return Err(Failure(format!("{target}: no such file or directory")));
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => return Ok(vec![path.to_path_buf()]),
+        // A FIFO, a device (a link to /dev/zero) or a socket: never opened, never read.
+        Ok(_) => return Err(Failure(format!("{target}: not a regular file (a FIFO, device or socket)"))),
+        Err(e) if target.contains('/') && e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Failure(format!("{target}: no such file or directory")))
+        }
+        // A link loop, a directory we may not search: say what the system said.
+        Err(e) if target.contains('/') => return Err(Failure(format!("{target}: {e}"))),
+        Err(_) => {}
     }
     let list = libcni::load_network(&ctx.netconf_dir, target)?;
     list.source.ok_or_else(|| Failure(format!("network {target:?} has no file"))).map(|file| vec![file])

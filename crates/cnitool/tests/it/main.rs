@@ -6,6 +6,7 @@ mod cli;
 mod daily;
 #[cfg(feature = "demo")]
 mod demo;
+mod hostile;
 mod support;
 #[cfg(feature = "plugin-checks")]
 mod validate;

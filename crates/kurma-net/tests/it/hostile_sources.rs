@@ -171,6 +171,40 @@ fn a_redirect_from_https_to_plain_http_is_refused() {
     assert!(plain.requests().is_empty(), "the plain http server was asked: {:?}", plain.requests());
 }
 
+/// Where a hop off this machine would go: 192.0.2.1 is TEST-NET-1 (RFC 5737), an address
+/// nothing may answer on. The assertions prove the hop was refused by rule, before any
+/// connection (a connection attempt would fail with a network error instead).
+const OFF_MACHINE: &str = "http://192.0.2.1:5000";
+
+#[test]
+fn a_loopback_server_cannot_redirect_plain_http_off_the_machine() {
+    let tmp = tempfile::Builder::new().prefix("kmt-").tempdir().unwrap();
+    // An unpinned image: the second loopback hop is fine, the third leaves the machine.
+    let second = HostileServer::start(|_| Reply::redirect(&format!("{OFF_MACHINE}/image.aci")));
+    let second_url = second.url("/image.aci");
+    let first = HostileServer::start(move |_| Reply::redirect(&second_url));
+    let err = start_error(&host_for(&tmp, &first.url("/image.aci"), FetchLimits::default()));
+    assert!(
+        err.contains(&format!("refusing plain http to another machine ({OFF_MACHINE}/image.aci)")),
+        "{err}"
+    );
+    assert_eq!(second.requests().len(), 1, "{:?}", second.requests());
+
+    // A manifest by tag from a loopback registry: only its transport vouches for it.
+    let registry = HostileServer::start(|path| {
+        Reply::redirect(&format!("{OFF_MACHINE}{path}")).header("Content-Type", "text/plain")
+    });
+    let host =
+        host_for(&tmp, &format!("docker://127.0.0.1:{}/kmt/tagged:1", registry.port), FetchLimits::default());
+    let err = start_error(&host);
+    assert!(
+        err.contains(
+            "refusing plain http to another machine (http://192.0.2.1:5000/v2/kmt/tagged/manifests/1)"
+        ),
+        "{err}"
+    );
+}
+
 /// The shell netplugin as an ACI, its bytes and its sha256.
 fn shell_aci(dir: &std::path::Path) -> (Vec<u8>, String) {
     let scripts = images::Scripts {
