@@ -1,4 +1,4 @@
-//! overlay-scale: the overlay agent at 10 to 100 simulated nodes (see the crate's docs).
+//! overlay-scale: the overlay agent at 10 to 250 simulated nodes (see the cni_bench::overlay_scale docs).
 //!
 //! ```text
 //! overlay-scale --nodes 10,25,50,100 --joins 5 --steady 20
@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::Parser;
 use cni_bench::overlay_scale::{run, Options, Report};
 
-/// The overlay agent at 10 to 100 simulated nodes, as root: join latency, convergence,
+/// The overlay agent at 10 to 250 simulated nodes, as root: join latency, convergence,
 /// etcd load and RSS, one Markdown table row per cluster size.
 #[derive(Debug, Parser)]
 #[command(name = "overlay-scale", version)]
