@@ -33,7 +33,7 @@ use std::collections::HashSet;
 use crate::common::iptables::{self, Proto};
 use saved::SavedTable;
 
-pub use probe::any_chain;
+pub use probe::any_rule_with_address;
 
 const NAT: &str = "nat";
 const FAMILIES: [Proto; 2] = [Proto::V4, Proto::V6];

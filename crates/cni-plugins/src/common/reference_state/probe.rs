@@ -10,7 +10,9 @@
 
 use std::path::Path;
 
-use cni_net::nft::{Family, NftClient};
+use std::net::IpAddr;
+
+use cni_net::nft::{Expr, Family, NftClient};
 use cni_sdk::CniError;
 
 use crate::common::iptables::{find_program, Proto};
@@ -97,4 +99,31 @@ pub fn any_chain_like(proto: Proto, table: &str, wanted: impl Fn(&str) -> bool) 
         .or_else(|e| if e.is_not_found() { Ok(Vec::new()) } else { Err(e) })
         .map_err(|e| CniError::internal(format!("nftables: {e}")))?;
     Ok(chains.iter().any(|c| wanted(&c.name)))
+}
+
+/// Whether a rule of `chain` in `table` of `proto` may match one of `ips` as a whole
+/// address (the firewall's `-s <ip>/32`, `-d <ip>/32`): iptables-nft compiles such a
+/// match into a comparison with the address's bytes, which the chain's rules are
+/// searched for. The firewall's shared `CNI-FORWARD` chain stays on a swapped node for
+/// good, so its mere presence would cost every later DEL an `iptables-save`.
+pub fn any_rule_with_address(proto: Proto, table: &str, chain: &str, ips: &[IpAddr]) -> Result<bool, CniError> {
+    let Some(variant) = variant(proto) else { return Ok(false) };
+    if variant != Variant::Nft && legacy_has_table(proto, table) {
+        return Ok(true);
+    }
+    if variant == Variant::Legacy || ips.is_empty() {
+        return Ok(false);
+    }
+    let wanted: Vec<Vec<u8>> = ips
+        .iter()
+        .map(|ip| match ip {
+            IpAddr::V4(a) => a.octets().to_vec(),
+            IpAddr::V6(a) => a.octets().to_vec(),
+        })
+        .collect();
+    let rules = nft_client()?
+        .list_rules(family(proto), table, chain)
+        .or_else(|e| if e.is_not_found() { Ok(Vec::new()) } else { Err(e) })
+        .map_err(|e| CniError::internal(format!("nftables: {e}")))?;
+    Ok(rules.iter().flat_map(|r| &r.rule.exprs).any(|expr| matches!(expr, Expr::Cmp { data, .. } if wanted.contains(data))))
 }

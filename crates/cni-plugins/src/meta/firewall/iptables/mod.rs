@@ -75,20 +75,20 @@ fn remove(proto: Proto, ips: &[IpAddr]) -> Result<(), CniError> {
 /// isolation rules stay (other containers use them), as in the reference.
 ///
 /// Also the nftables backend's DEL: a node swapped from the reference (whose firewall
-/// defaults to iptables) has these rules for the containers it started. Where the
-/// family has no `CNI-FORWARD` chain (asked over netlink, no process started) there is
-/// nothing to remove.
+/// defaults to iptables) has these rules for the containers it started. Where no rule of
+/// the family's `CNI-FORWARD` chain compares with the addresses (asked over netlink, no
+/// process started) there is nothing to remove.
 pub fn del(target: Option<&Target>) -> Result<(), CniError> {
     let Some(target) = target else {
         return Ok(()); // nothing identifies the container's rules (see the module docs)
     };
-    let chain = [rules::PRIVATE_CHAIN.to_string()];
     for proto in protos(target) {
-        if !reference_state::any_chain(proto, "filter", &chain)? {
+        let ips = ips_of(target, proto);
+        if !reference_state::any_rule_with_address(proto, "filter", rules::PRIVATE_CHAIN, &ips)? {
             continue;
         }
         let _lock = exec::lock()?;
-        remove(proto, &ips_of(target, proto))?;
+        remove(proto, &ips)?;
     }
     Ok(())
 }
