@@ -106,7 +106,12 @@ pub fn any_chain_like(proto: Proto, table: &str, wanted: impl Fn(&str) -> bool) 
 /// match into a comparison with the address's bytes, which the chain's rules are
 /// searched for. The firewall's shared `CNI-FORWARD` chain stays on a swapped node for
 /// good, so its mere presence would cost every later DEL an `iptables-save`.
-pub fn any_rule_with_address(proto: Proto, table: &str, chain: &str, ips: &[IpAddr]) -> Result<bool, CniError> {
+pub fn any_rule_with_address(
+    proto: Proto,
+    table: &str,
+    chain: &str,
+    ips: &[IpAddr],
+) -> Result<bool, CniError> {
     let Some(variant) = variant(proto) else { return Ok(false) };
     if variant != Variant::Nft && legacy_has_table(proto, table) {
         return Ok(true);
@@ -125,5 +130,8 @@ pub fn any_rule_with_address(proto: Proto, table: &str, chain: &str, ips: &[IpAd
         .list_rules(family(proto), table, chain)
         .or_else(|e| if e.is_not_found() { Ok(Vec::new()) } else { Err(e) })
         .map_err(|e| CniError::internal(format!("nftables: {e}")))?;
-    Ok(rules.iter().flat_map(|r| &r.rule.exprs).any(|expr| matches!(expr, Expr::Cmp { data, .. } if wanted.contains(data))))
+    Ok(rules
+        .iter()
+        .flat_map(|r| &r.rule.exprs)
+        .any(|expr| matches!(expr, Expr::Cmp { data, .. } if wanted.contains(data))))
 }
