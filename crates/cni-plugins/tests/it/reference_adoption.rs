@@ -280,10 +280,8 @@ fn go_attachments_stopped_by_ours_leave_nothing_of_the_reference() {
     let _b_server = node.server(2, &b_ip, 80);
     assert!(node.hostport_reaches(18081) && node.hostport_reaches(18082), "the Go plugins' hostPorts");
     let with_both = node.tables();
-    let mut a_marks: Vec<String> = vec![
-        reference_chain("", node.container(1).name()),
-        reference_chain("DN-", node.container(1).name()),
-    ];
+    let mut a_marks: Vec<String> =
+        vec![reference_chain("", node.container(1).name()), reference_chain("DN-", node.container(1).name())];
     a_marks.extend(host_addresses(&a));
     for chain in &a_marks[..2] {
         assert!(

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use std::net::IpAddr;
 
-use cni_net::nft::{Expr, Family, NftClient};
+use cni_net::nft::{Expr, Family, NftClient, NftError};
 use cni_sdk::CniError;
 
 use crate::common::iptables::{find_program, Proto};
@@ -57,14 +57,15 @@ fn legacy_has_table(proto: Proto, table: &str) -> bool {
     std::fs::read_to_string(Path::new(list)).is_ok_and(|names| names.lines().any(|n| n.trim() == table))
 }
 
-fn nft_client() -> Result<crate::common::nft_attach::Client, CniError> {
-    NftClient::new()
-        .map(Into::into)
-        .map_err(|e| CniError::internal(format!("nftables (looking for the reference plugins' rules): {e}")))
-}
-
-/// Whether any of `chains` may exist in `table` of `proto`.
-pub fn any_chain(proto: Proto, table: &str, chains: &[String]) -> Result<bool, CniError> {
+/// Answers "may `table` of `proto` hold it?": from the variant and the legacy table list,
+/// then, for iptables-nft, by `question` over netlink. A question nf_tables could not
+/// answer does not mean "no": `iptables-save` then looks, slower but right (and its own
+/// failure is the error DEL reports).
+fn ask(
+    proto: Proto,
+    table: &str,
+    question: impl FnOnce(&mut NftClient) -> Result<bool, NftError>,
+) -> Result<bool, CniError> {
     let Some(variant) = variant(proto) else { return Ok(false) };
     if variant != Variant::Nft && legacy_has_table(proto, table) {
         return Ok(true);
@@ -72,33 +73,31 @@ pub fn any_chain(proto: Proto, table: &str, chains: &[String]) -> Result<bool, C
     if variant == Variant::Legacy {
         return Ok(false);
     }
-    let mut nft = nft_client()?;
-    for chain in chains {
-        let found = nft
-            .get_chain(family(proto), table, chain)
-            .map_err(|e| CniError::internal(format!("nftables: {e}")))?;
-        if found.is_some() {
-            return Ok(true);
+    let answer = NftClient::new().map(crate::common::nft_attach::Client::from).and_then(|mut nft| {
+        question(&mut nft).or_else(|e| if e.is_not_found() { Ok(false) } else { Err(e) })
+    });
+    Ok(answer.unwrap_or_else(|e| {
+        eprintln!("nftables (looking for the reference plugins' rules): {e}; asking iptables-save");
+        true
+    }))
+}
+
+/// Whether any of `chains` may exist in `table` of `proto`.
+pub fn any_chain(proto: Proto, table: &str, chains: &[String]) -> Result<bool, CniError> {
+    ask(proto, table, |nft| {
+        for chain in chains {
+            if nft.get_chain(family(proto), table, chain)?.is_some() {
+                return Ok(true);
+            }
         }
-    }
-    Ok(false)
+        Ok(false)
+    })
 }
 
 /// Whether `table` of `proto` may hold a chain whose name `wanted` accepts (for GC,
 /// which cannot name the chains in advance).
 pub fn any_chain_like(proto: Proto, table: &str, wanted: impl Fn(&str) -> bool) -> Result<bool, CniError> {
-    let Some(variant) = variant(proto) else { return Ok(false) };
-    if variant != Variant::Nft && legacy_has_table(proto, table) {
-        return Ok(true);
-    }
-    if variant == Variant::Legacy {
-        return Ok(false);
-    }
-    let chains = nft_client()?
-        .list_chains(family(proto), table)
-        .or_else(|e| if e.is_not_found() { Ok(Vec::new()) } else { Err(e) })
-        .map_err(|e| CniError::internal(format!("nftables: {e}")))?;
-    Ok(chains.iter().any(|c| wanted(&c.name)))
+    ask(proto, table, |nft| Ok(nft.list_chains(family(proto), table)?.iter().any(|c| wanted(&c.name))))
 }
 
 /// Whether a rule of `chain` in `table` of `proto` may match one of `ips` as a whole
@@ -112,11 +111,7 @@ pub fn any_rule_with_address(
     chain: &str,
     ips: &[IpAddr],
 ) -> Result<bool, CniError> {
-    let Some(variant) = variant(proto) else { return Ok(false) };
-    if variant != Variant::Nft && legacy_has_table(proto, table) {
-        return Ok(true);
-    }
-    if variant == Variant::Legacy || ips.is_empty() {
+    if ips.is_empty() {
         return Ok(false);
     }
     let wanted: Vec<Vec<u8>> = ips
@@ -126,12 +121,9 @@ pub fn any_rule_with_address(
             IpAddr::V6(a) => a.octets().to_vec(),
         })
         .collect();
-    let rules = nft_client()?
-        .list_rules(family(proto), table, chain)
-        .or_else(|e| if e.is_not_found() { Ok(Vec::new()) } else { Err(e) })
-        .map_err(|e| CniError::internal(format!("nftables: {e}")))?;
-    Ok(rules
-        .iter()
-        .flat_map(|r| &r.rule.exprs)
-        .any(|expr| matches!(expr, Expr::Cmp { data, .. } if wanted.contains(data))))
+    ask(proto, table, |nft| {
+        let rules = nft.list_rules(family(proto), table, chain)?;
+        let mut exprs = rules.iter().flat_map(|r| &r.rule.exprs);
+        Ok(exprs.any(|expr| matches!(expr, Expr::Cmp { data, .. } if wanted.contains(data))))
+    })
 }
