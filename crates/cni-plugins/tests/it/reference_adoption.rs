@@ -365,3 +365,44 @@ fn gc_by_ours_removes_the_reference_chains_of_stale_attachments_only() {
 fn link_names(ns: &TestNetns) -> BTreeSet<String> {
     ns.netlink().unwrap().links().unwrap().into_iter().map(|l| l.name).collect()
 }
+
+/// ptp's `ipMasq` makes the same chain as bridge's in the reference: ours' ptp DEL
+/// removes it too.
+#[test]
+fn ptp_masquerade_of_the_reference_is_removed_by_ours() {
+    let node = Node::new(1);
+    let conf = json!({"cniVersion": "1.0.0", "name": NETWORK, "type": "ptp", "ipMasq": true,
+        "ipam": {"type": "host-local", "dataDir": node.data_dir(),
+                 "ranges": [[{"subnet": "10.93.1.0/24"}], [{"subnet": "fd93:2::/64"}]]}});
+    let with_prev = |result: Value| {
+        let mut c = conf.clone();
+        c["prevResult"] = result;
+        c
+    };
+    let go = |command: &str, conf: &Value| {
+        PluginCall::from_host(
+            Path::new(GO).join("ptp"),
+            command,
+            Path::new(GO),
+            node.host(),
+            Some(node.container(0)),
+        )
+        .config(conf)
+        .run()
+    };
+    // Warm-up by the reference: what it leaves once its attachment is gone.
+    let warm = go("ADD", &conf).json();
+    ok(&go("DEL", &with_prev(warm)), "Go ptp");
+    let baseline = node.tables();
+
+    let result = go("ADD", &conf).json();
+    let chain = reference_chain("", node.container(0).name());
+    let made = node.tables();
+    assert!(
+        made.contains(&format!("v4 :{chain} -")) && made.contains(&format!("v6 :{chain} -")),
+        "{made:#?}"
+    );
+    ok(&node.call(Impl::Ours, "ptp", "DEL", 0, &with_prev(result)).run(), "ptp");
+    assert_eq!(node.tables(), baseline);
+    assert_eq!(node.reservations(), Vec::<String>::new());
+}
