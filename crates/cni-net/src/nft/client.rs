@@ -2,7 +2,7 @@
 
 use super::attr::AttrWriter;
 use super::batch::Batch;
-use super::chain::ChainInfo;
+use super::chain::{encode_chain_name, ChainInfo};
 use super::data::Family;
 use super::error::NftError;
 use super::msg::{nft_type, put_message, Incoming};
@@ -162,6 +162,35 @@ impl NftClient {
             .map_err(|err| NftError::from_netlink(&format!("get table {} {name}", family.nft_name()), err))
             .ignore_missing()?;
         Ok(tables.and_then(|tables| tables.into_iter().next()))
+    }
+
+    /// The chain, if it exists: one request answered for that chain alone, so asking
+    /// costs the same however many chains and rules the table holds. A missing table is
+    /// a missing chain.
+    pub fn get_chain(
+        &mut self,
+        family: Family,
+        table: &str,
+        chain: &str,
+    ) -> Result<Option<ChainInfo>, NftError> {
+        let mut w = AttrWriter::new();
+        encode_chain_name(&mut w, table, chain);
+        let msg_type = nft_type(NFT_MSG_GETCHAIN);
+        let flags = NLM_F_REQUEST | NLM_F_ACK;
+        let answers = self.sock.conversation.request(
+            |seq| {
+                let mut out = Vec::new();
+                put_message(&mut out, msg_type, flags, seq, family.byte(), 0, &w.buf);
+                out
+            },
+            |message| ChainInfo::decode(&message.into()).map_err(decode_failure),
+        );
+        let chains = answers
+            .map_err(|err| {
+                NftError::from_netlink(&format!("get chain {} {table} {chain}", family.nft_name()), err)
+            })
+            .ignore_missing()?;
+        Ok(chains.and_then(|chains| chains.into_iter().next()))
     }
 
     /// Runs a dump request and returns what `decode` keeps of each answer. A dump that the

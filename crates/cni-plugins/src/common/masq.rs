@@ -7,6 +7,7 @@
 //! in that address's subnet.
 
 use super::nft_attach::{self, DispatchTable};
+use super::reference_state;
 use cni_net::nft::{
     priority, Batch, Chain, ChainType, Family, Field, Hook, KeyType, KeyValue, MapData, RuleBuilder, Set,
     SetElement, SetRef, Verdict,
@@ -78,12 +79,15 @@ pub fn add(req: &Request, result: &CniResult, iface: usize) -> Result<(), CniErr
 pub fn del(req: &Request, prev: Option<&CniResult>) -> Result<(), CniError> {
     let keys: Option<Vec<String>> =
         prev.map(|r| r.ips.iter().map(|ip| ip.address.addr().to_string()).collect());
-    nft_attach::detach::<Masquerade>(
+    let ours = nft_attach::detach::<Masquerade>(
         &mut *nft_attach::client()?,
         &req.conf.name,
         &req.attachment(),
         keys.as_deref(),
-    )
+    );
+    // What the reference plugins made for this attachment on a node swapped to ours.
+    let reference = reference_state::remove_masquerade(&req.conf.name, &req.container_id);
+    ours.and(reference)
 }
 
 pub fn check(req: &Request) -> Result<(), CniError> {
@@ -92,7 +96,10 @@ pub fn check(req: &Request) -> Result<(), CniError> {
 
 /// Removes the masquerade state of `network`'s attachments not in `valid`.
 pub fn gc(network: &str, valid: &[Attachment]) -> Result<(), GcErrors> {
-    nft_attach::gc_table::<Masquerade>(network, valid)
+    let mut errors = GcErrors::new();
+    errors.merge(nft_attach::gc_table::<Masquerade>(network, valid));
+    errors.record("the reference plugins' masquerade chains", reference_state::gc_masquerade(network, valid));
+    errors.into_result()
 }
 
 /// Undoes [`add`] on drop unless kept: part of ADD's rollback.

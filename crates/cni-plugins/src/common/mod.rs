@@ -6,8 +6,10 @@
 pub mod addresses;
 pub mod container_link;
 pub mod iface;
+pub mod iptables;
 pub mod masq;
 pub mod nft_attach;
+pub mod reference_state;
 pub mod sublink;
 pub mod veth;
 

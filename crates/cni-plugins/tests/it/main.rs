@@ -24,6 +24,7 @@ mod macvlan;
 mod masquerade;
 mod portmap;
 mod ptp;
+mod reference_adoption;
 mod sbr;
 mod slaac;
 mod static_ipam;

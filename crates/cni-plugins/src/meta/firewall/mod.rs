@@ -42,7 +42,14 @@ impl Plugin for Firewall {
         // An unreadable prevResult must not make DEL fail forever: treat it as absent.
         let target = req.prev_result().ok().flatten().map(|prev| Target::from_result(&prev));
         match conf.backend {
-            Backend::Nftables => nftables::del(req, target.as_ref()),
+            // The reference's iptables rules for these addresses go too: a node swapped
+            // from the reference (whose firewall defaults to iptables) has them for the
+            // containers it started. Both parts run; the first failure is returned.
+            Backend::Nftables => {
+                let ours = nftables::del(req, target.as_ref());
+                let reference = iptables::del(target.as_ref());
+                ours.and(reference)
+            }
             // Without prevResult (a runtime that lost its result cache) the iptables rules
             // could only leak: the container's interface, still there while the chain is
             // torn down in reverse, still has the addresses they were made for.

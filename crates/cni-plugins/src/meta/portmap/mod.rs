@@ -13,10 +13,10 @@ pub mod config;
 pub mod host;
 pub mod rules;
 
-use crate::common::{open_container_netns, NetResultExt};
+use crate::common::{open_container_netns, reference_state, NetResultExt};
 use cni_net::nft::NftClient;
 use cni_net::Netlink;
-use cni_sdk::{CniError, CniResult, ErrorCode, Plugin, Request};
+use cni_sdk::{CniError, CniResult, ErrorCode, GcErrors, Plugin, Request};
 use config::PortmapConf;
 use host::ContainerIps;
 use rules::{DispatchKey, Target};
@@ -94,7 +94,12 @@ impl Plugin for Portmap {
     /// (a DEL that fails on config would block the container's removal for good): the
     /// attachment's chain names its map elements.
     fn del(&self, req: &Request) -> Result<(), CniError> {
-        rules::detach(&mut *nft_client()?, &req.conf.name, &req.attachment())
+        let ours = rules::detach(&mut *nft_client()?, &req.conf.name, &req.attachment());
+        // The reference's chains for this attachment, on a node swapped to ours while its
+        // containers ran: left behind, they would DNAT the host port to this address for
+        // ever (to whichever container gets it next).
+        let reference = reference_state::remove_portmap(&req.conf.name, &req.container_id);
+        ours.and(reference)
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
@@ -121,7 +126,13 @@ impl Plugin for Portmap {
 
     fn gc(&self, req: &Request) -> Result<(), CniError> {
         let valid = req.valid_attachments()?;
-        Ok(rules::gc(&mut *nft_client()?, &req.conf.name, &valid)?)
+        let mut errors = GcErrors::new();
+        errors.merge(rules::gc(&mut *nft_client()?, &req.conf.name, &valid));
+        errors.record(
+            "the reference plugins' port mappings",
+            reference_state::gc_portmap(&req.conf.name, &valid),
+        );
+        Ok(errors.into_result()?)
     }
 
     /// Ready when nf_tables answers in this namespace.

@@ -12,7 +12,6 @@
 //! break that compatibility), hence DEL without prevResult and GC cannot attribute rules
 //! to containers and leave them alone, as the reference does.
 
-mod exec;
 pub mod rules;
 
 use std::net::IpAddr;
@@ -21,6 +20,8 @@ use cni_sdk::CniError;
 
 use super::config::FirewallConf;
 use super::target::Target;
+use crate::common::iptables as exec;
+use crate::common::reference_state;
 use exec::Proto;
 use rules::{FilterState, Wanted};
 
@@ -72,16 +73,22 @@ fn remove(proto: Proto, ips: &[IpAddr]) -> Result<(), CniError> {
 
 /// Removes the container's address rules; the shared chains, jumps and per-bridge
 /// isolation rules stay (other containers use them), as in the reference.
+///
+/// Also the nftables backend's DEL: a node swapped from the reference (whose firewall
+/// defaults to iptables) has these rules for the containers it started. Where no rule of
+/// the family's `CNI-FORWARD` chain compares with the addresses (asked over netlink, no
+/// process started) there is nothing to remove.
 pub fn del(target: Option<&Target>) -> Result<(), CniError> {
     let Some(target) = target else {
         return Ok(()); // nothing identifies the container's rules (see the module docs)
     };
-    let _lock = exec::lock()?;
     for proto in protos(target) {
-        if exec::available(proto).is_err() {
-            continue; // no iptables, so none of our rules either
+        let ips = ips_of(target, proto);
+        if !reference_state::any_rule_with_address(proto, "filter", rules::PRIVATE_CHAIN, &ips)? {
+            continue;
         }
-        remove(proto, &ips_of(target, proto))?;
+        let _lock = exec::lock()?;
+        remove(proto, &ips)?;
     }
     Ok(())
 }

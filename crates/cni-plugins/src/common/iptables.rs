@@ -1,7 +1,8 @@
-//! Running `iptables-save` / `iptables-restore` (the iptables backend's documented
-//! exception to "no process per operation"): one read and at most one restore per
+//! Running `iptables-save` / `iptables-restore`: the firewall's iptables backend (its
+//! documented exception to "no process per operation") and the removal of state the
+//! reference plugins left (`reference_state`). One read and at most one restore per
 //! address family, under a host-wide lock so that read-then-write is not raced by
-//! another firewall invocation.
+//! another of our plugin processes.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -12,7 +13,7 @@ use cni_sdk::{CniError, ErrorCode};
 
 /// Directories searched after PATH: runtimes often start plugins with a minimal PATH.
 const SBIN_DIRS: [&str; 4] = ["/usr/sbin", "/sbin", "/usr/local/sbin", "/usr/bin"];
-/// Serialises our read-modify-write of the filter table across plugin processes.
+/// Serialises our read-modify-write of iptables tables across plugin processes.
 const LOCK_FILE: &str = "/run/cni-rs/firewall-iptables.lock";
 /// Seconds iptables-restore waits for the xtables lock held by other iptables users.
 const XTABLES_WAIT: &str = "--wait=10";
@@ -25,7 +26,7 @@ pub enum Proto {
 }
 
 impl Proto {
-    fn tool(self, what: &str) -> String {
+    pub fn tool(self, what: &str) -> String {
         match self {
             Proto::V4 => format!("iptables-{what}"),
             Proto::V6 => format!("ip6tables-{what}"),
@@ -64,7 +65,7 @@ pub fn available(proto: Proto) -> Result<(), CniError> {
     Ok(())
 }
 
-/// Held while reading and rewriting the filter table; released on drop.
+/// Held while reading and rewriting a table; released on drop.
 pub struct TableLock {
     _file: File,
 }
@@ -87,15 +88,20 @@ pub fn lock() -> Result<TableLock, CniError> {
 
 /// `iptables-save -t filter`.
 pub fn save_filter(proto: Proto) -> Result<String, CniError> {
+    save(proto, "filter")
+}
+
+/// `iptables-save -t <table>`.
+pub fn save(proto: Proto, table: &str) -> Result<String, CniError> {
     let program = require_program(&proto.tool("save"))?;
     let out = Command::new(&program)
-        .args(["-t", "filter"])
+        .args(["-t", table])
         .stdin(Stdio::null())
         .output()
         .map_err(|e| CniError::internal(format!("run {}: {e}", program.display())))?;
     if !out.status.success() {
         return Err(CniError::internal(format!(
-            "{} -t filter failed ({}): {}",
+            "{} -t {table} failed ({}): {}",
             program.display(),
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
