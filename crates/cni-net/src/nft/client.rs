@@ -148,20 +148,8 @@ impl NftClient {
     pub fn get_table(&mut self, family: Family, name: &str) -> Result<Option<TableInfo>, NftError> {
         let mut w = AttrWriter::new();
         encode_table_name(&mut w, name);
-        let msg_type = nft_type(NFT_MSG_GETTABLE);
-        let flags = NLM_F_REQUEST | NLM_F_ACK;
-        let answers = self.sock.conversation.request(
-            |seq| {
-                let mut out = Vec::new();
-                put_message(&mut out, msg_type, flags, seq, family.byte(), 0, &w.buf);
-                out
-            },
-            |message| TableInfo::decode(&message.into()).map_err(decode_failure),
-        );
-        let tables = answers
-            .map_err(|err| NftError::from_netlink(&format!("get table {} {name}", family.nft_name()), err))
-            .ignore_missing()?;
-        Ok(tables.and_then(|tables| tables.into_iter().next()))
+        let what = format!("get table {} {name}", family.nft_name());
+        self.get_one(NFT_MSG_GETTABLE, family, &w.buf, &what, |message| TableInfo::decode(&message.into()))
     }
 
     /// The chain, if it exists: one request answered for that chain alone, so asking
@@ -175,22 +163,31 @@ impl NftClient {
     ) -> Result<Option<ChainInfo>, NftError> {
         let mut w = AttrWriter::new();
         encode_chain_name(&mut w, table, chain);
-        let msg_type = nft_type(NFT_MSG_GETCHAIN);
-        let flags = NLM_F_REQUEST | NLM_F_ACK;
+        let what = format!("get chain {} {table} {chain}", family.nft_name());
+        self.get_one(NFT_MSG_GETCHAIN, family, &w.buf, &what, |message| ChainInfo::decode(&message.into()))
+    }
+
+    /// One object asked for by name (`attributes`): what `decode` makes of the kernel's
+    /// answer, or None when the kernel says there is no such object.
+    fn get_one<T>(
+        &mut self,
+        msg: u16,
+        family: Family,
+        attributes: &[u8],
+        what: &str,
+        decode: impl Fn(Message) -> Result<T, NftError>,
+    ) -> Result<Option<T>, NftError> {
+        let (msg_type, flags) = (nft_type(msg), NLM_F_REQUEST | NLM_F_ACK);
         let answers = self.sock.conversation.request(
             |seq| {
                 let mut out = Vec::new();
-                put_message(&mut out, msg_type, flags, seq, family.byte(), 0, &w.buf);
+                put_message(&mut out, msg_type, flags, seq, family.byte(), 0, attributes);
                 out
             },
-            |message| ChainInfo::decode(&message.into()).map_err(decode_failure),
+            |message| decode(message).map_err(decode_failure),
         );
-        let chains = answers
-            .map_err(|err| {
-                NftError::from_netlink(&format!("get chain {} {table} {chain}", family.nft_name()), err)
-            })
-            .ignore_missing()?;
-        Ok(chains.and_then(|chains| chains.into_iter().next()))
+        let found = answers.map_err(|err| NftError::from_netlink(what, err)).ignore_missing()?;
+        Ok(found.and_then(|found| found.into_iter().next()))
     }
 
     /// Runs a dump request and returns what `decode` keeps of each answer. A dump that the
