@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod ns_lifecycle;
+mod repo;
 mod repo_dependencies;
 mod repo_docs;
 mod snapshot;

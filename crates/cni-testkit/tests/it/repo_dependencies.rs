@@ -5,17 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the repository root")
-}
-
-/// The member directories named in the root Cargo.toml's `members = [...]`.
-fn members(root: &Path) -> Vec<PathBuf> {
-    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
-    let list = manifest.split_once("members = [").expect("workspace members").1;
-    let list = &list[..list.find(']').expect("the members list ends")];
-    list.split('"').skip(1).step_by(2).map(|m| root.join(m)).collect()
-}
+use crate::repo::{members, root as repo};
 
 /// One `name = ...` / `name.workspace = true` line of a dependency table.
 struct Declared {

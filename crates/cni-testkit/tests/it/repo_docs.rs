@@ -5,9 +5,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the repository root")
-}
+use crate::repo::{members, root as repo};
 
 /// README.md and every page under docs/.
 fn pages(root: &Path) -> Vec<PathBuf> {
@@ -149,19 +147,12 @@ fn every_path_and_link_the_docs_name_exists() {
     assert!(problems.is_empty(), "the docs name what is not there:\n{}", problems.join("\n"));
 }
 
-/// Package names of the workspace's members: the quoted paths of the root Cargo.toml's
-/// `members = [...]`, each manifest's `name` under `[package]` (both files are ours and
-/// written one entry per line, so no TOML parser is needed for this).
+/// Package names of the workspace's members: each manifest's `name` under `[package]`.
 fn workspace_packages(root: &Path) -> BTreeSet<String> {
-    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
-    let members = manifest.split_once("members = [").expect("workspace members").1;
-    let members = &members[..members.find(']').expect("the members list ends")];
-    members
-        .split('"')
-        .skip(1)
-        .step_by(2)
+    members(root)
+        .iter()
         .map(|member| {
-            let package = std::fs::read_to_string(root.join(member).join("Cargo.toml")).unwrap();
+            let package = std::fs::read_to_string(member.join("Cargo.toml")).unwrap();
             let section = package.split_once("[package]").expect("a [package] section").1;
             let name = section.lines().find_map(|l| l.strip_prefix("name = ")).expect("a package name");
             name.trim_matches('"').to_string()
