@@ -10,6 +10,7 @@ pub mod iptables;
 pub mod masq;
 pub mod nft_attach;
 pub mod reference_state;
+pub mod rollback;
 pub mod sublink;
 pub mod veth;
 

@@ -15,6 +15,7 @@
 pub mod config;
 pub mod shaping;
 
+use crate::common::rollback::Rollback;
 use crate::common::{open_container_netns, open_container_netns_for_del, NetResultExt};
 use cni_net::netlink::{LinkKind, LinkSpec};
 use cni_net::Idempotent;
@@ -23,7 +24,7 @@ use cni_sdk::{CniError, CniResult, GcErrors, Plugin, Request, Version};
 use cni_types::Interface;
 use config::BandwidthConf;
 use sha2::{Digest, Sha512};
-use shaping::Rollback;
+use shaping::Shaping;
 
 /// The prefix of IFB device names, as the reference.
 pub const IFB_PREFIX: &str = "bwp";
@@ -130,7 +131,7 @@ impl Bandwidth {
                 );
             }
         }
-        let mut rollback = Rollback::default();
+        let mut rollback = Rollback::new(Shaping::default());
         if let Some(params) = ingress {
             shaping::install_root_tbf(host, veth, params, &mut rollback)?;
         }

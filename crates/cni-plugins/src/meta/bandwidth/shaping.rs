@@ -14,6 +14,7 @@
 //!   its own priority ([`REDIRECT_PRIORITY`]). Filters of others at that priority make ADD
 //!   fail, and DEL only removes that priority when every filter in it is ours.
 
+use crate::common::rollback::{Rollback, Undo};
 use crate::common::NetResultExt;
 use cni_net::netlink::tc::{QdiscKind, QdiscSpec, RedirectFilter, TbfParams, TcHandle};
 use cni_net::netlink::LinkKind;
@@ -47,21 +48,16 @@ enum UndoStep {
     Filters(u32),
 }
 
-/// Takes back, in reverse order, what an ADD did, unless [`Rollback::keep`] is called.
-/// It runs on the host thread, so a socket opened in the current namespace is the host's.
+/// What an ADD did so far, taken back in reverse order through [`Rollback`] unless the ADD
+/// keeps it. It runs on the host thread, so a socket opened in the current namespace is
+/// the host's.
 #[derive(Default)]
-pub struct Rollback {
+pub struct Shaping {
     steps: Vec<UndoStep>,
 }
 
-impl Rollback {
-    pub fn keep(mut self) {
-        self.steps.clear();
-    }
-}
-
-impl Drop for Rollback {
-    fn drop(&mut self) {
+impl Undo for Shaping {
+    fn undo(&mut self) {
         if self.steps.is_empty() {
             return;
         }
@@ -93,7 +89,7 @@ pub fn install_root_tbf(
     nl: &mut Netlink,
     link: &Link,
     params: TbfParams,
-    rollback: &mut Rollback,
+    rollback: &mut Rollback<Shaping>,
 ) -> Result<(), CniError> {
     let spec = QdiscSpec::tbf_root(link.index, TBF_HANDLE, params);
     match nl.root_qdisc(link.index).or_cni(&format!("list qdiscs of {}", link.name))? {
@@ -120,7 +116,7 @@ pub fn install_redirect(
     nl: &mut Netlink,
     veth: &Link,
     ifb: &Link,
-    rollback: &mut Rollback,
+    rollback: &mut Rollback<Shaping>,
 ) -> Result<(), CniError> {
     if nl.ingress_hook_qdisc(veth.index).or_cni(&format!("list qdiscs of {}", veth.name))?.is_none() {
         nl.add_qdisc(&QdiscSpec::ingress(veth.index))
@@ -150,7 +146,7 @@ pub fn install_redirect(
 }
 
 /// Records a device made by ADD, to be deleted if ADD fails later.
-pub fn created_link(rollback: &mut Rollback, link: &Link) {
+pub fn created_link(rollback: &mut Rollback<Shaping>, link: &Link) {
     rollback.steps.push(UndoStep::Link(link.index));
 }
 

@@ -1,6 +1,7 @@
 //! The rules and tables sbr makes, undoes and checks, over netlink in the container.
 
 use super::{SourceAddress, FIRST_TABLE};
+use crate::common::rollback::{Rollback, Undo};
 use crate::common::NetResultExt;
 use cni_net::netlink::{IpFamily, Route, Rule, MAIN_TABLE};
 use cni_net::Idempotent;
@@ -39,31 +40,25 @@ fn next_free_table(used: &BTreeSet<u32>, start: u32) -> u32 {
     (start..).find(|t| !used.contains(t)).expect("table ids do not run out")
 }
 
-/// Undoes a partial ADD when dropped while armed.
-struct Rollback {
+/// What a partial ADD made, taken back through [`Rollback`] unless the ADD keeps it.
+struct Made {
     nl: Option<Netlink>,
     rules: Vec<Rule>,
     routes: Vec<Route>,
     moved_from_main: Vec<Route>,
-    armed: bool,
 }
 
-impl Rollback {
-    fn new(ns: &NetNs) -> Rollback {
+impl Made {
+    fn new(ns: &NetNs) -> Rollback<Made> {
         // A socket of its own, so the guard does not hold the caller's borrow.
-        Rollback {
-            nl: Netlink::in_ns(ns).ok(),
-            rules: vec![],
-            routes: vec![],
-            moved_from_main: vec![],
-            armed: true,
-        }
+        let nl = Netlink::in_ns(ns).ok();
+        Rollback::new(Made { nl, rules: vec![], routes: vec![], moved_from_main: vec![] })
     }
 }
 
-impl Drop for Rollback {
-    fn drop(&mut self) {
-        let Some(nl) = self.nl.as_mut().filter(|_| self.armed) else { return };
+impl Undo for Made {
+    fn undo(&mut self) {
+        let Some(nl) = self.nl.as_mut() else { return };
         for route in &self.moved_from_main {
             if let Err(e) = nl.add_route(route).ignore_exists() {
                 eprintln!("sbr: rollback: cannot put back route {}: {e}", route.destination);
@@ -85,7 +80,7 @@ impl Drop for Rollback {
     }
 }
 
-fn add_rule(nl: &mut Netlink, rollback: &mut Rollback, rule: Rule) -> Result<(), CniError> {
+fn add_rule(nl: &mut Netlink, rollback: &mut Rollback<Made>, rule: Rule) -> Result<(), CniError> {
     // The same rule already there (a repeated ADD) is what we want, and not ours to undo.
     let added = nl.add_rule(&rule).ignore_exists();
     if added.map_err(|e| CniError::internal(format!("sbr: failed to add rule: {e}")))?.is_some() {
@@ -101,11 +96,11 @@ pub fn add_rules_to_table(
     addresses: &[SourceAddress],
     table: u32,
 ) -> Result<(), CniError> {
-    let mut rollback = Rollback::new(ns);
+    let mut rollback = Made::new(ns);
     for address in addresses {
         add_rule(nl, &mut rollback, Rule::from_source(address.host(), table))?;
     }
-    rollback.armed = false;
+    rollback.keep();
     Ok(())
 }
 
@@ -142,7 +137,7 @@ pub fn route_by_source(
         }
     }
 
-    let mut rollback = Rollback::new(ns);
+    let mut rollback = Made::new(ns);
     let mut moved = vec![false; main_routes.len()];
     let mut table = next_free_table(&used, FIRST_TABLE);
     for address in addresses {
@@ -185,7 +180,7 @@ pub fn route_by_source(
             rollback.moved_from_main.push(route.clone());
         }
     }
-    rollback.armed = false;
+    rollback.keep();
     Ok(())
 }
 

@@ -4,6 +4,7 @@
 
 use super::config::{SysctlSetting, TuningConf};
 use super::state::Originals;
+use crate::common::rollback::{Rollback, Undo};
 use crate::common::NetResultExt;
 use cni_net::Idempotent;
 use cni_net::{sysctl, Link, MacAddr, NetNs, Netlink};
@@ -81,18 +82,17 @@ pub fn read_originals(ns: &NetNs, link: Option<&Link>, conf: &TuningConf) -> Res
     Ok(originals)
 }
 
-/// Undoes changes if dropped while armed: ADD failing halfway (or panicking) leaves the
-/// container as it found it.
-struct Rollback<'a> {
+/// The originals of what an ADD changed so far: a [`Rollback`] of them leaves the
+/// container as it found it when the ADD fails halfway (or panics).
+struct Changed<'a> {
     ns: &'a NetNs,
     ifname: &'a str,
     done: Originals,
-    armed: bool,
 }
 
-impl Drop for Rollback<'_> {
-    fn drop(&mut self) {
-        if self.armed && !self.done.is_empty() {
+impl Undo for Changed<'_> {
+    fn undo(&mut self) {
+        if !self.done.is_empty() {
             for e in restore(self.ns, self.ifname, &self.done) {
                 eprintln!("tuning: rollback: {e}");
             }
@@ -110,7 +110,7 @@ pub fn apply(
     conf: &TuningConf,
     originals: &Originals,
 ) -> Result<(), CniError> {
-    let mut rollback = Rollback { ns, ifname, done: Originals::default(), armed: true };
+    let mut rollback = Rollback::new(Changed { ns, ifname, done: Originals::default() });
     let values: Vec<(String, String)> =
         conf.sysctls.iter().map(|s| (s.key.clone(), s.value.clone())).collect();
     if let Err((written, msg)) = write_sysctls(ns, &values) {
@@ -149,7 +149,7 @@ pub fn apply(
             nl.set_link_txqlen(link.index, len).map_err(|e| fail("txQLen", e))?;
         }
     }
-    rollback.armed = false;
+    rollback.keep();
     Ok(())
 }
 
