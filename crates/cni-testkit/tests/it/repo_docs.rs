@@ -232,8 +232,8 @@ fn the_checks_find_what_they_look_for() {
     assert_eq!(cites_issue_number(&second), Some(&second[1..10]));
     assert_eq!(cites_issue_number("an issue with 3 parts; the issuer"), None);
     assert_eq!(
-        named_paths("see `crates/cni-os/src/fs.rs`, tools/test. Not fuzz/artifacts/TARGET/ or x/crates/y"),
-        ["crates/cni-os/src/fs.rs", "tools/test"]
+        named_paths("see `crates/cni-os/src/lib.rs`, tools/test. Not fuzz/artifacts/TARGET/ or x/crates/y"),
+        ["crates/cni-os/src/lib.rs", "tools/test"]
     );
     assert_eq!(link_targets("[a](b.md#c) and [web](https://x.y/z)"), ["b.md#c"]);
     let page = "# Top\n```\n# not a heading\n```\n## Kubernetes: containerd's CRI (and so `kubelet`)\n";
