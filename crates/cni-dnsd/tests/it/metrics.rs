@@ -27,15 +27,9 @@ impl Drop for Resolver {
 
 /// cni-dnsd in `host`'s namespace with metrics on; the address it bound there.
 fn start_resolver(host: &Host) -> (Resolver, SocketAddr) {
-    let state = host.state_dir();
     let log = host.dirs.path().join("mx-dnsd.log");
     let child = host
-        .ns
-        .command(env!("CARGO_BIN_EXE_cni-dnsd"))
-        .arg("--state-dir")
-        .arg(&state)
-        .arg("--pidfile")
-        .arg(state.join("dnsd.pid"))
+        .resolver_command()
         .args(["--metrics-address", "127.0.0.1:0"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())

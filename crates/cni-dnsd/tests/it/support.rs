@@ -52,14 +52,8 @@ impl Host {
     /// servers from `resolv_conf` (the plugin starts it with the machine's). The plugin
     /// finds it by its control socket and the test's Drop kills it by its pid file.
     pub fn start_resolver(&self, resolv_conf: &Path) {
-        let state = self.state_dir();
         let status = self
-            .ns
-            .command(env!("CARGO_BIN_EXE_cni-dnsd"))
-            .arg("--state-dir")
-            .arg(&state)
-            .arg("--pidfile")
-            .arg(state.join("dnsd.pid"))
+            .resolver_command()
             .arg("--resolv-conf")
             .arg(resolv_conf)
             .stdin(std::process::Stdio::null())
@@ -74,6 +68,15 @@ impl Host {
         );
         // Reaped by a thread: it is killed by its pid file when the test ends.
         std::thread::spawn(move || child.wait());
+    }
+
+    /// cni-dnsd in the host namespace on the test's state directory, with the pid file the
+    /// test's Drop kills it by.
+    pub fn resolver_command(&self) -> std::process::Command {
+        let state = self.state_dir();
+        let mut command = self.ns.command(env!("CARGO_BIN_EXE_cni-dnsd"));
+        command.arg("--state-dir").arg(&state).arg("--pidfile").arg(state.join("dnsd.pid"));
+        command
     }
 
     /// The resolver's `status` line, if it answers.
