@@ -13,6 +13,7 @@ use super::table::{encode_table_name, TableInfo};
 use crate::error::NetlinkError;
 use crate::nl::{BatchError, Message};
 use crate::Idempotent;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Receive-buffer room per batch operation: the kernel's accounting of one ACK plus one
 /// echoed rule (a 20 000-rule batch is tested to fit).
@@ -36,14 +37,18 @@ impl CommitOutcome {
 #[derive(Debug)]
 pub struct NftClient {
     sock: NetfilterConversation,
-    /// Whether a commit through this client deleted anything (see [`Self::close_without_waiting`]).
-    removed: bool,
 }
+
+/// Whether a commit of this process deleted anything (see [`NftClient::close_without_waiting`]).
+/// Process-wide, not per client: the flush a socket's release waits for is of everyone's
+/// deletions, so a client that only looked (a DEL's probe after its own deleting commit)
+/// would pay for the deleting client's destruction if it closed at once.
+static DELETED_IN_THIS_PROCESS: AtomicBool = AtomicBool::new(false);
 
 impl NftClient {
     /// Opens a client for the calling thread's current network namespace.
     pub fn new() -> Result<Self, NftError> {
-        Ok(Self { sock: NetfilterConversation::open()?, removed: false })
+        Ok(Self { sock: NetfilterConversation::open()? })
     }
 
     /// Closes the client without making this process wait for the kernel's cleanup.
@@ -53,16 +58,18 @@ impl NftClient {
     /// grace period: 6–18 ms measured here, per plugin, on every DEL. The commits have
     /// already taken effect; only memory reclaim is pending. So a detached helper process
     /// takes the last reference: it waits (on a pipe) until this process has dropped its
-    /// own, then releases the socket in the background — if this client's commits deleted
-    /// anything, together with every other plugin's at the next 100 ms tick (the release
-    /// holds the commit mutex; see `crate::detach`), else at once — and exits. It keeps no
-    /// other descriptor (no stdout pipe, no lock) and shares this process's memory, so
+    /// own, then releases the socket in the background — if any commit of this process
+    /// deleted anything (through this client or another: the release flushes them all),
+    /// together with every other plugin's at the next 100 ms tick (the release holds the
+    /// commit mutex; see `crate::detach`), else at once — and exits. It keeps no other
+    /// descriptor (no stdout pipe, no lock) and shares this process's memory, so
     /// starting it costs one `clone` and no wait. Meant for short-lived callers such as
     /// plugins, and only in a program that called
     /// [`crate::detach::enable_helper_processes`]; without that, or if the helper cannot be
     /// started, the socket is closed here, the slow way.
     pub fn close_without_waiting(self) {
-        let tail = crate::detach::Tail::CloseAfterCaller { on_tick: self.removed };
+        let on_tick = DELETED_IN_THIS_PROCESS.load(Ordering::Relaxed);
+        let tail = crate::detach::Tail::CloseAfterCaller { on_tick };
         let handoff = crate::detach::detach(self.sock.raw_fd(), tail);
         // Our reference goes first; then the handoff releases the helper, whose
         // reference is the last.
@@ -109,7 +116,9 @@ impl NftClient {
             }
             Err(BatchError::Failed(err)) => return Err(NftError::from_netlink("commit", err)),
         }
-        self.removed |= batch.removes_anything();
+        if batch.removes_anything() {
+            DELETED_IN_THIS_PROCESS.store(true, Ordering::Relaxed);
+        }
         Ok(CommitOutcome { handles })
     }
 
