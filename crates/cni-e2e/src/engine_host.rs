@@ -110,6 +110,30 @@ impl EngineHost {
         command
     }
 
+    /// Puts `plugin_dir` on `/opt/cni/bin` in place of what was there, with the engines
+    /// and their containers running: what an operator's package upgrade of the plugins
+    /// does on a live node. Engines look plugins up by path on every operation, so the
+    /// next ADD or DEL runs the new ones without a restart.
+    ///
+    /// A bind mount over the old one (the directory under test may be one the machine
+    /// owns, `/usr/lib/cni`, which is never written to). The directory it covers must stay
+    /// while the host lives: removing a directory detaches every mount stacked on it.
+    pub fn replace_plugin_dir(&self, plugin_dir: &Path) {
+        let out = self
+            .command("mount")
+            .arg("--bind")
+            .arg(plugin_dir)
+            .arg("/opt/cni/bin")
+            .output()
+            .expect("run mount in the engines' mount namespace");
+        assert!(
+            out.status.success(),
+            "bind {} on /opt/cni/bin: {}",
+            plugin_dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Where `path` of the private mount namespace is visible from the test process.
     pub fn private_path(&self, path: &str) -> PathBuf {
         PathBuf::from(format!("/proc/{}/root", self.keeper.id())).join(path.trim_start_matches('/'))
