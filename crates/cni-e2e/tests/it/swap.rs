@@ -16,9 +16,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use cni_e2e::containerd::Containerd;
-use cni_e2e::cri::{conflist, pod, Cri, CHAIN, GATEWAY};
+use cni_e2e::cri::{dual_stack_conflist, pod, Cri, CHAIN, GATEWAY, SUBNET6_PREFIX};
 use cni_e2e::engine_host::EngineHost;
-use cni_e2e::oracle::HostSnapshot;
+use cni_e2e::oracle::{iptables_save, HostSnapshot};
 use cni_e2e::plugin_dir::PluginDir;
 use cni_e2e::podman::{NetworkBackend, Podman, DEFAULT_NETWORK, PODMAN_CHAIN};
 use cni_testkit::poll::{poll, EVENTUALLY};
@@ -38,11 +38,13 @@ fn go() -> PluginDir {
 }
 
 /// What a pod's networking may leave on the node: iptables-save, the nftables ruleset and
-/// the links ([`HostSnapshot`]), the host's addresses, and every entry under `/var/lib/cni`
-/// by name (host-local's reservations, libcni's cached results, plugins' saved state).
+/// the links ([`HostSnapshot`]), ip6tables-save, the host's addresses, and every entry
+/// under `/var/lib/cni` by name (host-local's reservations, libcni's cached results,
+/// plugins' saved state).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct NodeState {
     host: HostSnapshot,
+    ip6tables: String,
     addresses: BTreeSet<String>,
     cni_state: BTreeSet<String>,
 }
@@ -63,13 +65,17 @@ impl NodeState {
             .collect();
         let mut cni_state = BTreeSet::new();
         entries_under(&host.private_path("/var/lib/cni"), "", &mut cni_state);
-        NodeState { host: HostSnapshot::take(host), addresses, cni_state }
+        let ip6tables = iptables_save(host, "ip6tables-save");
+        NodeState { host: HostSnapshot::take(host), ip6tables, addresses, cni_state }
     }
 
     /// How `later` differs from `self`, for failure messages.
     fn diff(&self, later: &NodeState) -> String {
         let mut out = self.host.diff(&later.host);
+        let lines = |text: &str| text.lines().map(str::to_string).collect::<BTreeSet<String>>();
+        let (ip6_before, ip6_after) = (lines(&self.ip6tables), lines(&later.ip6tables));
         for (what, before, after) in [
+            ("ip6tables", &ip6_before, &ip6_after),
             ("address", &self.addresses, &later.addresses),
             ("/var/lib/cni", &self.cni_state, &later.cni_state),
         ] {
@@ -96,17 +102,20 @@ fn entries_under(dir: &std::path::Path, prefix: &str, out: &mut BTreeSet<String>
     }
 }
 
-/// The iptables rules that name `ip` as a whole address (`-s/-d <ip>/32`, a DNAT to
-/// `<ip>:<port>`): the reference's per-pod state.
+/// The iptables (ip6tables for an IPv6 `ip`) rules that name `ip` as a whole address
+/// (`-s/-d <ip>/32`, a DNAT to `<ip>:<port>`): the reference's per-pod state.
 fn iptables_rules_of(state: &NodeState, ip: &str) -> Vec<String> {
-    let (whole, dnat) = (format!("{ip}/32"), format!("{ip}:"));
-    state
-        .host
-        .iptables
-        .lines()
-        .filter(|l| l.contains(&whole) || l.contains(&dnat))
-        .map(str::to_string)
-        .collect()
+    let (saved, whole, dnat) = if ip.contains(':') {
+        (&state.ip6tables, format!("{ip}/128"), format!("[{ip}]:"))
+    } else {
+        (&state.host.iptables, format!("{ip}/32"), format!("{ip}:"))
+    };
+    saved.lines().filter(|l| l.contains(&whole) || l.contains(&dnat)).map(str::to_string).collect()
+}
+
+/// The rules of each of `ips`, for comparing before and after.
+fn rules_of_all(state: &NodeState, ips: &[String]) -> Vec<String> {
+    ips.iter().flat_map(|ip| iptables_rules_of(state, ip)).collect()
 }
 
 /// A container command serving `body` over HTTP on port 80 (busybox httpd), so that a
@@ -116,9 +125,9 @@ fn http_server(body: &str) -> Vec<String> {
     ["sh", "-c", &script].map(str::to_string).to_vec()
 }
 
-/// `GET /` through `host_port` on each of `addresses` from the engines' host must answer
-/// with `body`.
-fn assert_answers(host: &EngineHost, addresses: &[&str], host_port: u16, body: &str, when: &str) {
+/// `GET /` through `host_port` on each of `addresses` (IPv6 ones in brackets) from the
+/// engines' host must answer with `body`.
+fn assert_answers(host: &EngineHost, addresses: &[String], host_port: u16, body: &str, when: &str) {
     for address in addresses {
         let target: SocketAddr = format!("{address}:{host_port}").parse().unwrap();
         let got = cni_e2e::net_text::http_get(host.netns(), target, PATIENCE)
@@ -149,16 +158,16 @@ trait Engine {
     /// Swaps the plugins under the running engine and its pods for `plugins`.
     fn swap_plugins(&mut self, plugins: PluginDir);
     /// Starts pod `name` with a container serving `name` over HTTP on port 80, published
-    /// on `host_port`; its address.
-    fn start_web(&mut self, name: &str, host_port: u16) -> String;
+    /// on `host_port`; its addresses, IPv4 first.
+    fn start_web(&mut self, name: &str, host_port: u16) -> Vec<String>;
     /// Stops and removes pod `name` (the chain's DEL).
     fn remove(&mut self, name: &str);
 }
 
-/// The swap on `engine`, which runs ours with no pod yet; `gateway` is its bridge's
-/// address, `ports` two free host ports.
-fn swap_scenario(engine: &mut impl Engine, gateway: &str, ports: [u16; 2]) {
-    let everywhere = [gateway, "127.0.0.1"];
+/// The swap on `engine`, which runs ours with no pod yet. hostPorts are tried on each of
+/// `gateways` (the bridge's addresses) and on 127.0.0.1; `ports` are two free host ports.
+fn swap_scenario(engine: &mut impl Engine, gateways: &[&str], ports: [u16; 2]) {
+    let everywhere: Vec<String> = gateways.iter().copied().chain(["127.0.0.1"]).map(str::to_string).collect();
     // Each plugin set keeps structures shared by its pods (the reference's CNI-HOSTPORT-*
     // and CNI-FORWARD chains, our nftables tables, the bridge): a warm-up pod on each
     // makes them, so that the end may differ from the baseline only by what a pod left.
@@ -169,14 +178,15 @@ fn swap_scenario(engine: &mut impl Engine, gateway: &str, ports: [u16; 2]) {
     engine.remove("swp-warm-go");
     let baseline = NodeState::take(engine.host());
 
-    // Two pods of the Go plugins with hostPorts; the reference's state for them is there.
-    let a_ip = engine.start_web("swp-a", ports[0]);
-    let b_ip = engine.start_web("swp-b", ports[1]);
+    // Two pods of the Go plugins with hostPorts; the reference's state for each of their
+    // addresses is there: masquerade, DNAT, firewall.
+    let a_ips = engine.start_web("swp-a", ports[0]);
+    let b_ips = engine.start_web("swp-b", ports[1]);
     let with_go = NodeState::take(engine.host());
-    for (name, ip) in [("swp-a", &a_ip), ("swp-b", &b_ip)] {
+    for ip in a_ips.iter().chain(&b_ips) {
         let rules = iptables_rules_of(&with_go, ip);
         for kind in ["-A POSTROUTING", "-j DNAT", "-A CNI-FORWARD"] {
-            assert!(rules.iter().any(|r| r.contains(kind)), "no reference rule {kind} for {name}: {rules:?}");
+            assert!(rules.iter().any(|r| r.contains(kind)), "no reference rule {kind} for {ip}: {rules:?}");
         }
     }
     assert_answers(engine.host(), &everywhere, ports[0], "swp-a", "before the swap");
@@ -186,21 +196,21 @@ fn swap_scenario(engine: &mut impl Engine, gateway: &str, ports: [u16; 2]) {
     assert_answers(engine.host(), &everywhere, ports[0], "swp-a", "after the swap");
     assert_answers(engine.host(), &everywhere, ports[1], "swp-b", "after the swap");
 
-    // Ours stops a Go pod: none of its iptables rules stay, the other pod's all do.
+    // Ours stops a Go pod: none of its rules stay, the other pod's all do.
     engine.remove("swp-a");
     let after_a = NodeState::take(engine.host());
-    assert_eq!(iptables_rules_of(&after_a, &a_ip), Vec::<String>::new(), "swp-a's reference rules stayed");
-    let b_rules = iptables_rules_of(&with_go, &b_ip);
-    assert_eq!(iptables_rules_of(&after_a, &b_ip), b_rules, "swp-b's rules changed");
+    assert_eq!(rules_of_all(&after_a, &a_ips), Vec::<String>::new(), "swp-a's reference rules stayed");
+    let b_rules = rules_of_all(&with_go, &b_ips);
+    assert_eq!(rules_of_all(&after_a, &b_ips), b_rules, "swp-b's rules changed");
 
     // A pod of ours on the stopped pod's hostPort gets its traffic (a DNAT of the
     // reference's left behind would send it to the old address).
-    let c_ip = engine.start_web("swp-c", ports[0]);
-    assert_ne!(c_ip, a_ip, "host-local gave the stopped pod's address again");
+    let c_ips = engine.start_web("swp-c", ports[0]);
+    assert!(c_ips.iter().all(|ip| !a_ips.contains(ip)), "host-local gave a stopped pod's address again");
     // Ours made it: our portmap forwards with nftables, the reference's with iptables.
     let with_c = NodeState::take(engine.host());
     let dnat_to_c: Vec<String> =
-        iptables_rules_of(&with_c, &c_ip).into_iter().filter(|r| r.contains("-j DNAT")).collect();
+        rules_of_all(&with_c, &c_ips).into_iter().filter(|r| r.contains("-j DNAT")).collect();
     assert!(dnat_to_c.is_empty(), "the Go portmap still ran: {dnat_to_c:?}");
     assert_answers(engine.host(), &everywhere, ports[0], "swp-c", "a new pod on a reused hostPort");
     assert_answers(engine.host(), &everywhere, ports[1], "swp-b", "beside the new pod");
@@ -226,7 +236,7 @@ impl Engine for CriNode {
         self.containerd.swap_plugins(plugins, CHAIN);
     }
 
-    fn start_web(&mut self, name: &str, host_port: u16) -> String {
+    fn start_web(&mut self, name: &str, host_port: u16) -> Vec<String> {
         let mut config = pod(name);
         config.port_mappings[0].host_port = host_port.into();
         let id = self
@@ -235,9 +245,9 @@ impl Engine for CriNode {
             .unwrap_or_else(|e| panic!("RunPodSandbox {name}: {e}\n{}", self.containerd.log()));
         let command = http_server(name);
         self.cri.start_container(&id, config, "web", &command.iter().map(String::as_str).collect::<Vec<_>>());
-        let ip = self.cri.status(&id).0;
+        let (ip, additional, _) = self.cri.status(&id);
         self.pods.insert(name.to_string(), id);
-        ip
+        std::iter::once(ip).chain(additional).collect()
     }
 
     fn remove(&mut self, name: &str) {
@@ -247,12 +257,12 @@ impl Engine for CriNode {
     }
 }
 
-/// The Kubernetes-style network of the CRI suite (bridge with `ipMasq` + host-local,
-/// portmap, firewall, tuning, bandwidth) with the firewall on its iptables backend.
-/// portmap names no backend: the Go one knows only iptables, ours defaults to nftables,
-/// so a swapped node has both.
+/// The Kubernetes-style dual-stack network of the CRI suite (bridge with `ipMasq` +
+/// host-local, portmap, firewall, tuning, bandwidth) with the firewall on its iptables
+/// backend. portmap names no backend: the Go one knows only iptables, ours defaults to
+/// nftables, so a swapped node has both.
 fn cri_conflist() -> String {
-    let mut list: Value = serde_json::from_str(&conflist()).unwrap();
+    let mut list: Value = serde_json::from_str(&dual_stack_conflist()).unwrap();
     let firewall = list["plugins"].as_array_mut().unwrap().iter_mut().find(|p| p["type"] == "firewall");
     firewall.expect("the CRI conflist has a firewall")["backend"] = "iptables".into();
     list.to_string()
@@ -264,13 +274,14 @@ fn containerd_cri_pods_of_the_go_plugins_stopped_by_ours_leave_nothing_of_the_re
     let containerd = Containerd::start_cri(ours(), Some(&cri_conflist()), CHAIN);
     let cri = Cri::connect(&containerd);
     let mut node = CriNode { containerd, cri, pods: HashMap::new() };
-    swap_scenario(&mut node, GATEWAY, [18081, 18082]);
+    let gateway6 = format!("[{SUBNET6_PREFIX}1]");
+    swap_scenario(&mut node, &[GATEWAY, &gateway6], [18081, 18082]);
     eprintln!("cni-e2e [swap]: the containerd CRI scenario took {:?}", started.elapsed());
 }
 
 /// podman's CNI backend on its default network (podman's own conflist: bridge with
-/// `ipMasq` + host-local, portmap, firewall naming no backend, tuning); pods are
-/// containers.
+/// `ipMasq` + host-local, portmap, firewall naming no backend, tuning; IPv4 only); pods
+/// are containers.
 struct PodmanNode(Podman);
 
 impl Engine for PodmanNode {
@@ -282,11 +293,11 @@ impl Engine for PodmanNode {
         self.0.swap_plugins(plugins, PODMAN_CHAIN);
     }
 
-    fn start_web(&mut self, name: &str, host_port: u16) -> String {
+    fn start_web(&mut self, name: &str, host_port: u16) -> Vec<String> {
         let command = http_server(name);
         let command: Vec<&str> = command.iter().map(String::as_str).collect();
         self.0.start(name, &["-p", &format!("{host_port}:80")], &command);
-        self.0.eth0_ipv4(name).addr.to_string()
+        vec![self.0.eth0_ipv4(name).addr.to_string()]
     }
 
     fn remove(&mut self, name: &str) {
@@ -302,6 +313,6 @@ fn podman_containers_of_the_go_plugins_stopped_by_ours_leave_nothing_of_the_refe
     plugins.require(PODMAN_CHAIN);
     let podman = Podman::set_up_on(plugins, NetworkBackend::Cni);
     let (_subnet, gateway) = podman.network_subnet(DEFAULT_NETWORK);
-    swap_scenario(&mut PodmanNode(podman), &gateway.to_string(), [18091, 18092]);
+    swap_scenario(&mut PodmanNode(podman), &[&gateway.to_string()], [18091, 18092]);
     eprintln!("cni-e2e [swap]: the podman scenario took {:?}", started.elapsed());
 }
