@@ -115,9 +115,11 @@ impl EngineHost {
     /// does on a live node. Engines look plugins up by path on every operation, so the
     /// next ADD or DEL runs the new ones without a restart.
     ///
-    /// A bind mount over the old one (the directory under test may be one the machine
-    /// owns, `/usr/lib/cni`, which is never written to). The directory it covers must stay
-    /// while the host lives: removing a directory detaches every mount stacked on it.
+    /// A bind mount over the old one rather than files copied into it: the directory
+    /// mounted there may be the machine's own (`CNI_E2E_PLUGIN_DIR=/usr/lib/cni`), which a
+    /// test never writes to. `plugin_dir` must be visible in the private mount namespace
+    /// (not under a default plugin directory the host hides), and the directory it covers
+    /// must stay while the host lives: removing a directory detaches every mount on it.
     pub fn replace_plugin_dir(&self, plugin_dir: &Path) {
         let out = self
             .command("mount")
