@@ -40,6 +40,8 @@ pub struct Containerd {
     daemon: Child,
     host: EngineHost,
     plugins: PluginDir,
+    /// Sets [`Containerd::swap_plugins`] replaced, under the current one's mount.
+    swapped_out: Vec<PluginDir>,
     dir: TempDir,
     /// The containerd namespace `ctr` commands address.
     namespace: &'static str,
@@ -73,7 +75,7 @@ impl Containerd {
         let host = EngineHost::new(plugins.path(), &conf_dir);
         let namespace = if cri { CRI_NAMESPACE } else { "default" };
         let daemon = spawn_daemon(&host, dir.path(), cri);
-        let containerd = Containerd { daemon, host, plugins, dir, namespace, cri };
+        let containerd = Containerd { daemon, host, plugins, swapped_out: Vec::new(), dir, namespace, cri };
         containerd.wait_until_serving();
         let tar = rootfs_tar(containerd.dir.path());
         let archive = oci_archive(containerd.dir.path(), &tar);
@@ -87,6 +89,17 @@ impl Containerd {
         let _ = self.daemon.wait();
         self.daemon = spawn_daemon(&self.host, self.dir.path(), self.cri);
         self.wait_until_serving();
+    }
+
+    /// Swaps the plugins under the running daemon and its pods for `plugins`, which must
+    /// hold `chain` ([`EngineHost::replace_plugin_dir`]: no restart, as a package upgrade
+    /// of the plugins on a live node). The set swapped out is
+    /// kept until the end: its directory lies under the new one's mount.
+    pub fn swap_plugins(&mut self, plugins: PluginDir, chain: &[&str]) {
+        plugins.require(chain);
+        self.host.replace_plugin_dir(plugins.path());
+        let old = std::mem::replace(&mut self.plugins, plugins);
+        self.swapped_out.push(old);
     }
 
     /// The daemon's gRPC socket (CRI clients connect to it directly).

@@ -110,6 +110,32 @@ impl EngineHost {
         command
     }
 
+    /// Puts `plugin_dir` on `/opt/cni/bin` in place of what was there, with the engines
+    /// and their containers running: what an operator's package upgrade of the plugins
+    /// does on a live node. Engines look plugins up by path on every operation, so the
+    /// next ADD or DEL runs the new ones without a restart.
+    ///
+    /// A bind mount over the old one rather than files copied into it: the directory
+    /// mounted there may be the machine's own (`CNI_E2E_PLUGIN_DIR=/usr/lib/cni`), which a
+    /// test never writes to. `plugin_dir` must be visible in the private mount namespace
+    /// (not under a default plugin directory the host hides), and the directory it covers
+    /// must stay while the host lives: removing a directory detaches every mount on it.
+    pub fn replace_plugin_dir(&self, plugin_dir: &Path) {
+        let out = self
+            .command("mount")
+            .arg("--bind")
+            .arg(plugin_dir)
+            .arg("/opt/cni/bin")
+            .output()
+            .expect("run mount in the engines' mount namespace");
+        assert!(
+            out.status.success(),
+            "bind {} on /opt/cni/bin: {}",
+            plugin_dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Where `path` of the private mount namespace is visible from the test process.
     pub fn private_path(&self, path: &str) -> PathBuf {
         PathBuf::from(format!("/proc/{}/root", self.keeper.id())).join(path.trim_start_matches('/'))

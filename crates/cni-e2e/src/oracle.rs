@@ -21,7 +21,6 @@ impl HostSnapshot {
     pub fn take(host: &EngineHost) -> HostSnapshot {
         let netns = host.netns();
         let nft = netns.nft_text();
-        let iptables = stdout_of_success(&mut netns.command("iptables-save"), "iptables-save");
         let links = netns
             .ip_json(&["link", "show"])
             .as_array()
@@ -31,12 +30,7 @@ impl HostSnapshot {
             .collect();
         HostSnapshot {
             nft_ruleset: nft.lines().map(without_nft_counters).collect::<Vec<_>>().join("\n"),
-            iptables: iptables
-                .lines()
-                .filter(|line| !line.starts_with('#'))
-                .map(without_iptables_counters)
-                .collect::<Vec<_>>()
-                .join("\n"),
+            iptables: iptables_save(host, "iptables-save"),
             links,
         }
     }
@@ -69,6 +63,18 @@ impl HostSnapshot {
         }
         out
     }
+}
+
+/// What `program` (`iptables-save` or `ip6tables-save`) prints in the host's namespace,
+/// without comments and counters.
+pub fn iptables_save(host: &EngineHost, program: &str) -> String {
+    let saved = stdout_of_success(&mut host.netns().command(program), program);
+    saved
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .map(without_iptables_counters)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// `counter packets 3 bytes 180` → `counter`.

@@ -43,6 +43,25 @@ impl PluginDir {
         PluginDir { path: path.to_path_buf(), label: label.to_string(), _installed: None }
     }
 
+    /// The plugins of `dir` in a temporary directory of the suite's own (hard links, or
+    /// copies across file systems), labelled `label`: an [`EngineHost`] hides the default
+    /// plugin directories (`/usr/lib/cni`, the Go plugins' among them), so a set swapped in
+    /// while engines run must live elsewhere ([`EngineHost::replace_plugin_dir`]).
+    ///
+    /// [`EngineHost`]: crate::engine_host::EngineHost
+    /// [`EngineHost::replace_plugin_dir`]: crate::engine_host::EngineHost::replace_plugin_dir
+    pub fn linked_from(dir: &Path, label: &str) -> PluginDir {
+        let linked = tempfile::Builder::new().prefix("cne-plugins-").tempdir().expect("temp plugin dir");
+        let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display()));
+        for entry in entries.map(|e| e.expect("read a plugin directory entry")) {
+            let (from, to) = (entry.path(), linked.path().join(entry.file_name()));
+            if std::fs::hard_link(&from, &to).is_err() {
+                std::fs::copy(&from, &to).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+            }
+        }
+        PluginDir { path: linked.path().to_path_buf(), label: label.to_string(), _installed: Some(linked) }
+    }
+
     /// This workspace's plugins, installed into a temporary directory (labelled "ours") as
     /// the package installs them: a link per plugin, and `etcd-ipam` and `dhcp` (binaries
     /// of their own) and `cni-dnsd` beside them. podman's

@@ -38,6 +38,8 @@ pub struct Podman {
     // plugins still exist, then the host goes, then the directories.
     host: EngineHost,
     plugins: PluginDir,
+    /// Sets [`Podman::swap_plugins`] replaced, under the current one's mount.
+    swapped_out: Vec<PluginDir>,
     dir: TempDir,
     conf: PathBuf,
 }
@@ -80,12 +82,23 @@ impl Podman {
         let conf = dir.path().join("containers.conf");
         fs::write(&conf, containers_conf(dir.path(), backend)).expect("write containers.conf");
         let host = EngineHost::new(plugins.path(), &dir.path().join("cni-conf"));
-        let podman = Podman { host, plugins, dir, conf };
+        let podman = Podman { host, plugins, swapped_out: Vec::new(), dir, conf };
         let chosen = podman.ok(&["info", "--format", "{{.Host.NetworkBackend}}"]);
         assert_eq!(chosen, backend.name(), "podman ignored the private containers.conf's network_backend");
         let tar = rootfs_tar(podman.dir.path());
         podman.ok(&["import", tar.to_str().expect("utf-8 temp path"), IMAGE_NAME]);
         podman
+    }
+
+    /// Swaps the plugins under podman and its running containers for `plugins`, which must
+    /// hold `chain` ([`EngineHost::replace_plugin_dir`]: every podman command and
+    /// conmon's clean-up runs the new ones). The set swapped out is
+    /// kept until the end: its directory lies under the new one's mount.
+    pub fn swap_plugins(&mut self, plugins: PluginDir, chain: &[&str]) {
+        plugins.require(chain);
+        self.host.replace_plugin_dir(plugins.path());
+        let old = std::mem::replace(&mut self.plugins, plugins);
+        self.swapped_out.push(old);
     }
 
     /// The host the containers run on.

@@ -1,9 +1,11 @@
 //! The end-to-end suite in one binary, a module per engine path: podman's CNI backend (and
-//! with DNS), containerd's `ctr run --cni`, and containerd's CRI plugin as kubelet drives
-//! it. Each test starts its engine inside its own throwaway network and mount namespaces.
+//! with DNS), containerd's `ctr run --cni`, containerd's CRI plugin as kubelet drives it,
+//! and a node swapped from the Go reference plugins to ours under both engines. Each
+//! test starts its engine inside its own throwaway network and mount namespaces.
 #![forbid(unsafe_code)]
 
 mod containerd;
 mod cri;
 mod podman;
 mod podman_dns;
+mod swap;
