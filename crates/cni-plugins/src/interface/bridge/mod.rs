@@ -20,7 +20,7 @@ mod vlan_plan;
 
 use crate::common::iface;
 use crate::common::veth::{self, VethRequest};
-use crate::common::{masq, open_container_netns, DelErrors, NetResultExt};
+use crate::common::{masq, nft_attach, open_container_netns, DelErrors, NetResultExt};
 use cni_net::netlink::{BridgeOptions, BridgeVlanSettings, LinkCondition, LinkKind, LinkSpec};
 use cni_net::{Link, MacAddr, NetNs, Netlink};
 use cni_sdk::{delegate, CniError, CniResult, GcErrors, Plugin, Request};
@@ -191,8 +191,8 @@ fn result_interfaces(
     Ok(interfaces)
 }
 
-/// The attachment's nftables state: masquerade and the MAC spoof check. All or nothing:
-/// masquerade is undone if the spoof check fails.
+/// The attachment's nftables state: masquerade and the MAC spoof check, in one batch (one
+/// transaction for the kernel to make and commit): all or nothing.
 fn add_firewall_rules(
     req: &Request,
     conf: &BridgeConf,
@@ -200,15 +200,19 @@ fn add_firewall_rules(
     host_port: &Link,
     container_link: &Link,
 ) -> Result<(), CniError> {
-    let masq_guard = if conf.ip_masq { Some(masq::add_guarded(req, result, CONTAINER_IFACE)?) } else { None };
+    let who = req.attachment();
+    let mut parts = Vec::new();
+    if conf.ip_masq {
+        parts.push(masq::part(req, &who, result, CONTAINER_IFACE)?);
+    }
     if conf.mac_spoof_check {
         let mac = container_link.mac.ok_or_else(|| CniError::internal("container interface has no MAC"))?;
-        spoofcheck::add(req, &host_port.name, mac)?;
+        parts.push(spoofcheck::part(req, &who, &host_port.name, mac)?);
     }
-    if let Some(guard) = masq_guard {
-        guard.keep();
+    if parts.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    nft_attach::attach_all(&mut *nft_attach::client()?, &req.conf.name, &who, &parts)
 }
 
 impl Bridge {
