@@ -333,11 +333,9 @@ pub fn attached_keys<T: DispatchTable>(
     network: &str,
     who: &Attachment,
 ) -> Result<Vec<String>, CniError> {
-    match nft.list_rules(T::FAMILY, T::TABLE, &chain_name(network, who)) {
-        Ok(rules) => Ok(recorded_keys(&rules)),
-        Err(e) if e.is_not_found() => Ok(Vec::new()),
-        Err(e) => Err(nft_error("list the attachment's chain", e)),
-    }
+    let rules = nft.list_rules(T::FAMILY, T::TABLE, &chain_name(network, who)).ignore_missing();
+    let rules = rules.map_err(|e| nft_error("list the attachment's chain", e))?;
+    Ok(rules.map(|rules| recorded_keys(&rules)).unwrap_or_default())
 }
 
 /// Whether the attachment's chain exists (for CHECK).

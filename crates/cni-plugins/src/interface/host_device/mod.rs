@@ -14,6 +14,7 @@ use crate::common::addresses::{interface_with_mtu, Addresses, CONTAINER_IFACE};
 use crate::common::{iface, open_container_netns, open_container_netns_for_del, NetResultExt};
 use cni_net::{Link, NetNs, Netlink};
 use cni_os::fs;
+use cni_os::Idempotent;
 use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};
 pub(crate) use select::{HostDeviceConf, Selector};
 use serde::{Deserialize, Serialize};
@@ -72,10 +73,7 @@ fn remove_state(path: &std::path::Path) -> Result<(), CniError> {
         fs::Cleared::Nothing => {}
         cleared => eprintln!("host-device: {} was a directory, not a record: {cleared:?}", path.display()),
     }
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(e)),
-        _ => Ok(()),
-    }
+    std::fs::remove_file(path).ignore_missing().map(drop).map_err(io)
 }
 
 /// Moves the container's `ifname` back to the host under its original name and restores
