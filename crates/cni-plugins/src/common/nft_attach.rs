@@ -98,9 +98,10 @@ pub struct TablePart<'a> {
     chain: Chain,
     rules: Vec<Rule>,
     elements: Vec<(SetRef, SetElement, String)>,
-    /// The table's own steps, from its [`DispatchTable`].
+    /// The table's own steps, from its [`DispatchTable`]: make the table, remove what an
+    /// earlier ADD of the attachment left in it, name a key another attachment holds.
     ensure_table: fn(&mut NftClient) -> Result<(), CniError>,
-    detach: fn(&mut NftClient, &str, &Attachment, Option<&[String]>) -> Result<(), CniError>,
+    clear: fn(&mut NftClient, &str, &Attachment) -> Result<(), CniError>,
     key_taken: fn(&str) -> CniError,
     who: &'a Attachment,
 }
@@ -138,7 +139,7 @@ impl<'a> TablePart<'a> {
             rules,
             elements,
             ensure_table: ensure_table::<T>,
-            detach: detach::<T>,
+            clear: |nft, network, who| detach::<T>(nft, network, who, None),
             key_taken: T::key_taken,
             who,
         })
@@ -240,7 +241,7 @@ pub fn attach_all(
     for part in parts {
         (part.ensure_table)(nft)?;
         // Start clean: a retried ADD must not stack a second set of rules.
-        (part.detach)(nft, network, part.who, None)?;
+        (part.clear)(nft, network, part.who)?;
     }
     match commit_attachment(nft, &batch, &element_ops, who) {
         Err(AttachFailure::Retry) => {
