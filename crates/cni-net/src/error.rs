@@ -151,7 +151,7 @@ impl Error {
     /// True when the object operated on does not exist (ENOENT, ENODEV, ESRCH, EADDRNOTAVAIL
     /// for a missing address). Callers use it to make DEL idempotent.
     pub fn is_not_found(&self) -> bool {
-        matches!(self.errno(), Some(libc::ENOENT | libc::ENODEV | libc::ESRCH | libc::EADDRNOTAVAIL))
+        self.errno().is_some_and(crate::idempotent::errno_means_missing)
     }
 
     /// True when the object to create already exists (EEXIST).

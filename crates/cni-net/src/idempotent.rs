@@ -1,53 +1,55 @@
-//! "Already there" and "already gone" as success: what makes ADD retries and DEL idempotent.
-//!
-//! One pair of methods for the errors of netlink ([`crate::Error`]) and nftables
-//! ([`NftError`]), each keeping its own notion of "missing" (`ENOENT`, `ENODEV`, `ESRCH`,
-//! `EADDRNOTAVAIL` for netlink; `ENOENT` for nf_tables). File code has the same methods in
-//! `cni_types::IoResultExt`.
+//! What "missing" and "exists" mean for netlink ([`crate::Error`], [`NetlinkError`]) and
+//! nftables ([`NftError`]) errors: `ENOENT`, `ENODEV`, `ESRCH`, `EADDRNOTAVAIL` for
+//! netlink; `ENOENT` for nf_tables; `EEXIST` for both. With these, their results have the
+//! one idempotence helper, [`cni_os::Idempotent`] (re-exported as [`crate::Idempotent`]).
 
-use crate::error::Error;
+use crate::error::{Error, NetlinkError};
 use crate::nft::NftError;
+use cni_os::idempotent::Existence;
 
-/// `ignore_missing` / `ignore_exists` on results of cni-net operations.
-pub trait Idempotent<T, E> {
-    /// `Ok(None)` when the object to change or delete does not exist.
-    fn ignore_missing(self) -> Result<Option<T>, E>;
-    /// `Ok(None)` when the object to create already exists.
-    fn ignore_exists(self) -> Result<Option<T>, E>;
-}
-
-impl<T> Idempotent<T, Error> for Result<T, Error> {
-    fn ignore_missing(self) -> Result<Option<T>, Error> {
-        ignore_if(self, Error::is_not_found)
+impl Existence for Error {
+    fn is_missing(&self) -> bool {
+        self.is_not_found()
     }
 
-    fn ignore_exists(self) -> Result<Option<T>, Error> {
-        ignore_if(self, Error::is_already_exists)
+    fn is_existing(&self) -> bool {
+        self.is_already_exists()
     }
 }
 
-impl<T> Idempotent<T, NftError> for Result<T, NftError> {
-    fn ignore_missing(self) -> Result<Option<T>, NftError> {
-        ignore_if(self, NftError::is_not_found)
+/// A netlink exchange's own failure, before the operation is named: for cni-net's look-ups
+/// that answer "no such object" with `None`.
+impl Existence for NetlinkError {
+    fn is_missing(&self) -> bool {
+        self.errno().is_some_and(errno_means_missing)
     }
 
-    fn ignore_exists(self) -> Result<Option<T>, NftError> {
-        ignore_if(self, NftError::is_already_exists)
+    fn is_existing(&self) -> bool {
+        self.errno() == Some(libc::EEXIST)
     }
 }
 
-fn ignore_if<T, E>(result: Result<T, E>, ignored: impl FnOnce(&E) -> bool) -> Result<Option<T>, E> {
-    match result {
-        Ok(value) => Ok(Some(value)),
-        Err(err) if ignored(&err) => Ok(None),
-        Err(err) => Err(err),
+impl Existence for NftError {
+    fn is_missing(&self) -> bool {
+        self.is_not_found()
     }
+
+    fn is_existing(&self) -> bool {
+        self.is_already_exists()
+    }
+}
+
+/// The errnos by which rtnetlink says the object is not there: `ENODEV` (link), `ENOENT`
+/// (rule, neighbour, FDB entry, a link asked for by name), `ESRCH` (route),
+/// `EADDRNOTAVAIL` (address).
+pub(crate) fn errno_means_missing(errno: i32) -> bool {
+    matches!(errno, libc::ENOENT | libc::ENODEV | libc::ESRCH | libc::EADDRNOTAVAIL)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::NetlinkError;
+    use crate::Idempotent;
 
     fn kernel(errno: i32) -> Error {
         Error::netlink("op", NetlinkError::Kernel { errno, message: None })
@@ -57,6 +59,8 @@ mod tests {
     fn netlink_missing_and_existing() {
         for errno in [libc::ENOENT, libc::ENODEV, libc::ESRCH, libc::EADDRNOTAVAIL] {
             assert_eq!(Err::<(), _>(kernel(errno)).ignore_missing().unwrap(), None);
+            let bare = NetlinkError::Kernel { errno, message: None };
+            assert_eq!(Err::<(), _>(bare).ignore_missing().unwrap(), None);
         }
         assert_eq!(Err::<(), _>(kernel(libc::EEXIST)).ignore_exists().unwrap(), None);
         assert!(Err::<(), _>(kernel(libc::EEXIST)).ignore_missing().is_err());

@@ -44,9 +44,9 @@ mod nl;
 pub mod sysctl;
 pub mod wireguard;
 
+pub use cni_os::idempotent::Idempotent;
 pub use detach::NO_HELPERS_VAR;
 pub use error::{Error, NetlinkError, Result};
-pub use idempotent::Idempotent;
 pub use mac::MacAddr;
 pub use netlink::{Link, Netlink};
 pub use netns::NetNs;

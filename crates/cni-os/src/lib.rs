@@ -23,6 +23,7 @@
 
 pub mod child;
 pub mod fs;
+pub mod idempotent;
 pub mod inet;
 pub mod lock;
 pub mod poll;
@@ -31,6 +32,8 @@ pub mod process;
 pub mod random;
 pub mod signal;
 pub mod socket;
+
+pub use idempotent::Idempotent;
 
 /// Whether this process runs with root's effective user id.
 pub fn is_root() -> bool {

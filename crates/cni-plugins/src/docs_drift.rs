@@ -3,7 +3,7 @@
 //! Each plugin's accepted keys are read from the serde types its code parses stdin into
 //! ([`crate::keys`] records the field names serde asks for, nested ones
 //! included); a value the code parses out of a sub-object (`runtimeConfig.bandwidth`,
-//! `args.cni`) is traced at that path, mirroring the `parse_value` call. The keys every
+//! `args.cni`) is recorded at that path, mirroring the `parse_value` call. The keys every
 //! plugin shares (`cniVersion`, `name`, `type`, `ipam.type`, `dns`, ...) are documented once,
 //! in `docs/plugins/README.md`, and checked there against `cni_types::NetConf`.
 //!

@@ -14,7 +14,7 @@
 
 use crate::error::{Error, Result};
 use base64::Engine;
-use cni_types::IoResultExt;
+use cni_os::Idempotent;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::fs::DirBuilder;

@@ -8,6 +8,7 @@ use netlink_packet_route::RouteNetlinkMessage;
 use super::{context, Netlink};
 use crate::error::{Error, Result};
 use crate::mac::MacAddr;
+use crate::Idempotent;
 
 /// The driver kind of a link (`IFLA_INFO_KIND`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -205,14 +206,12 @@ impl Netlink {
             validate_link_name(name)?;
         }
         let request = RouteNetlinkMessage::GetLink(link_message(target));
-        match self.exchange(request, 0) {
-            Ok(answers) => Ok(answers.iter().find_map(|answer| match answer {
-                RouteNetlinkMessage::NewLink(message) => Some(Link::from_message(message)),
-                _ => None,
-            })),
-            Err(err) if matches!(err.errno(), Some(libc::ENODEV | libc::ENOENT)) => Ok(None),
-            Err(source) => Err(Error::netlink(format!("get link {target}"), source)),
-        }
+        let answers = self.exchange(request, 0).ignore_missing();
+        let answers = answers.map_err(|source| Error::netlink(format!("get link {target}"), source))?;
+        Ok(answers.unwrap_or_default().iter().find_map(|answer| match answer {
+            RouteNetlinkMessage::NewLink(message) => Some(Link::from_message(message)),
+            _ => None,
+        }))
     }
 
     /// Lists every link in the namespace.
@@ -237,10 +236,8 @@ impl Netlink {
     /// VLAN's id, a VRF's table. `None` when the link is gone or reports none.
     pub(crate) fn link_info_data(&mut self, index: u32) -> Result<Option<InfoData>> {
         let request = RouteNetlinkMessage::GetLink(link_message(LinkRef::Index(index)));
-        let answers = match self.exchange(request, 0) {
-            Err(err) if matches!(err.errno(), Some(libc::ENODEV | libc::ENOENT)) => return Ok(None),
-            other => context(other, || format!("get link #{index}"))?,
-        };
+        let answers = self.exchange(request, 0).ignore_missing();
+        let Some(answers) = context(answers, || format!("get link #{index}"))? else { return Ok(None) };
         Ok(answers.iter().find_map(|answer| match answer {
             RouteNetlinkMessage::NewLink(message) => info_data(message).cloned(),
             _ => None,

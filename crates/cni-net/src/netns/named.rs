@@ -14,6 +14,7 @@ use std::sync::Mutex;
 
 use super::{NetNs, THREAD_SELF_NETNS};
 use crate::error::{Error, Result};
+use crate::Idempotent;
 
 /// Where `ip netns` keeps named namespaces.
 pub const DEFAULT_NETNS_DIR: &str = "/run/netns";
@@ -78,13 +79,11 @@ pub fn remove_named(path: impl AsRef<Path>) -> Result<()> {
             return Err(Error::Namespace { op: "unmount namespace", path: path.to_path_buf(), source: err });
         }
     }
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(source) => {
-            Err(Error::Namespace { op: "remove namespace file", path: path.to_path_buf(), source })
-        }
-    }
+    std::fs::remove_file(path).ignore_missing().map(drop).map_err(|source| Error::Namespace {
+        op: "remove namespace file",
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// A named namespace that is removed (as [`remove_named`] does) when this value is dropped,

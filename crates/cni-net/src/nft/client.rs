@@ -176,6 +176,31 @@ impl NftClient {
         self.get_one(NFT_MSG_GETCHAIN, family, &w.buf, &what, |message| ChainInfo::decode(&message.into()))
     }
 
+    /// The ruleset's generation: the kernel counts every committed transaction in the
+    /// namespace, so two readings tell how many batches were committed between them.
+    pub fn generation(&mut self) -> Result<u32, NftError> {
+        let msg_type = nft_type(NFT_MSG_GETGEN);
+        let answers = self.sock.conversation.request(
+            |seq| {
+                let mut out = Vec::new();
+                put_message(&mut out, msg_type, NLM_F_REQUEST | NLM_F_ACK, seq, 0, 0, &[]);
+                out
+            },
+            |message| {
+                let incoming = Incoming::from(message);
+                for attr in incoming.attrs() {
+                    let attr = attr.map_err(decode_failure)?;
+                    if attr.kind == NFTA_GEN_ID {
+                        return attr.u32().map_err(decode_failure);
+                    }
+                }
+                Err(decode_failure(NftError::Malformed("generation answer without NFTA_GEN_ID".into())))
+            },
+        );
+        let answers = answers.map_err(|err| NftError::from_netlink("get generation", err))?;
+        answers.into_iter().next().ok_or_else(|| NftError::Malformed("no generation answer".into()))
+    }
+
     /// One object asked for by name (`attributes`): what `decode` makes of the kernel's
     /// answer, or None when the kernel says there is no such object.
     fn get_one<T>(

@@ -37,6 +37,7 @@ pub const NFT_MSG_NEWSET: u16 = 9;
 pub const NFT_MSG_DELSET: u16 = 11;
 pub const NFT_MSG_NEWSETELEM: u16 = 12;
 pub const NFT_MSG_DELSETELEM: u16 = 14;
+pub const NFT_MSG_GETGEN: u16 = 16;
 pub const NFT_MSG_DESTROYTABLE: u16 = 26;
 pub const NFT_MSG_DESTROYCHAIN: u16 = 27;
 pub const NFT_MSG_DESTROYSET: u16 = 29;
@@ -44,6 +45,8 @@ pub const NFT_MSG_DESTROYSET: u16 = 29;
 // --- attributes ---
 pub const NFTA_LIST_ELEM: u16 = 1;
 
+/// NFTA_GEN_ID: the ruleset's generation, a big-endian u32.
+pub const NFTA_GEN_ID: u16 = 1;
 pub const NFTA_TABLE_NAME: u16 = 1;
 pub const NFTA_TABLE_FLAGS: u16 = 2;
 pub const NFTA_TABLE_HANDLE: u16 = 4;

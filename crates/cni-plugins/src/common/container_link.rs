@@ -2,6 +2,7 @@
 //! than a veth pair: removed again by its guard if the ADD fails later, and by name on DEL.
 
 use super::{open_container_netns_for_del, NetResultExt};
+use cni_net::Idempotent;
 use cni_net::{Link, NetNs, Netlink};
 use cni_sdk::{CniError, Request};
 
@@ -29,10 +30,9 @@ impl<'a> ContainerLink<'a> {
 impl Drop for ContainerLink<'_> {
     fn drop(&mut self) {
         if self.armed {
-            if let Err(e) = Netlink::in_ns(self.ns).and_then(|mut nl| nl.delete_link(self.link.index)) {
-                if !e.is_not_found() {
-                    eprintln!("rollback: cannot delete {}: {e}", self.link.name);
-                }
+            let deleted = Netlink::in_ns(self.ns).and_then(|mut nl| nl.delete_link(self.link.index));
+            if let Err(e) = deleted.ignore_missing() {
+                eprintln!("rollback: cannot delete {}: {e}", self.link.name);
             }
         }
     }
@@ -46,10 +46,10 @@ pub fn delete(req: &Request) -> Result<(), CniError> {
     let Some(link) = nl.link_by_name(&req.ifname).or_cni("look up the container interface")? else {
         return Ok(());
     };
-    match nl.delete_link(link.index) {
-        Err(e) if !e.is_not_found() => Err(CniError::internal(format!("delete {}: {e}", req.ifname))),
-        _ => Ok(()),
-    }
+    nl.delete_link(link.index)
+        .ignore_missing()
+        .map(drop)
+        .map_err(|e| CniError::internal(format!("delete {}: {e}", req.ifname)))
 }
 
 /// The `mtu` key: 0 means the kernel's default; otherwise within what Ethernet allows.

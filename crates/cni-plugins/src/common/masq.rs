@@ -6,7 +6,7 @@
 //! `masq4`/`masq6` to the attachment's chain, which masquerades unless the destination is
 //! in that address's subnet.
 
-use super::nft_attach::{self, DispatchTable};
+use super::nft_attach::{self, DispatchTable, TablePart};
 use super::reference_state;
 use cni_net::nft::{
     priority, Batch, Chain, ChainType, Family, Field, Hook, KeyType, KeyValue, MapData, RuleBuilder, Set,
@@ -62,10 +62,25 @@ impl DispatchTable for Masquerade {
 
 /// Masquerades the container interface's addresses of `result` (interface `iface`).
 pub fn add(req: &Request, result: &CniResult, iface: usize) -> Result<(), CniError> {
+    let who = req.attachment();
+    nft_attach::attach_all(
+        &mut *nft_attach::client()?,
+        &req.conf.name,
+        &who,
+        &[part(req, &who, result, iface)?],
+    )
+}
+
+/// What [`add`] adds, as one table's part of an attachment's batch.
+pub fn part<'a>(
+    req: &Request,
+    who: &'a Attachment,
+    result: &CniResult,
+    iface: usize,
+) -> Result<TablePart<'a>, CniError> {
     let ips: Vec<_> = result.ips_of(Some(iface)).map(|ip| ip.address).collect();
     let keys: Vec<String> = ips.iter().map(|net| net.addr().to_string()).collect();
-    let mut nft = nft_attach::client()?;
-    nft_attach::attach::<Masquerade>(&mut nft, &req.conf.name, &req.attachment(), &keys, |chain| {
+    TablePart::new::<Masquerade>(&req.conf.name, who, &keys, |chain| {
         ips.iter()
             .map(|net| {
                 let host = ipnet::IpNet::new(net.addr(), net.max_prefix_len()).expect("full prefix");
@@ -100,36 +115,4 @@ pub fn gc(network: &str, valid: &[Attachment]) -> Result<(), GcErrors> {
     errors.merge(nft_attach::gc_table::<Masquerade>(network, valid));
     errors.record("the reference plugins' masquerade chains", reference_state::gc_masquerade(network, valid));
     errors.into_result()
-}
-
-/// Undoes [`add`] on drop unless kept: part of ADD's rollback.
-pub struct MasqGuard<'a> {
-    req: &'a Request,
-    armed: bool,
-}
-
-impl MasqGuard<'_> {
-    pub fn keep(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for MasqGuard<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            if let Err(e) = del(self.req, None) {
-                eprintln!("rollback: cannot remove masquerade rules: {e}");
-            }
-        }
-    }
-}
-
-/// [`add`] with a rollback guard.
-pub fn add_guarded<'a>(
-    req: &'a Request,
-    result: &CniResult,
-    iface: usize,
-) -> Result<MasqGuard<'a>, CniError> {
-    add(req, result, iface)?;
-    Ok(MasqGuard { req, armed: true })
 }

@@ -19,7 +19,9 @@
 //!
 //! Used by masquerading (`masq`), bridge's MAC spoof check, the firewall and portmap.
 
-use cni_net::nft::{Batch, Chain, Family, ListedRule, NftClient, NftError, RuleBuilder, SetElement, SetRef};
+use cni_net::nft::{
+    Batch, Chain, Family, ListedRule, NftClient, NftError, Rule, RuleBuilder, SetElement, SetRef,
+};
 use cni_net::Idempotent;
 use cni_sdk::{Attachment, CniError, GcErrors, Request};
 
@@ -81,28 +83,102 @@ pub trait DispatchTable {
 
 /// How an attachment's batch failed.
 enum AttachFailure {
-    /// The table is missing (the first attachment on this host) or the attachment's chain
+    /// A table is missing (the first attachment on this host) or an attachment's chain
     /// exists (a retried ADD): worth clearing up and trying once more.
     Retry,
     Fatal(CniError),
 }
 
+/// One table's part of an attachment: its chain with the rules and tag rules, and the
+/// map elements for its keys. Parts of several tables (bridge's masquerade and MAC spoof
+/// check) go to the kernel in one batch through [`attach_all`], so an ADD makes one
+/// nftables transaction, and a refused part leaves no other part behind.
+pub struct TablePart<'a> {
+    table: &'static str,
+    chain: Chain,
+    rules: Vec<Rule>,
+    elements: Vec<(SetRef, SetElement, String)>,
+    /// The table's own steps, from its [`DispatchTable`]: make the table, remove what an
+    /// earlier ADD of the attachment left in it, name a key another attachment holds.
+    ensure_table: fn(&mut NftClient) -> Result<(), CniError>,
+    clear: fn(&mut NftClient, &str, &Attachment) -> Result<(), CniError>,
+    key_taken: fn(&str) -> CniError,
+    who: &'a Attachment,
+}
+
+impl<'a> TablePart<'a> {
+    /// Table `T`'s part of `who`'s attachment: `rules` (built for the attachment's chain),
+    /// the tag rules and the map elements of `keys`.
+    pub fn new<T: DispatchTable>(
+        network: &str,
+        who: &'a Attachment,
+        keys: &[String],
+        rules: impl FnOnce(&str) -> Vec<RuleBuilder>,
+    ) -> Result<TablePart<'a>, CniError> {
+        let chain = chain_name(network, who);
+        let tag = network_tag(network);
+        let tags: Vec<String> =
+            if keys.is_empty() { vec![tag] } else { keys.iter().map(|k| format!("{tag} key={k}")).collect() };
+        let tag_rules = tags
+            .into_iter()
+            .map(|t| RuleBuilder::new(T::FAMILY, T::TABLE, chain.as_str()).counter().comment(t));
+        let rules = rules(&chain)
+            .into_iter()
+            .chain(tag_rules)
+            .map(|rule| rule.build().map_err(|e| nft_error("build rule", e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut elements = Vec::new();
+        for key in keys {
+            for (set, element) in T::elements(key, &chain)? {
+                elements.push((set, element, key.clone()));
+            }
+        }
+        Ok(TablePart {
+            table: T::TABLE,
+            chain: Chain::regular(T::FAMILY, T::TABLE, chain),
+            rules,
+            elements,
+            ensure_table: ensure_table::<T>,
+            clear: |nft, network, who| detach::<T>(nft, network, who, None),
+            key_taken: T::key_taken,
+            who,
+        })
+    }
+}
+
+/// The one batch of `parts`, and which of its operations add an element (for the error
+/// of a key another attachment holds).
+fn attachment_batch<'p>(parts: &'p [TablePart<'_>]) -> (Batch, Vec<(usize, &'p TablePart<'p>, &'p str)>) {
+    let mut batch = Batch::new();
+    let mut element_ops = Vec::new();
+    for part in parts {
+        batch.create_chain(&part.chain);
+        for rule in &part.rules {
+            batch.add_rule(rule);
+        }
+        for (set, element, key) in &part.elements {
+            element_ops.push((batch.add_elements(set, std::slice::from_ref(element)), part, key.as_str()));
+        }
+    }
+    (batch, element_ops)
+}
+
 /// Commits an attachment's batch, telling a key another attachment holds (an element op
 /// refused as existing: the map already has that key) from the failures a retry fixes.
-fn commit_attachment<T: DispatchTable>(
+fn commit_attachment(
     nft: &mut NftClient,
     batch: &Batch,
-    element_ops: &[(usize, &str)],
+    element_ops: &[(usize, &TablePart<'_>, &str)],
     who: &Attachment,
 ) -> Result<(), AttachFailure> {
     match nft.commit(batch) {
         Ok(_) => Ok(()),
         Err(NftError::Operation { index, errno, .. })
             if matches!(errno, libc::EEXIST | libc::EBUSY | libc::ENOTEMPTY)
-                && element_ops.iter().any(|(op, _)| *op == index) =>
+                && element_ops.iter().any(|(op, ..)| *op == index) =>
         {
-            let key = element_ops.iter().find(|(op, _)| *op == index).map_or("", |(_, key)| key);
-            Err(AttachFailure::Fatal(T::key_taken(key)))
+            let (_, part, key) = element_ops.iter().find(|(op, ..)| *op == index).expect("found above");
+            Err(AttachFailure::Fatal((part.key_taken)(key)))
         }
         Err(e) if e.is_not_found() || e.is_already_exists() => Err(AttachFailure::Retry),
         Err(e) => Err(AttachFailure::Fatal(nft_error(&format!("add rules for {}", who.container_id), e))),
@@ -129,13 +205,7 @@ pub fn ensure_table<T: DispatchTable>(nft: &mut NftClient) -> Result<(), CniErro
 }
 
 /// Adds an attachment's chain with `rules` (built for that chain), its tag rules and its
-/// map elements for `keys`, in one atomic batch. A chain left by an earlier ADD of the same
-/// attachment is replaced.
-///
-/// The batch is committed optimistically: it creates the chain exclusively, so it fails
-/// (changing nothing) if the table is missing (the first attachment on this host) or the
-/// chain exists (a retried ADD). Only then are the table made and the old chain removed
-/// before a second attempt — the usual ADD costs one round trip to the kernel, not three.
+/// map elements for `keys`, in one atomic batch: [`attach_all`] with table `T`'s part.
 pub fn attach<T: DispatchTable>(
     nft: &mut NftClient,
     network: &str,
@@ -143,37 +213,45 @@ pub fn attach<T: DispatchTable>(
     keys: &[String],
     rules: impl FnOnce(&str) -> Vec<RuleBuilder>,
 ) -> Result<(), CniError> {
-    let chain = chain_name(network, who);
-    let mut batch = Batch::new();
-    batch.create_chain(&Chain::regular(T::FAMILY, T::TABLE, chain.clone()));
-    let tag = network_tag(network);
-    let tags: Vec<String> =
-        if keys.is_empty() { vec![tag] } else { keys.iter().map(|k| format!("{tag} key={k}")).collect() };
-    let tag_rules =
-        tags.into_iter().map(|t| RuleBuilder::new(T::FAMILY, T::TABLE, chain.as_str()).counter().comment(t));
-    for rule in rules(&chain).into_iter().chain(tag_rules) {
-        batch.add_rule(&rule.build().map_err(|e| nft_error("build rule", e))?);
+    attach_all(nft, network, who, &[TablePart::new::<T>(network, who, keys, rules)?])
+}
+
+/// Adds the parts of `who`'s attachment, in one atomic batch whatever the number of
+/// tables. A chain left by an earlier ADD of the same attachment is replaced.
+///
+/// The batch is committed optimistically: it creates the chains exclusively, so it fails
+/// (changing nothing) if a table is missing (the first attachment on this host) or a
+/// chain exists (a retried ADD). Only then are the tables made and the old chains removed
+/// before a second attempt — the usual ADD costs one round trip to the kernel, not three.
+pub fn attach_all(
+    nft: &mut NftClient,
+    network: &str,
+    who: &Attachment,
+    parts: &[TablePart<'_>],
+) -> Result<(), CniError> {
+    if parts.is_empty() {
+        return Ok(());
     }
-    let mut element_ops = Vec::new();
-    for key in keys {
-        for (set, element) in T::elements(key, &chain)? {
-            element_ops.push((batch.add_elements(&set, &[element]), key.as_str()));
-        }
-    }
-    match commit_attachment::<T>(nft, &batch, &element_ops, who) {
+    let (batch, element_ops) = attachment_batch(parts);
+    match commit_attachment(nft, &batch, &element_ops, who) {
         Err(AttachFailure::Retry) => {}
         Err(AttachFailure::Fatal(e)) => return Err(e),
         Ok(()) => return Ok(()),
     }
-    ensure_table::<T>(nft)?;
-    // Start clean: a retried ADD must not stack a second set of rules.
-    detach::<T>(nft, network, who, None)?;
-    match commit_attachment::<T>(nft, &batch, &element_ops, who) {
-        Err(AttachFailure::Retry) => Err(CniError::internal(format!(
-            "nftables: table {} or the chain of {} changed under this ADD twice",
-            T::TABLE,
-            who.container_id
-        ))),
+    for part in parts {
+        (part.ensure_table)(nft)?;
+        // Start clean: a retried ADD must not stack a second set of rules.
+        (part.clear)(nft, network, part.who)?;
+    }
+    match commit_attachment(nft, &batch, &element_ops, who) {
+        Err(AttachFailure::Retry) => {
+            let tables: Vec<&str> = parts.iter().map(|p| p.table).collect();
+            Err(CniError::internal(format!(
+                "nftables: table {} or the chain of {} changed under this ADD twice",
+                tables.join(", "),
+                who.container_id
+            )))
+        }
         Err(AttachFailure::Fatal(e)) => Err(e),
         Ok(()) => Ok(()),
     }
@@ -256,11 +334,9 @@ pub fn attached_keys<T: DispatchTable>(
     network: &str,
     who: &Attachment,
 ) -> Result<Vec<String>, CniError> {
-    match nft.list_rules(T::FAMILY, T::TABLE, &chain_name(network, who)) {
-        Ok(rules) => Ok(recorded_keys(&rules)),
-        Err(e) if e.is_not_found() => Ok(Vec::new()),
-        Err(e) => Err(nft_error("list the attachment's chain", e)),
-    }
+    let rules = nft.list_rules(T::FAMILY, T::TABLE, &chain_name(network, who)).ignore_missing();
+    let rules = rules.map_err(|e| nft_error("list the attachment's chain", e))?;
+    Ok(rules.map(|rules| recorded_keys(&rules)).unwrap_or_default())
 }
 
 /// Whether the attachment's chain exists (for CHECK).

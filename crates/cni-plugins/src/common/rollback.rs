@@ -2,8 +2,8 @@
 //! changes: what was done so far lives in a value that knows how to undo it ([`Undo`]),
 //! held by a [`Rollback`] guard that undoes it when dropped (an early return with `?`, a
 //! panic) unless [`Rollback::keep`] was called once everything succeeded. Guards of one
-//! resource that hand it back on success (a veth pair, a masquerade) keep their own
-//! `keep()` returning it.
+//! resource that hand it back on success (the host end of a veth pair, a container link)
+//! keep their own `keep()` returning it.
 
 use std::ops::{Deref, DerefMut};
 

@@ -156,3 +156,57 @@ fn mac_spoof_check_drops_frames_with_another_source_mac() {
     ok(call("bridge", "DEL", &env.host, Some(b), &conf("10.94.0.3/24")).run());
     assert_eq!(chains(&env.host.nft_json(), "cni_macspoofchk"), ["prerouting"]);
 }
+
+/// The ruleset with packet and byte counts zeroed: the spoof check's tag counters count
+/// whatever the containers send meanwhile (router solicitations, DAD).
+fn without_counts(mut value: Value) -> Value {
+    match &mut value {
+        Value::Object(map) => {
+            for (key, inner) in map.iter_mut() {
+                *inner = match key.as_str() {
+                    "packets" | "bytes" => json!(0),
+                    _ => without_counts(inner.take()),
+                };
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|item| *item = without_counts(item.take())),
+        _ => {}
+    }
+    value
+}
+
+/// The host namespace's nf_tables generation: the kernel counts each committed transaction.
+fn generation(host: &TestNetns) -> u32 {
+    let mut nft = host.run(cni_net::nft::NftClient::new).unwrap().unwrap();
+    nft.generation().unwrap()
+}
+
+#[test]
+fn bridge_add_with_masquerade_and_spoof_check_is_one_transaction_and_a_refused_one_changes_nothing() {
+    let env = HostAndContainers::with_prefix("shp", 3).unwrap();
+    let conf = |net: &str, bridge: &str, addr: &str| {
+        json!({"cniVersion": "1.0.0", "name": net, "type": "bridge", "bridge": bridge, "isGateway": true,
+            "ipMasq": true, "macspoofchk": true, "ipam": {"type": "static", "addresses": [{"address": addr}]}})
+    };
+    // The first ADD on the host also makes both tables.
+    add("bridge", &env.host, &env.containers[0], &conf("shpnet", "shp1", "10.95.0.2/24"));
+
+    let before = generation(&env.host);
+    add("bridge", &env.host, &env.containers[1], &conf("shpnet", "shp1", "10.95.0.3/24"));
+    assert_eq!(generation(&env.host) - before, 1, "masquerade and spoof check in one nf_tables transaction");
+    let ruleset = env.host.nft_json();
+    assert_eq!(chains(&ruleset, "cni_plugins_masquerade").len(), 3, "{ruleset:?}");
+    assert_eq!(chains(&ruleset, "cni_macspoofchk").len(), 3, "{ruleset:?}");
+
+    // Another network's container asks for an address the masquerade map already has: the
+    // batch is refused whole, so its spoof check is not left behind either.
+    let before = generation(&env.host);
+    let ruleset = without_counts(json!(env.host.nft_json()));
+    let refused =
+        call("bridge", "ADD", &env.host, Some(&env.containers[2]), &conf("shpother", "shp2", "10.95.0.3/24"))
+            .run();
+    assert!(!refused.success(), "{}", refused.stdout);
+    assert!(refused.stdout.contains("10.95.0.3"), "{}", refused.stdout);
+    assert_eq!(without_counts(json!(env.host.nft_json())), ruleset);
+    assert_eq!(generation(&env.host), before, "a refused batch commits nothing");
+}

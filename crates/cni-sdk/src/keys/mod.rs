@@ -4,13 +4,13 @@
 //!
 //! Keys are paths: `.` between an object and its key, `[]` for a list's elements
 //! (`ipam.ranges[][].subnet`). A value the code parses out of a sub-object
-//! (`runtimeConfig.bandwidth`, `args.cni`) is traced at that path, mirroring the
+//! (`runtimeConfig.bandwidth`, `args.cni`) is recorded at that path, mirroring the
 //! `parse_value` call. A path in [`Keys::open`] is read as a map: any key below it is
 //! accepted.
 
-mod trace;
+mod recording;
 
-pub use trace::{config_keys, Keys};
+pub use recording::{config_keys, Keys};
 
 use serde::de::DeserializeOwned;
 use std::collections::BTreeSet;
@@ -50,7 +50,7 @@ pub fn capabilities(keys: &Keys) -> BTreeSet<String> {
 }
 
 /// The keys every plugin's configuration has: the names `cni_types::NetConf` serialises
-/// (its flattened catch-all hides them from a deserializing trace; the literal below stops
+/// (its flattened catch-all hides them from the recording deserializer; the literal below stops
 /// compiling when a field is added), with the `dns` object's keys and the `ipam` object's
 /// own (`ipam.type`).
 pub fn common_keys() -> BTreeSet<String> {
@@ -82,7 +82,7 @@ pub fn common_keys() -> BTreeSet<String> {
 
 /// The keys of a conflist's top level, which libcni reads: the names
 /// `cni_types::NetConfList` serialises with every field set (a flattened catch-all hides
-/// them from a trace; the literal below stops compiling when a field is added).
+/// them from the recording; the literal below stops compiling when a field is added).
 pub fn list_keys() -> BTreeSet<String> {
     let every_field = cni_types::NetConfList {
         cni_version: "1.1.0".into(),

@@ -1,5 +1,11 @@
 //! The bridge plugin's configuration, parsed and validated in one place.
+//!
+//! The plugin's modules form layers, each using only those below it: `vlan_plan` (the VLAN
+//! keys, no kernel work) < `config` < `gateway` (addresses on the bridge) and `vlan` (the
+//! port's VLANs in the kernel) < `vlan_gateway` (an access VLAN's gateway link) < the
+//! plugin in `mod.rs`; `spoofcheck` stands alone.
 
+use super::vlan_plan::{self, PortPlan, TrunkEntry};
 use cni_sdk::{CniError, Request};
 use cni_types::Dns;
 use serde::Deserialize;
@@ -29,11 +35,11 @@ pub struct BridgeConf {
     pub hairpin_mode: bool,
     #[serde(default)]
     pub promisc_mode: bool,
-    /// VLAN keys: see `vlan.rs`.
+    /// VLAN keys: see `vlan_plan.rs`.
     #[serde(default)]
     pub vlan: i64,
     #[serde(default)]
-    pub vlan_trunk: Vec<super::vlan::TrunkEntry>,
+    pub vlan_trunk: Vec<TrunkEntry>,
     #[serde(default)]
     pub preserve_default_vlan: bool,
     #[serde(default, rename = "enabledad")]
@@ -96,10 +102,10 @@ impl BridgeConf {
     }
 
     /// The VLAN keys, validated (and, with `isGateway`, the gateway link's name).
-    pub fn vlan_plan(&self) -> Result<super::vlan::PortPlan, CniError> {
-        let plan = super::vlan::PortPlan::from_conf(self)?;
+    pub fn vlan_plan(&self) -> Result<PortPlan, CniError> {
+        let plan = PortPlan::new(self.vlan, &self.vlan_trunk, self.preserve_default_vlan)?;
         if self.is_gateway && plan.access != 0 {
-            super::vlan_gateway::validate_name(&self.bridge, plan.access)?;
+            vlan_plan::validate_gateway_link_name(&self.bridge, plan.access)?;
         }
         Ok(plan)
     }

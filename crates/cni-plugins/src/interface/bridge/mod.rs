@@ -7,18 +7,20 @@
 //! it refuses creates nothing. A bridge made before a later step failed stays (as in the
 //! reference): other containers may be joining it at the same moment.
 //!
-//! VLANs (`vlan`, `vlanTrunk`, `preserveDefaultVlan`): see `vlan.rs`; the gateway of an
-//! access VLAN lives on its own link, see `vlan_gateway.rs`.
+//! VLANs (`vlan`, `vlanTrunk`, `preserveDefaultVlan`): see `vlan_plan.rs` and `vlan.rs`;
+//! the gateway of an access VLAN lives on its own link, see `vlan_gateway.rs`. How the
+//! modules layer: `config.rs`.
 
 pub(crate) mod config;
 mod gateway;
 mod spoofcheck;
 mod vlan;
 mod vlan_gateway;
+mod vlan_plan;
 
 use crate::common::iface;
 use crate::common::veth::{self, VethRequest};
-use crate::common::{masq, open_container_netns, DelErrors, NetResultExt};
+use crate::common::{masq, nft_attach, open_container_netns, DelErrors, NetResultExt};
 use cni_net::netlink::{BridgeOptions, BridgeVlanSettings, LinkCondition, LinkKind, LinkSpec};
 use cni_net::{Link, MacAddr, NetNs, Netlink};
 use cni_sdk::{delegate, CniError, CniResult, GcErrors, Plugin, Request};
@@ -89,7 +91,7 @@ fn attach_host_end(
     host: &Link,
     bridge: &Link,
     conf: &BridgeConf,
-    vlans: Option<(&vlan::PortPlan, &BridgeVlanSettings)>,
+    vlans: Option<(&vlan_plan::PortPlan, &BridgeVlanSettings)>,
 ) -> Result<(), CniError> {
     nl.set_link_master(host.index, bridge.index)
         .or_cni(&format!("connect {} to bridge {}", host.name, bridge.name))?;
@@ -134,7 +136,7 @@ fn serve_as_gateway(
     nl: &mut Netlink,
     bridge: &Link,
     conf: &BridgeConf,
-    plan: &vlan::PortPlan,
+    plan: &vlan_plan::PortPlan,
     bridge_addresses: &[IpNet],
 ) -> Result<GatewaySide, CniError> {
     let mut vlan_link = None;
@@ -189,8 +191,8 @@ fn result_interfaces(
     Ok(interfaces)
 }
 
-/// The attachment's nftables state: masquerade and the MAC spoof check. All or nothing:
-/// masquerade is undone if the spoof check fails.
+/// The attachment's nftables state: masquerade and the MAC spoof check, in one batch (one
+/// transaction for the kernel to make and commit): all or nothing.
 fn add_firewall_rules(
     req: &Request,
     conf: &BridgeConf,
@@ -198,15 +200,19 @@ fn add_firewall_rules(
     host_port: &Link,
     container_link: &Link,
 ) -> Result<(), CniError> {
-    let masq_guard = if conf.ip_masq { Some(masq::add_guarded(req, result, CONTAINER_IFACE)?) } else { None };
+    let who = req.attachment();
+    let mut parts = Vec::new();
+    if conf.ip_masq {
+        parts.push(masq::part(req, &who, result, CONTAINER_IFACE)?);
+    }
     if conf.mac_spoof_check {
         let mac = container_link.mac.ok_or_else(|| CniError::internal("container interface has no MAC"))?;
-        spoofcheck::add(req, &host_port.name, mac)?;
+        parts.push(spoofcheck::part(req, &who, &host_port.name, mac)?);
     }
-    if let Some(guard) = masq_guard {
-        guard.keep();
+    if parts.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    nft_attach::attach_all(&mut *nft_attach::client()?, &req.conf.name, &who, &parts)
 }
 
 impl Bridge {
@@ -214,7 +220,7 @@ impl Bridge {
         &self,
         req: &Request,
         conf: &BridgeConf,
-        plan: &vlan::PortPlan,
+        plan: &vlan_plan::PortPlan,
         ns: &NetNs,
     ) -> Result<CniResult, CniError> {
         // Everything that can refuse the request comes before the first link is made.
@@ -317,9 +323,11 @@ impl Plugin for Bridge {
             errors.record("the IPAM plugin's allocations", delegate::ipam_forward(req));
         }
         let prev = req.prev_result().ok().flatten();
+        let prev_host_port =
+            prev.as_ref().and_then(|p| p.interfaces.get(HOST_IFACE)).map(|i| i.name.as_str());
         let uses_vlans = conf.vlan != 0 || !conf.vlan_trunk.is_empty();
         if uses_vlans {
-            errors.record("the port's VLANs", vlan::retire_port(req, &conf, prev.as_ref()));
+            errors.record("the port's VLANs", vlan::retire_port(req, &conf, prev_host_port));
         }
         // The veth is taken out of service first (its deletion then continues in the
         // background), so no traffic leaves through masquerade rules about to go.
@@ -334,8 +342,7 @@ impl Plugin for Bridge {
             errors.record("the masquerade rules", masq::del(req, prev.as_ref()));
         }
         if conf.mac_spoof_check {
-            let host_port = prev.as_ref().and_then(|p| p.interfaces.get(HOST_IFACE)).map(|i| i.name.as_str());
-            errors.record("the MAC spoof-check rules", spoofcheck::del(req, host_port));
+            errors.record("the MAC spoof-check rules", spoofcheck::del(req, prev_host_port));
         }
         if delegate::has_ipam(req) && !ipam_first {
             errors.record("the IPAM plugin's allocations", delegate::ipam_forward(req));

@@ -5,7 +5,7 @@
 //! on the input port through map `ports` to the attachment's chain, which returns for the
 //! expected source MAC and drops the rest.
 
-use crate::common::nft_attach::{self, DispatchTable};
+use crate::common::nft_attach::{self, DispatchTable, TablePart};
 use cni_net::nft::{
     Batch, Chain, ChainType, Family, Field, Hook, KeyType, KeyValue, MapData, RuleBuilder, Set, SetElement,
     SetRef, Verdict,
@@ -48,20 +48,20 @@ impl DispatchTable for SpoofCheck {
     }
 }
 
-/// Frames from `host_port` must come from `mac`.
-pub fn add(req: &Request, host_port: &str, mac: MacAddr) -> Result<(), CniError> {
-    nft_attach::attach::<SpoofCheck>(
-        &mut *nft_attach::client()?,
-        &req.conf.name,
-        &req.attachment(),
-        &[host_port.to_string()],
-        |chain| {
-            vec![
-                RuleBuilder::new(Family::Bridge, TABLE, chain).ether_saddr(mac.0).ret(),
-                RuleBuilder::new(Family::Bridge, TABLE, chain).drop(),
-            ]
-        },
-    )
+/// Frames from `host_port` must come from `mac`: one table's part of the attachment's
+/// batch.
+pub fn part<'a>(
+    req: &Request,
+    who: &'a Attachment,
+    host_port: &str,
+    mac: MacAddr,
+) -> Result<TablePart<'a>, CniError> {
+    TablePart::new::<SpoofCheck>(&req.conf.name, who, &[host_port.to_string()], |chain| {
+        vec![
+            RuleBuilder::new(Family::Bridge, TABLE, chain).ether_saddr(mac.0).ret(),
+            RuleBuilder::new(Family::Bridge, TABLE, chain).drop(),
+        ]
+    })
 }
 
 pub fn del(req: &Request, host_port: Option<&str>) -> Result<(), CniError> {

@@ -1,128 +1,16 @@
-//! The bridge's VLAN keys: `vlan` (access port: PVID, untagged on the way out),
-//! `vlanTrunk` (tagged VLANs, single ids and ranges) and `preserveDefaultVlan` (keep the
-//! bridge's default PVID on the port; off by default, for complete isolation).
+//! The bridge's VLANs in the kernel: filtering on the bridge, the port's VLANs at ADD,
+//! their check and their removal at DEL (the keys themselves are read in `vlan_plan`).
 //!
-//! Any of them switches VLAN filtering on the bridge (without it the kernel forwards every
+//! Any VLAN key switches VLAN filtering on the bridge (without it the kernel forwards every
 //! frame whatever its tag). `vlan` and `vlanTrunk` may be combined when they do not
 //! overlap: the port is then untagged on `vlan` and tagged on the trunk.
 
 use super::config::BridgeConf;
+use super::vlan_plan::PortPlan;
 use crate::common::{open_container_netns_for_del, NetResultExt};
-use cni_net::netlink::{BridgeOptions, BridgeVlan, BridgeVlanSettings, PortVlans, VlanTarget, MAX_VLAN_ID};
+use cni_net::netlink::{BridgeOptions, BridgeVlan, BridgeVlanSettings, PortVlans, VlanTarget};
 use cni_net::{Idempotent, Link, Netlink};
-use cni_sdk::{CniError, CniResult, Request};
-use serde::Deserialize;
-
-/// One `vlanTrunk` entry: `{"id": N}`, `{"minID": A, "maxID": B}`, or both.
-#[derive(Debug, Clone, Deserialize)]
-pub struct TrunkEntry {
-    #[serde(default)]
-    pub id: Option<i64>,
-    #[serde(default, rename = "minID")]
-    pub min_id: Option<i64>,
-    #[serde(default, rename = "maxID")]
-    pub max_id: Option<i64>,
-}
-
-/// Checks a VLAN id of `key` (1-4094).
-fn vlan_id(key: &str, value: i64) -> Result<u16, CniError> {
-    match u16::try_from(value) {
-        Ok(id) if (1..=MAX_VLAN_ID).contains(&id) => Ok(id),
-        _ => Err(CniError::invalid_config(format!(
-            "invalid {key} {value}: must be between 1 and {MAX_VLAN_ID}"
-        ))),
-    }
-}
-
-/// The trunk as sorted, merged runs of tagged VLANs.
-pub fn trunk_ranges(entries: &[TrunkEntry]) -> Result<Vec<(u16, u16)>, CniError> {
-    let mut ranges = Vec::new();
-    for (i, entry) in entries.iter().enumerate() {
-        let key = |field: &str| format!("vlanTrunk[{i}].{field}");
-        match (entry.min_id, entry.max_id) {
-            (Some(min), Some(max)) => {
-                let (min, max) = (vlan_id(&key("minID"), min)?, vlan_id(&key("maxID"), max)?);
-                if min > max {
-                    return Err(CniError::invalid_config(format!(
-                        "invalid vlanTrunk[{i}]: minID {min} is greater than maxID {max}"
-                    )));
-                }
-                ranges.push((min, max));
-            }
-            (None, None) => {}
-            (Some(_), None) | (None, Some(_)) => {
-                return Err(CniError::invalid_config(format!(
-                    "invalid vlanTrunk[{i}]: minID and maxID must be given together"
-                )))
-            }
-        }
-        match entry.id {
-            Some(id) => {
-                let id = vlan_id(&key("id"), id)?;
-                ranges.push((id, id));
-            }
-            None if entry.min_id.is_none() => {
-                return Err(CniError::invalid_config(format!(
-                    "invalid vlanTrunk[{i}]: needs an id or a minID/maxID range"
-                )))
-            }
-            None => {}
-        }
-    }
-    ranges.sort_unstable();
-    let mut merged: Vec<(u16, u16)> = Vec::with_capacity(ranges.len());
-    for (first, last) in ranges {
-        match merged.last_mut() {
-            Some(prev) if first <= prev.1.saturating_add(1) => prev.1 = prev.1.max(last),
-            _ => merged.push((first, last)),
-        }
-    }
-    Ok(merged)
-}
-
-/// The VLAN part of the configuration, validated.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PortPlan {
-    /// The access VLAN (`vlan`), 0 for none.
-    pub access: u16,
-    pub trunk: Vec<(u16, u16)>,
-    pub preserve_default: bool,
-}
-
-impl PortPlan {
-    pub fn from_conf(conf: &BridgeConf) -> Result<PortPlan, CniError> {
-        let access = match conf.vlan {
-            0 => 0,
-            v => vlan_id("vlan", v).map_err(|_| {
-                CniError::invalid_config(format!(
-                    "invalid vlan {v}: must be 0 (none) or between 1 and {MAX_VLAN_ID}"
-                ))
-            })?,
-        };
-        let trunk = trunk_ranges(&conf.vlan_trunk)?;
-        if let Some(&(first, last)) = trunk.iter().find(|(first, last)| (*first..=*last).contains(&access)) {
-            return Err(CniError::invalid_config(format!(
-                "invalid vlanTrunk: {first}-{last} overlaps vlan {access} (a VLAN is either untagged on the port or \
-                 tagged, not both)"
-            )));
-        }
-        Ok(PortPlan { access, trunk, preserve_default: conf.preserve_default_vlan })
-    }
-
-    /// Whether any VLAN key is in use (and so the bridge must filter by VLAN).
-    pub fn in_use(&self) -> bool {
-        self.access != 0 || !self.trunk.is_empty()
-    }
-
-    /// What the port gets.
-    pub fn port_vlans(&self) -> Vec<BridgeVlan> {
-        let access = (self.access != 0).then(|| BridgeVlan::access(self.access));
-        access
-            .into_iter()
-            .chain(self.trunk.iter().map(|&(first, last)| BridgeVlan::tagged_range(first, last)))
-            .collect()
-    }
-}
+use cni_sdk::{CniError, Request};
 
 /// The options a bridge this plugin creates gets: filtering from the start when VLANs are
 /// used (a kernel without it then refuses the bridge itself, leaving nothing behind).
@@ -215,9 +103,9 @@ pub fn check_port(nl: &mut Netlink, bridge: &Link, port: &Link, plan: &PortPlan)
 
 /// DEL, before the pair goes: strips the departing host port of its VLANs, so that a
 /// VLAN's "last port" is known at once (the pair itself is deleted in the background).
-/// The port is found from the container's end (its peer), or from prevResult's host
-/// interface when the container is gone.
-pub fn retire_port(req: &Request, conf: &BridgeConf, prev: Option<&CniResult>) -> Result<(), CniError> {
+/// The port is found from the container's end (its peer), or by `prev_host_port` (the
+/// host interface prevResult names) when the container is gone.
+pub fn retire_port(req: &Request, conf: &BridgeConf, prev_host_port: Option<&str>) -> Result<(), CniError> {
     let mut host = Netlink::new().or_cni("open netlink")?;
     let Some(bridge) = host.link_by_name(&conf.bridge).or_cni("look up bridge")? else { return Ok(()) };
     let mut port = None;
@@ -230,7 +118,7 @@ pub fn retire_port(req: &Request, conf: &BridgeConf, prev: Option<&CniResult>) -
         }
     }
     if port.is_none() {
-        if let Some(name) = prev.and_then(|p| p.interfaces.get(super::HOST_IFACE)).map(|i| i.name.as_str()) {
+        if let Some(name) = prev_host_port {
             port = host.link_by_name(name).or_cni("look up the host end")?;
         }
     }
@@ -253,45 +141,6 @@ pub fn vlan_has_ports(ports: &[PortVlans], bridge: u32, vid: u16) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn entries(json: serde_json::Value) -> Vec<TrunkEntry> {
-        serde_json::from_value(json).unwrap()
-    }
-
-    #[test]
-    fn trunk_entries_merge_into_sorted_runs() {
-        let trunk = entries(serde_json::json!([
-            {"id": 300}, {"minID": 100, "maxID": 110}, {"minID": 105, "maxID": 120}, {"id": 121}, {"id": 4094}
-        ]));
-        assert_eq!(trunk_ranges(&trunk).unwrap(), [(100, 121), (300, 300), (4094, 4094)]);
-    }
-
-    #[test]
-    fn bad_trunk_entries_name_the_key() {
-        for (bad, key) in [
-            (serde_json::json!([{"id": 0}]), "vlanTrunk[0].id"),
-            (serde_json::json!([{"id": 1}, {"id": 4095}]), "vlanTrunk[1].id"),
-            (serde_json::json!([{"minID": -1, "maxID": 5}]), "vlanTrunk[0].minID"),
-            (serde_json::json!([{"minID": 9, "maxID": 5}]), "minID 9 is greater than maxID 5"),
-            (serde_json::json!([{"minID": 9}]), "minID and maxID"),
-            (serde_json::json!([{}]), "needs an id"),
-        ] {
-            let err = trunk_ranges(&entries(bad.clone())).unwrap_err();
-            assert_eq!(err.code, 7, "{bad}");
-            assert!(err.msg.contains(key), "{bad}: {}", err.msg);
-        }
-    }
-
-    #[test]
-    fn port_vlans_put_access_first_then_trunk() {
-        let plan = PortPlan { access: 10, trunk: vec![(20, 29), (40, 40)], preserve_default: false };
-        assert_eq!(
-            plan.port_vlans(),
-            [BridgeVlan::access(10), BridgeVlan::tagged_range(20, 29), BridgeVlan::tagged(40)]
-        );
-        assert!(plan.in_use());
-        assert!(!PortPlan::default().in_use());
-    }
 
     #[test]
     fn last_port_ignores_the_bridge_itself_and_other_bridges() {

@@ -14,31 +14,13 @@
 
 use super::gateway;
 use super::vlan::vlan_has_ports;
+use super::vlan_plan::gateway_link_name;
 use crate::common::{iface, NetResultExt};
 use cni_net::netlink::{BridgeVlan, LinkKind, LinkSpec, VlanTarget};
 use cni_net::{Idempotent, Link, Netlink};
 use cni_sdk::{CniError, CniResult};
 use ipnet::IpNet;
 use std::fs::File;
-
-/// `<bridge>.<vlan>`.
-pub fn link_name(bridge: &str, vid: u16) -> String {
-    format!("{bridge}.{vid}")
-}
-
-/// The name must be a valid interface name (15 bytes at most): a long bridge name leaves
-/// no room for the VLAN.
-pub fn validate_name(bridge: &str, vid: u16) -> Result<(), CniError> {
-    let name = link_name(bridge, vid);
-    if name.len() >= libc::IFNAMSIZ {
-        return Err(CniError::invalid_config(format!(
-            "bridge name {bridge:?} is too long for the VLAN gateway interface {name:?} (isGateway with vlan): at \
-             most {} bytes",
-            libc::IFNAMSIZ - 1
-        )));
-    }
-    Ok(())
-}
 
 /// An exclusive lock on this network namespace's nsfs inode: every VLAN-gateway change in
 /// the namespace is serialised, with no file to create or leave behind. Released on drop.
@@ -72,7 +54,7 @@ pub fn ensure(
     let _lock = lock()?;
     nl.add_bridge_vlans(VlanTarget::Bridge(bridge.index), &[BridgeVlan::tagged(vid)])
         .or_cni(&format!("let bridge {} carry VLAN {vid}", bridge.name))?;
-    let name = link_name(&bridge.name, vid);
+    let name = gateway_link_name(&bridge.name, vid);
     let link = match nl.link_by_name(&name).or_cni("look up the VLAN gateway")? {
         Some(link) => link,
         None => {
@@ -108,7 +90,7 @@ pub fn release_if_unused(nl: &mut Netlink, bridge_name: &str, vid: u16) -> Resul
     if vlan_has_ports(&ports, bridge.index, vid) {
         return Ok(());
     }
-    let name = link_name(bridge_name, vid);
+    let name = gateway_link_name(bridge_name, vid);
     if let Some(link) = nl.link_by_name(&name).or_cni("look up the VLAN gateway")? {
         if is_ours(nl, &link, &bridge, vid)? {
             nl.delete_link(link.index).ignore_missing().or_cni(&format!("delete VLAN gateway {name}"))?;
@@ -125,7 +107,7 @@ pub fn release_if_unused(nl: &mut Netlink, bridge_name: &str, vid: u16) -> Resul
 
 /// CHECK: the gateway link is there, ours, and carries the gateways of `prev`'s addresses.
 pub fn check(nl: &mut Netlink, bridge: &Link, vid: u16, prev: &CniResult) -> Result<(), CniError> {
-    let name = link_name(&bridge.name, vid);
+    let name = gateway_link_name(&bridge.name, vid);
     let link = nl
         .link_by_name(&name)
         .or_cni("look up the VLAN gateway")?

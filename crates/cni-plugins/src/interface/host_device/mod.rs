@@ -11,9 +11,11 @@
 pub(crate) mod select;
 
 use crate::common::addresses::{interface_with_mtu, Addresses, CONTAINER_IFACE};
+use crate::common::rollback::{Rollback, Undo};
 use crate::common::{iface, open_container_netns, open_container_netns_for_del, NetResultExt};
 use cni_net::{Link, NetNs, Netlink};
 use cni_os::fs;
+use cni_os::Idempotent;
 use cni_sdk::{delegate, CniError, CniResult, Plugin, Request};
 pub(crate) use select::{HostDeviceConf, Selector};
 use serde::{Deserialize, Serialize};
@@ -72,10 +74,7 @@ fn remove_state(path: &std::path::Path) -> Result<(), CniError> {
         fs::Cleared::Nothing => {}
         cleared => eprintln!("host-device: {} was a directory, not a record: {cleared:?}", path.display()),
     }
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(e)),
-        _ => Ok(()),
-    }
+    std::fs::remove_file(path).ignore_missing().map(drop).map_err(io)
 }
 
 /// Moves the container's `ifname` back to the host under its original name and restores
@@ -122,40 +121,36 @@ fn restore_on_host(saved: &Saved) -> Result<(), CniError> {
     Ok(())
 }
 
-/// The device while it is in the container: moved back out on drop unless kept.
+/// The device while it is in the container: moved back out by its [`Rollback`] unless
+/// kept.
 struct MovedIn<'a> {
     ns: &'a NetNs,
     ifname: String,
     saved: Saved,
-    armed: bool,
 }
 
-impl MovedIn<'_> {
-    fn keep(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for MovedIn<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            if let Err(e) = move_out(self.ns, &self.ifname, Some(&self.saved)) {
-                eprintln!("rollback: {e}");
-            }
+impl Undo for MovedIn<'_> {
+    fn undo(&mut self) {
+        if let Err(e) = move_out(self.ns, &self.ifname, Some(&self.saved)) {
+            eprintln!("rollback: {e}");
         }
     }
 }
 
 /// Moves `device` into the container as `ifname`. If the rename there fails (the name is
 /// taken), the device is brought back at once and the failure reported.
-fn move_in<'a>(ns: &'a NetNs, device: &Link, ifname: &str) -> Result<(MovedIn<'a>, Link), CniError> {
+fn move_in<'a>(
+    ns: &'a NetNs,
+    device: &Link,
+    ifname: &str,
+) -> Result<(Rollback<MovedIn<'a>>, Link), CniError> {
     let saved = Saved::of(device);
     let mut host_nl = Netlink::new().or_cni("open netlink")?;
     let mut cont_nl = Netlink::in_ns(ns).or_cni("open netlink in the container")?;
     let moved = host_nl.move_link(device.index, ns, ifname, Some(&device.name));
     if let Some(link) = cont_nl.link_by_name(ifname).or_cni("look up container interface")? {
         if link.alias.as_deref() == Some(device.name.as_str()) {
-            return Ok((MovedIn { ns, ifname: ifname.to_string(), saved, armed: true }, link));
+            return Ok((Rollback::new(MovedIn { ns, ifname: ifname.to_string(), saved }), link));
         }
     }
     // Not moved at all (still on the host), or moved under its own name but not renamed:

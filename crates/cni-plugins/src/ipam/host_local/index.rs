@@ -46,7 +46,7 @@
 //! In a directory only we write to, ADD, DEL and CHECK thus cost a constant number of file
 //! operations; after Go has written, the first operation pays one scan.
 
-use cni_types::IoResultExt;
+use cni_os::Idempotent;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
@@ -273,13 +273,11 @@ impl Index {
     /// from nothing.
     pub fn discard(&self) -> Result<(), HostLocalError> {
         self.table.borrow_mut().take();
-        match fs::remove_dir_all(&self.dir) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                // A file where the directory should be.
-                fs::remove_file(&self.dir)
-                    .map_err(|_| HostLocalError::io(&self.dir, "discarding the damaged index", e))
-            }
-            _ => Ok(()),
+        match fs::remove_dir_all(&self.dir).ignore_missing() {
+            // A file where the directory should be.
+            Err(e) => fs::remove_file(&self.dir)
+                .map_err(|_| HostLocalError::io(&self.dir, "discarding the damaged index", e)),
+            Ok(_) => Ok(()),
         }
     }
 

@@ -15,7 +15,7 @@
 //! large, without the freed slots. Unused slots are holes: the file takes disk space only
 //! for slots ever written.
 
-use cni_types::IoResultExt;
+use cni_os::Idempotent;
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};

@@ -20,6 +20,7 @@ pub mod kernel_state;
 pub mod sysctls;
 pub mod wait;
 
+use crate::common::rollback::{Rollback, Undo};
 use crate::common::{open_container_netns, open_container_netns_for_del, NetResultExt};
 use cni_net::netlink::{IpAddress, IpFamily};
 use cni_net::{Idempotent, Link, NetNs, Netlink};
@@ -39,20 +40,15 @@ struct Attempt<'a> {
     ns: &'a NetNs,
     link: Link,
     before: Vec<IpNet>,
-    armed: bool,
 }
 
 impl<'a> Attempt<'a> {
-    fn begin(ns: &'a NetNs, nl: &mut Netlink, link: Link) -> Result<Attempt<'a>, CniError> {
+    fn begin(ns: &'a NetNs, nl: &mut Netlink, link: Link) -> Result<Rollback<Attempt<'a>>, CniError> {
         let before = autoconfigured(nl, &link)?.into_iter().map(|a| a.address).collect();
-        Ok(Attempt { ns, link, before, armed: true })
+        Ok(Rollback::new(Attempt { ns, link, before }))
     }
 
-    fn succeeded(mut self) {
-        self.armed = false;
-    }
-
-    fn undo(&self) -> Result<(), cni_net::Error> {
+    fn take_back(&self) -> Result<(), cni_net::Error> {
         let mut nl = Netlink::in_ns(self.ns)?;
         for a in nl.addresses(Some(self.link.index), Some(IpFamily::V6))? {
             if kernel_state::is_autoconfigured(&a) && !self.before.contains(&a.address) {
@@ -66,12 +62,10 @@ impl<'a> Attempt<'a> {
     }
 }
 
-impl Drop for Attempt<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            if let Err(e) = self.undo() {
-                eprintln!("slaac: rollback on {}: {e}", self.link.name);
-            }
+impl Undo for Attempt<'_> {
+    fn undo(&mut self) {
+        if let Err(e) = self.take_back() {
+            eprintln!("slaac: rollback on {}: {e}", self.link.name);
         }
     }
 }
@@ -120,7 +114,7 @@ impl Plugin for Slaac {
         }
         let found = wait::for_address(&ns, &mut nl, &link, mac, settings.timeout)?;
         enabled.keep();
-        attempt.succeeded();
+        attempt.keep();
         Ok(result(found.addresses, found.router))
     }
 

@@ -9,6 +9,7 @@
 //! permanent address, which veth and macvlan devices do not have: every container on a
 //! prefix would derive the same identifier and all but the first would fail DAD.
 
+use crate::common::rollback::{Rollback, Undo};
 use crate::common::NetResultExt;
 use cni_net::sysctl;
 use cni_net::{Idempotent, NetNs};
@@ -53,16 +54,16 @@ const LEAVES: [&str; 8] = [
     "autoconf",
 ];
 
-/// Settings changed by [`enable`], with their old values; put back on drop unless kept.
+/// Settings changed by [`enable`], with their old values; put back by their [`Rollback`]
+/// unless kept.
 pub struct Enabled<'a> {
     ns: &'a NetNs,
     changed: Vec<(String, String)>,
-    armed: bool,
 }
 
 /// Turns on what autoconfiguration needs on `ifname` in `ns`.
-pub fn enable<'a>(ns: &'a NetNs, ifname: &str) -> Result<Enabled<'a>, CniError> {
-    let mut guard = Enabled { ns, changed: Vec::new(), armed: true };
+pub fn enable<'a>(ns: &'a NetNs, ifname: &str) -> Result<Rollback<Enabled<'a>>, CniError> {
+    let mut guard = Rollback::new(Enabled { ns, changed: Vec::new() });
     let changed = ns
         .run(|| -> Result<Vec<(String, String)>, CniError> {
             let mut changed = Vec::new();
@@ -97,16 +98,9 @@ fn put_back(changed: &[(String, String)]) {
     }
 }
 
-impl Enabled<'_> {
-    /// The ADD succeeded: the settings stay.
-    pub fn keep(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for Enabled<'_> {
-    fn drop(&mut self) {
-        if self.armed && !self.changed.is_empty() {
+impl Undo for Enabled<'_> {
+    fn undo(&mut self) {
+        if !self.changed.is_empty() {
             if let Err(e) = self.ns.run(|| put_back(&self.changed)) {
                 eprintln!("slaac: rollback: cannot enter the container: {e}");
             }

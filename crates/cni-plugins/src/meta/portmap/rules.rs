@@ -222,11 +222,9 @@ fn add_masq_bit(batch: &mut Batch, bit: u32) {
 
 /// Whether mark bit `bit`'s masquerade chain has its rule (false without the table).
 fn has_masq_bit(nft: &mut NftClient, bit: u32) -> Result<bool, CniError> {
-    match nft.list_rules(FAMILY, TABLE, &masq_chain(bit)) {
-        Ok(rules) => Ok(!rules.is_empty()),
-        Err(e) if e.is_not_found() => Ok(false),
-        Err(e) => Err(nft_error("list the masquerade chain", e)),
-    }
+    let rules = nft.list_rules(FAMILY, TABLE, &masq_chain(bit)).ignore_missing();
+    let rules = rules.map_err(|e| nft_error("list the masquerade chain", e))?;
+    Ok(rules.is_some_and(|rules| !rules.is_empty()))
 }
 
 /// Makes sure the postrouting rule for mark bit `bit` exists. Networks may use different

@@ -5,8 +5,8 @@
 //! `runtimeConfig.mac` (the `mac` capability).
 
 use cni_net::MacAddr;
+use cni_os::Idempotent;
 use cni_sdk::{CniError, Request};
-use cni_types::IoResultExt;
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use std::fmt;

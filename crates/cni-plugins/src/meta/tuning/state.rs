@@ -18,8 +18,8 @@
 
 use super::config::check_net_sysctl;
 use cni_os::fs::{Cleared, Durability};
+use cni_os::Idempotent;
 use cni_sdk::CniError;
-use cni_types::IoResultExt;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -161,10 +161,7 @@ pub fn store(path: &Path, record: &Originals) -> Result<(), CniError> {
 /// ours ([`store`]), so one that another user owns or can write into was changed since,
 /// and whatever it holds may be anyone's. An absent directory holds no record: fine.
 pub fn require_trusted_dir(data_dir: &Path) -> Result<(), std::io::Error> {
-    match cni_os::fs::require_exclusive_dir(data_dir) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        checked => checked.map(drop),
-    }
+    cni_os::fs::require_exclusive_dir(data_dir).ignore_missing().map(drop)
 }
 
 /// Every readable record in `data_dir` with its path (for GC).

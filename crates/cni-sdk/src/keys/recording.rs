@@ -8,7 +8,7 @@
 //! nested structs are reached too.
 //!
 //! A placeholder a field refuses (an address type cannot be parsed from `""`) aborts
-//! serde's visit of the enclosing struct, so the trace starts again with that field left
+//! serde's visit of the enclosing struct, so the recording starts again with that field left
 //! out; its own name is already recorded, and the fields after it are reached on the next
 //! pass. A struct missing a required field errs only after all its fields were offered, so
 //! nothing is lost by it either.
@@ -43,7 +43,7 @@ impl Keys {
     }
 }
 
-/// Nesting deeper than this is a recursive type: the trace stops there.
+/// Nesting deeper than this is a recursive type: the recording stops there.
 const MAX_DEPTH: usize = 24;
 /// Each pass leaves out at least one more field, so this bounds even pathological types.
 const MAX_PASSES: usize = 512;
@@ -53,11 +53,11 @@ pub fn config_keys<T: DeserializeOwned>() -> Keys {
     let mut skipped = BTreeSet::new();
     let mut found = Keys::default();
     for _ in 0..MAX_PASSES {
-        let trace = Trace { found: RefCell::new(std::mem::take(&mut found)), skipped: &skipped };
-        let outcome = T::deserialize(Recorder { trace: &trace, path: String::new(), depth: 0 });
-        found = trace.found.into_inner();
+        let recording = Recording { found: RefCell::new(std::mem::take(&mut found)), skipped: &skipped };
+        let outcome = T::deserialize(Recorder { recording: &recording, path: String::new(), depth: 0 });
+        found = recording.found.into_inner();
         match outcome {
-            Err(TraceError { path: Some(path), .. }) if !skipped.contains(&path) => {
+            Err(RecordError { path: Some(path), .. }) if !skipped.contains(&path) => {
                 skipped.insert(path);
             }
             _ => return found,
@@ -66,34 +66,38 @@ pub fn config_keys<T: DeserializeOwned>() -> Keys {
     found
 }
 
-struct Trace<'a> {
+/// One pass over the type: the keys found so far, and the fields left out because they
+/// refused their placeholder on an earlier pass.
+struct Recording<'a> {
     found: RefCell<Keys>,
     /// Paths whose placeholder value was refused on an earlier pass: not offered again.
     skipped: &'a BTreeSet<String>,
 }
 
+/// Why a pass stopped: serde's error, with the path of the field that refused its
+/// placeholder (then left out on the next pass).
 #[derive(Debug)]
-struct TraceError {
+struct RecordError {
     /// The innermost key whose value failed; `None` until a map or list names it.
     path: Option<String>,
     msg: String,
 }
 
-impl fmt::Display for TraceError {
+impl fmt::Display for RecordError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.msg)
     }
 }
 
-impl std::error::Error for TraceError {}
+impl std::error::Error for RecordError {}
 
-impl de::Error for TraceError {
+impl de::Error for RecordError {
     fn custom<T: fmt::Display>(msg: T) -> Self {
-        TraceError { path: None, msg: msg.to_string() }
+        RecordError { path: None, msg: msg.to_string() }
     }
 }
 
-fn at(path: &str) -> impl FnOnce(TraceError) -> TraceError + '_ {
+fn at(path: &str) -> impl FnOnce(RecordError) -> RecordError + '_ {
     move |mut e| {
         e.path.get_or_insert_with(|| path.to_string());
         e
@@ -101,7 +105,7 @@ fn at(path: &str) -> impl FnOnce(TraceError) -> TraceError + '_ {
 }
 
 struct Recorder<'t, 'a> {
-    trace: &'t Trace<'a>,
+    recording: &'t Recording<'a>,
     path: String,
     depth: usize,
 }
@@ -112,12 +116,12 @@ impl<'t, 'a> Recorder<'t, 'a> {
             (_, "[]") | (true, _) => format!("{}{suffix}", self.path),
             (false, _) => format!("{}.{suffix}", self.path),
         };
-        Recorder { trace: self.trace, path, depth: self.depth + 1 }
+        Recorder { recording: self.recording, path, depth: self.depth + 1 }
     }
 
-    fn too_deep(&self) -> Result<(), TraceError> {
+    fn too_deep(&self) -> Result<(), RecordError> {
         if self.depth > MAX_DEPTH {
-            return Err(TraceError { path: Some(self.path.clone()), msg: "recursive type".into() });
+            return Err(RecordError { path: Some(self.path.clone()), msg: "recursive type".into() });
         }
         Ok(())
     }
@@ -125,14 +129,14 @@ impl<'t, 'a> Recorder<'t, 'a> {
 
 macro_rules! placeholder {
     ($($method:ident => $visit:ident($($value:expr)?)),* $(,)?) => {
-        $(fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TraceError> {
+        $(fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, RecordError> {
             visitor.$visit($($value)?)
         })*
     };
 }
 
 impl<'de> de::Deserializer<'de> for Recorder<'_, '_> {
-    type Error = TraceError;
+    type Error = RecordError;
 
     placeholder! {
         deserialize_any => visit_unit(),
@@ -157,7 +161,7 @@ impl<'de> de::Deserializer<'de> for Recorder<'_, '_> {
         deserialize_ignored_any => visit_unit(),
     }
 
-    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TraceError> {
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, RecordError> {
         visitor.visit_some(self)
     }
 
@@ -165,7 +169,7 @@ impl<'de> de::Deserializer<'de> for Recorder<'_, '_> {
         self,
         _: &'static str,
         visitor: V,
-    ) -> Result<V::Value, TraceError> {
+    ) -> Result<V::Value, RecordError> {
         visitor.visit_unit()
     }
 
@@ -173,18 +177,18 @@ impl<'de> de::Deserializer<'de> for Recorder<'_, '_> {
         self,
         _: &'static str,
         visitor: V,
-    ) -> Result<V::Value, TraceError> {
+    ) -> Result<V::Value, RecordError> {
         visitor.visit_newtype_struct(self)
     }
 
-    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TraceError> {
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, RecordError> {
         self.too_deep()?;
         let element = self.below("[]");
-        let offered = self.trace.skipped.contains(&element.path);
+        let offered = self.recording.skipped.contains(&element.path);
         visitor.visit_seq(Elements { element: Some(element).filter(|_| !offered), left: 1 })
     }
 
-    fn deserialize_tuple<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value, TraceError> {
+    fn deserialize_tuple<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value, RecordError> {
         self.too_deep()?;
         let element = self.below("[]");
         visitor.visit_seq(Elements { element: Some(element), left: len })
@@ -195,12 +199,12 @@ impl<'de> de::Deserializer<'de> for Recorder<'_, '_> {
         _: &'static str,
         len: usize,
         visitor: V,
-    ) -> Result<V::Value, TraceError> {
+    ) -> Result<V::Value, RecordError> {
         self.deserialize_tuple(len, visitor)
     }
 
-    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TraceError> {
-        self.trace.found.borrow_mut().open.insert(self.path.clone());
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, RecordError> {
+        self.recording.found.borrow_mut().open.insert(self.path.clone());
         visitor.visit_map(Fields { parent: self, fields: [].iter(), current: None })
     }
 
@@ -209,10 +213,10 @@ impl<'de> de::Deserializer<'de> for Recorder<'_, '_> {
         _: &'static str,
         fields: &'static [&'static str],
         visitor: V,
-    ) -> Result<V::Value, TraceError> {
+    ) -> Result<V::Value, RecordError> {
         self.too_deep()?;
         {
-            let mut found = self.trace.found.borrow_mut();
+            let mut found = self.recording.found.borrow_mut();
             for field in fields {
                 found.keys.insert(self.below(field).path);
             }
@@ -225,7 +229,7 @@ impl<'de> de::Deserializer<'de> for Recorder<'_, '_> {
         _: &'static str,
         variants: &'static [&'static str],
         visitor: V,
-    ) -> Result<V::Value, TraceError> {
+    ) -> Result<V::Value, RecordError> {
         let variant = variants.first().copied().unwrap_or_default();
         visitor.visit_enum(FirstVariant { recorder: self, variant })
     }
@@ -239,12 +243,12 @@ struct Fields<'t, 'a> {
 }
 
 impl<'de> de::MapAccess<'de> for Fields<'_, '_> {
-    type Error = TraceError;
+    type Error = RecordError;
 
-    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, TraceError> {
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, RecordError> {
         for field in self.fields.by_ref() {
             let value = self.parent.below(field);
-            if self.parent.trace.skipped.contains(&value.path) {
+            if self.parent.recording.skipped.contains(&value.path) {
                 continue;
             }
             self.current = Some(value);
@@ -253,61 +257,65 @@ impl<'de> de::MapAccess<'de> for Fields<'_, '_> {
         Ok(None)
     }
 
-    fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, TraceError> {
+    fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, RecordError> {
         let value = self.current.take().expect("serde asks for a value after its key");
         let path = value.path.clone();
         seed.deserialize(value).map_err(at(&path))
     }
 }
 
-/// The elements of a list: one placeholder element, so its type is traced once.
+/// The elements of a list: one placeholder element, so its type is recorded once.
 struct Elements<'t, 'a> {
     element: Option<Recorder<'t, 'a>>,
     left: usize,
 }
 
 impl<'de> de::SeqAccess<'de> for Elements<'_, '_> {
-    type Error = TraceError;
+    type Error = RecordError;
 
     fn next_element_seed<S: DeserializeSeed<'de>>(
         &mut self,
         seed: S,
-    ) -> Result<Option<S::Value>, TraceError> {
+    ) -> Result<Option<S::Value>, RecordError> {
         let Some(element) = self.element.as_ref().filter(|_| self.left > 0) else { return Ok(None) };
         self.left -= 1;
-        let recorder = Recorder { trace: element.trace, path: element.path.clone(), depth: element.depth };
+        let recorder =
+            Recorder { recording: element.recording, path: element.path.clone(), depth: element.depth };
         seed.deserialize(recorder).map(Some).map_err(at(&element.path))
     }
 }
 
-/// An enum is traced through its first variant.
+/// An enum is recorded through its first variant.
 struct FirstVariant<'t, 'a> {
     recorder: Recorder<'t, 'a>,
     variant: &'static str,
 }
 
 impl<'de, 't, 'a> de::EnumAccess<'de> for FirstVariant<'t, 'a> {
-    type Error = TraceError;
+    type Error = RecordError;
     type Variant = Recorder<'t, 'a>;
 
-    fn variant_seed<S: DeserializeSeed<'de>>(self, seed: S) -> Result<(S::Value, Self::Variant), TraceError> {
+    fn variant_seed<S: DeserializeSeed<'de>>(
+        self,
+        seed: S,
+    ) -> Result<(S::Value, Self::Variant), RecordError> {
         let tag = seed.deserialize(self.variant.into_deserializer())?;
         Ok((tag, self.recorder))
     }
 }
 
 impl<'de> de::VariantAccess<'de> for Recorder<'_, '_> {
-    type Error = TraceError;
+    type Error = RecordError;
 
-    fn unit_variant(self) -> Result<(), TraceError> {
+    fn unit_variant(self) -> Result<(), RecordError> {
         Ok(())
     }
 
-    fn newtype_variant_seed<S: DeserializeSeed<'de>>(self, seed: S) -> Result<S::Value, TraceError> {
+    fn newtype_variant_seed<S: DeserializeSeed<'de>>(self, seed: S) -> Result<S::Value, RecordError> {
         seed.deserialize(self)
     }
 
-    fn tuple_variant<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value, TraceError> {
+    fn tuple_variant<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value, RecordError> {
         de::Deserializer::deserialize_tuple(self, len, visitor)
     }
 
@@ -315,7 +323,7 @@ impl<'de> de::VariantAccess<'de> for Recorder<'_, '_> {
         self,
         fields: &'static [&'static str],
         visitor: V,
-    ) -> Result<V::Value, TraceError> {
+    ) -> Result<V::Value, RecordError> {
         de::Deserializer::deserialize_struct(self, "", fields, visitor)
     }
 }
@@ -350,7 +358,7 @@ mod tests {
     #[serde(rename_all = "camelCase")]
     #[allow(dead_code)]
     struct Range {
-        // Refuses the placeholder "": the trace must still reach the fields after it.
+        // Refuses the placeholder "": the recording must still reach the fields after it.
         subnet: ipnet::IpNet,
         range_start: Option<std::net::IpAddr>,
         gateway: Option<String>,
