@@ -12,7 +12,8 @@
 //! - **Daemons log** through `tracing`, set up by [`init_logging`]: one line per event on
 //!   stderr, with a timestamp on a terminal or in a file, and with the priority prefix
 //!   journald understands (`<3>`, `<4>`, `<6>`, `<7>`) and no timestamp of our own when
-//!   stderr is systemd's journal stream.
+//!   stderr is systemd's journal stream. The line a daemon logs when its metrics endpoint is
+//!   bound is [`metrics_line`], read back by test harnesses with [`metrics_address_in`].
 #![forbid(unsafe_code)]
 
 mod completions;
@@ -21,7 +22,7 @@ mod logging;
 pub use clap;
 pub use clap_complete::Shell;
 pub use completions::{command, parse, parse_from, parse_from_with_scripts, parse_with_scripts, script};
-pub use logging::{init_logging, LogArgs, LogFormat, LogLevel};
+pub use logging::{init_logging, metrics_address_in, metrics_line, LogArgs, LogFormat, LogLevel};
 pub use tracing;
 
 use std::ffi::OsString;

@@ -1,6 +1,7 @@
 //! The daemons' one logging setup: `tracing` events, one line each, on stderr.
 
 use std::fmt;
+use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
 
 use tracing::{Event, Level, Subscriber};
@@ -63,6 +64,24 @@ pub fn init_logging(program: &'static str, args: &LogArgs) -> Result<(), String>
         .event_format(Line { program, journald })
         .finish();
     tracing::subscriber::set_global_default(subscriber).map_err(|e| format!("logging: {e}"))
+}
+
+/// What a daemon logs once its metrics endpoint is bound: `metrics on http://ADDRESS/metrics`.
+/// Test harnesses start daemons with `--metrics-address IP:0` and find the port the kernel
+/// chose in this line ([`metrics_address_in`]); the two are written from these two
+/// functions so they cannot drift apart.
+pub fn metrics_line(bound: SocketAddr) -> String {
+    format!("{METRICS_LINE_HEAD}{bound}{METRICS_LINE_TAIL}")
+}
+
+const METRICS_LINE_HEAD: &str = "metrics on http://";
+const METRICS_LINE_TAIL: &str = "/metrics";
+
+/// The address in a log line that ends with [`metrics_line`] (whatever the line format put
+/// before it: time, level, program or a journald priority).
+pub fn metrics_address_in(line: &str) -> Option<SocketAddr> {
+    let rest = line.split_once(METRICS_LINE_HEAD)?.1;
+    rest.strip_suffix(METRICS_LINE_TAIL)?.parse().ok()
 }
 
 /// systemd names the journal stream it connects stderr to in `JOURNAL_STREAM`
@@ -165,6 +184,19 @@ mod tests {
         assert!(line.ends_with(&expected_tail), "{line}");
         assert!(line.starts_with("20") && line.contains('T'), "no RFC 3339 time: {line}");
         assert_eq!(text.lines().count(), 1, "the debug event is below the level: {text}");
+    }
+
+    #[test]
+    fn the_metrics_line_gives_back_its_address_in_every_format() {
+        for bound in ["127.0.0.1:9471", "[::1]:40000"] {
+            let bound: SocketAddr = bound.parse().unwrap();
+            let line = metrics_line(bound);
+            for logged in [format!("<6>{line}"), format!("2026-01-01T00:00:00Z  INFO d[1]: {line}")] {
+                assert_eq!(metrics_address_in(&logged), Some(bound), "{logged}");
+            }
+        }
+        assert_eq!(metrics_address_in("listening on /run/x.sock"), None);
+        assert_eq!(metrics_address_in("metrics on http://localhost:1/metrics"), None);
     }
 
     #[derive(Parser)]

@@ -1,6 +1,8 @@
-//! The `dhcp` binary's command line: without a sub-command (or with CNI_COMMAND set) it is
-//! the IPAM plugin; `dhcp daemon [flags]` runs the lease daemon: its flags, the listening
-//! socket (its own, or one systemd passes via LISTEN_FDS), the pid file.
+//! The `dhcp` binary's command line: `dhcp daemon [flags]` runs the lease daemon, anything
+//! else a runtime runs is the IPAM plugin ([`cni_metrics::daemon::dispatch`] chooses, as it
+//! does for `etcd-ipam agent`). Here: the daemon's flags, and its start-up through
+//! [`cni_metrics::daemon`] (the listening socket, its own or one systemd passes via
+//! LISTEN_FDS, the pid file, the metrics endpoint).
 //!
 //! The flags are the reference daemon's, written as Go's flag package takes them
 //! (`-socketpath P`, `-timeout=5s`, `--debug`): [`cni_cli::go_style_flags`] turns them into
@@ -15,8 +17,7 @@ use std::time::Duration;
 use cni_cli::clap::{self, builder::BoolishValueParser, Parser, Subcommand};
 use cni_cli::tracing;
 use cni_cli::{LogArgs, LogLevel};
-use cni_os::fs::Durability;
-use cni_os::socket;
+use cni_metrics::daemon as startup;
 
 use super::client::Timing;
 use super::daemon::{Daemon, Settings};
@@ -142,46 +143,22 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(total)
 }
 
-/// Parses `dhcp`'s own command line (program name first) when it is not `dhcp daemon`:
-/// exits as clap does on --help, --version, --completions and errors (status 2).
-pub fn parse(args: Vec<OsString>) -> Cli {
-    cni_cli::parse_from(args)
-}
-
-/// Parses the daemon's flags, `args` being what follows `daemon`, Go-style flags included;
-/// exits as clap does on --help, --version, --completions and errors (status 2).
-pub fn parse_daemon(program: OsString, args: &[OsString]) -> DaemonArgs {
-    cni_cli::parse_from(cni_cli::go_style_flags(std::iter::once(program).chain(args.iter().cloned())))
+/// Parses the daemon's flags, `args` being the program name then what follows `daemon`,
+/// Go-style flags included; exits as clap does on --help, --version, --completions and
+/// errors (status 2).
+pub fn parse_daemon(args: Vec<OsString>) -> DaemonArgs {
+    cni_cli::parse_from(cni_cli::go_style_flags(args))
 }
 
 /// `dhcp daemon`: serves until killed.
 pub fn run(args: &DaemonArgs) -> ExitCode {
-    if let Err(e) = cni_cli::init_logging("dhcp", &args.logging()) {
-        eprintln!("dhcp daemon: {e}");
-        return ExitCode::FAILURE;
-    }
-    match start(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %e, "dhcp daemon stopped");
-            ExitCode::FAILURE
-        }
-    }
+    startup::main("dhcp", &args.logging(), || start(args))
 }
 
 fn start(args: &DaemonArgs) -> std::io::Result<()> {
     let socket_path = args.socket();
-    let listen_error = |e: std::io::Error| {
-        std::io::Error::new(e.kind(), format!("listen on {}: {e}", socket_path.display()))
-    };
-    let listener = match socket::activated_listener().map_err(listen_error)? {
-        Some(l) => l,
-        None => socket::bind_private(&socket_path).map_err(listen_error)?,
-    };
-    if let Some(pid_file) = &args.pid_file {
-        let pid = format!("{}\n", std::process::id());
-        cni_os::fs::write_atomic(pid_file, pid.as_bytes(), 0o644, Durability::Unsynced)?;
-    }
+    let listener = startup::listener(&socket_path)?;
+    startup::write_pid_file(args.pid_file.as_deref())?;
     let daemon = Daemon::new(Settings {
         state_dir: args.state_dir.clone(),
         host_prefix: args.host_prefix.clone(),
@@ -191,14 +168,12 @@ fn start(args: &DaemonArgs) -> std::io::Result<()> {
         std::io::Error::new(e.kind(), format!("state directory {}: {e}", args.state_dir.display()))
     })?;
     daemon.resume()?;
-    if let Some(address) = args.metrics_address {
-        let mut registry = cni_metrics::prometheus_client::registry::Registry::default();
-        daemon.metrics().register(&mut registry);
-        let me = daemon.clone();
-        let bound = cni_metrics::serve(address, registry, Box::new(move || me.health()))?;
-        // The line every daemon logs and tests find the bound address in.
-        tracing::info!("metrics on http://{bound}/metrics");
-    }
+    let me = daemon.clone();
+    startup::serve_metrics(
+        args.metrics_address,
+        |registry| daemon.metrics().register(registry),
+        move || me.health(),
+    )?;
     tracing::info!(socket = %socket_path.display(), "listening");
     daemon.serve(listener)
 }

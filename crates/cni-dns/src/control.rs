@@ -13,6 +13,23 @@ use std::time::Duration;
 /// The longest request or reply line either side accepts.
 pub const MAX_LINE: usize = 4096;
 
+/// The field a `status` reply ends with when some gateway address could not be listened
+/// on: the first such error, quoted. Written by the resolver ([`push_listen_error`]) and
+/// read by the plugin's STATUS ([`listen_error`]) from this one definition; being the
+/// last field, its value is read to the end of the line, spaces and all.
+const LISTEN_ERROR: &str = " listen_error=";
+
+/// Appends the listen-error field for `error` to a `status` line (the resolver's side).
+pub fn push_listen_error(status: &mut String, error: &str) {
+    status.push_str(LISTEN_ERROR);
+    status.push_str(&format!("{error:?}"));
+}
+
+/// The listen-error field of a `status` reply, `listen_error="…"` whole, if it has one.
+pub fn listen_error(status: &str) -> Option<&str> {
+    status.find(LISTEN_ERROR).map(|at| &status[at + 1..])
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
     /// Nobody answers on the socket: the resolver is not running.
@@ -52,5 +69,23 @@ impl<R: BufRead> TakeLine for R {
             return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "line too long"));
         }
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plugin reads back the whole error the resolver wrote, spaces included (a
+    /// word-by-word reading kept only `listen_error="10.88.0.1:53:`).
+    #[test]
+    fn the_listen_error_is_read_back_whole() {
+        let mut status = "pid=7 networks=1 attachments=2 listening=1 problems=1".to_string();
+        assert_eq!(listen_error(&status), None);
+        push_listen_error(&mut status, "10.88.0.1:53: Address already in use (os error 98)");
+        assert_eq!(
+            listen_error(&status),
+            Some(r#"listen_error="10.88.0.1:53: Address already in use (os error 98)""#)
+        );
     }
 }

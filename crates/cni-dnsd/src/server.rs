@@ -413,7 +413,7 @@ impl Resolver {
             zones.problems.len() + errors.len(),
         );
         if let Some(first) = errors.first() {
-            line.push_str(&format!(" listen_error={first:?}"));
+            cni_dns::control::push_listen_error(&mut line, first);
         }
         line
     }

@@ -203,11 +203,9 @@ impl Agent {
     }
 
     /// Serves `listener` until it fails (the process normally ends first).
-    pub fn serve(self: Arc<Self>, listener: UnixListener) {
+    pub fn serve(self: Arc<Self>, listener: UnixListener) -> std::io::Result<()> {
         let server = Server::new(listener, Framing::Line, "etcd-ipam req");
-        if let Err(e) = server.serve(Arc::new(Requests(self))) {
-            tracing::error!(error = %e, "cannot accept connections any more");
-        }
+        server.serve(Arc::new(Requests(self)))
     }
 }
 

@@ -9,7 +9,6 @@
 //! ```
 #![forbid(unsafe_code)]
 
-use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,8 +18,7 @@ use cni_cli::clap::{self, Parser, Subcommand};
 use cni_cli::tracing;
 use cni_etcd_ipam::agent::Agent;
 use cni_etcd_ipam::plugin::EtcdIpam;
-use cni_metrics::prometheus_client::registry::Registry;
-use cni_os::socket;
+use cni_metrics::daemon;
 
 /// `etcd-ipam` with arguments other than `agent`: what its `--help`, `--version` and
 /// `--completions` tell. Run without arguments it is the plugin.
@@ -61,61 +59,22 @@ struct AgentArgs {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<OsString> = std::env::args_os().collect();
-    match args.get(1).and_then(|a| a.to_str()) {
-        // A runtime's call: no arguments, so nothing is parsed and no logging is set up.
-        None => cni_sdk::run(&EtcdIpam),
-        Some("agent") => {
-            agent(cni_cli::parse_from(std::iter::once(args[0].clone()).chain(args[2..].iter().cloned())))
-        }
-        // Arguments under a runtime's CNI_COMMAND are still the plugin's call.
-        Some(_) if std::env::var_os("CNI_COMMAND").is_some() => cni_sdk::run(&EtcdIpam),
-        // --help, --version, --completions; anything else is refused with status 2.
-        Some(_) => match cni_cli::parse_from::<Cli, _>(args).command {
-            Some(Sub::Agent(agent_args)) => agent(agent_args),
-            None => cni_sdk::run(&EtcdIpam),
-        },
-    }
+    daemon::dispatch::<Cli>("agent", || cni_sdk::run(&EtcdIpam), |args| agent(cni_cli::parse_from(args)))
 }
 
 /// `etcd-ipam agent`: serves until killed.
 fn agent(args: AgentArgs) -> ExitCode {
-    if let Err(e) = cni_cli::init_logging("etcd-ipam", &args.log) {
-        eprintln!("etcd-ipam agent: {e}");
-        return ExitCode::FAILURE;
-    }
-    let AgentArgs { socket, metrics, .. } = args;
-    // The socket file is 0600 in a 0700 directory whatever the umask (whoever can talk
-    // to the agent can release any container's address), or the one systemd passes.
-    let listener = match socket::activated_listener().and_then(|passed| match passed {
-        Some(listener) => Ok(listener),
-        None => socket::bind_private(&socket),
-    }) {
-        Ok(listener) => listener,
-        Err(e) => {
-            tracing::error!(socket = %socket.display(), error = %e, "cannot listen");
-            return ExitCode::FAILURE;
-        }
-    };
-    let agent = Arc::new(Agent::default());
-    if let Some(address) = metrics {
-        let mut registry = Registry::default();
-        agent.metrics().register(&mut registry);
+    daemon::main("etcd-ipam", &args.log, || -> std::io::Result<()> {
+        // Whoever can talk to the agent can release any container's address.
+        let listener = daemon::listener(&args.socket)?;
+        let agent = Arc::new(Agent::default());
         let etcd = agent.metrics().etcd.clone();
         // Healthy unless the latest etcd round trip (of any network) went unanswered.
-        let health = Box::new(move || etcd.reachability.check("etcd", None));
-        match cni_metrics::serve(address, registry, health) {
-            // The line every daemon logs and tests find the bound address in.
-            Ok(bound) => tracing::info!("metrics on http://{bound}/metrics"),
-            Err(e) => {
-                tracing::error!(address = %address, error = %e, "cannot serve metrics");
-                return ExitCode::FAILURE;
-            }
-        }
-    }
-    tracing::info!(socket = %socket.display(), "serving");
-    agent.serve(listener);
-    ExitCode::FAILURE
+        let health = move || etcd.reachability.check("etcd", None);
+        daemon::serve_metrics(args.metrics, |registry| agent.metrics().register(registry), health)?;
+        tracing::info!(socket = %args.socket.display(), "serving");
+        agent.serve(listener)
+    })
 }
 
 #[cfg(test)]

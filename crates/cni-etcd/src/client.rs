@@ -17,6 +17,8 @@ use crate::watch::Watch;
 /// gRPC's UNAVAILABLE, which the gateway passes on for "no leader", "request timed out"
 /// and a member that is shutting down: another member may do better.
 const GRPC_UNAVAILABLE: i64 = 14;
+/// What etcd answers for a lease (or key) that does not exist.
+const GRPC_NOT_FOUND: i64 = 5;
 
 /// How long a call's first try waits for a member's answer before trying the next member
 /// too (when there is one). A healthy member answers in milliseconds; one whose leader was
@@ -36,7 +38,9 @@ pub const CALL_TIMEOUTS: u32 = 2;
 const ROUND_PAUSE: Duration = Duration::from_millis(50);
 
 /// Whether an error answer is the member's momentary state rather than the request's fault:
-/// another member, or the same one after the election, may serve it.
+/// another member, or the same one after the election, may serve it. etcd gives the two
+/// election errors no code of their own (gRPC "unknown"): its clients, etcd's Go client
+/// too, know them by their wording.
 fn is_transient(status: u16, answer: &Value, message: &str) -> bool {
     status == 503
         || int_field(answer, "code") == GRPC_UNAVAILABLE
@@ -229,7 +233,8 @@ impl Client {
                     let message = answer["message"].as_str().or(answer["error"].as_str()).unwrap_or("");
                     let message = format!("HTTP {status}: {message}");
                     if !is_transient(status, &answer, &message) {
-                        return Err(Error::Server { path: path.into(), message });
+                        let code = int_field(&answer, "code");
+                        return Err(Error::Server { path: path.into(), code, message });
                     }
                     cluster_alive = true;
                     reasons.push(format!("{host}: {message}"));
@@ -347,7 +352,8 @@ impl Client {
 
     pub fn lease_revoke(&mut self, id: i64) -> Result<()> {
         match self.call("/v3/lease/revoke", &json!({"ID": id.to_string()})) {
-            Err(Error::Server { message, .. }) if message.contains("not found") => Ok(()),
+            // Already expired or revoked: what revoking is for is done.
+            Err(Error::Server { code: GRPC_NOT_FOUND, .. }) => Ok(()),
             other => other.map(|_| ()),
         }
     }

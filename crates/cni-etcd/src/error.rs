@@ -6,9 +6,11 @@ pub enum Error {
     /// No configured member answered (connection refused, timed out, no leader).
     #[error("etcd unreachable at {endpoints}: {reason}")]
     Unreachable { endpoints: String, reason: String },
-    /// A member answered with an error.
+    /// A member answered with an error: `code` is the gRPC status code of the answer
+    /// (5: not found, 9: failed precondition, ...; 0 when the answer had none), what callers
+    /// branch on; `message` is for people.
     #[error("etcd {path}: {message}")]
-    Server { path: String, message: String },
+    Server { path: String, code: i64, message: String },
     /// The answer was not what the API promises.
     #[error("etcd {path}: unexpected answer: {message}")]
     Protocol { path: String, message: String },

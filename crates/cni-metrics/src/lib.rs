@@ -11,6 +11,9 @@
 //! Label values are always from closed sets the daemon defines (an operation, a reason, a
 //! record type), never from what a client, a peer or a server sent, so the number of
 //! series is fixed whatever anyone does.
+//!
+//! The daemons' start-up around it (logging, the listening socket, the pid file, the
+//! metrics endpoint and the line announcing it, plugin-or-daemon dispatch) is [`daemon`].
 #![forbid(unsafe_code)]
 
 use std::io;
@@ -24,6 +27,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+pub mod daemon;
 pub mod http;
 
 /// A metric family labelled by one label from a closed set (`Family<Label, M>`).

@@ -13,7 +13,7 @@ use cni_net::{NetNs, Netlink};
 use crate::config::{Backend, Config};
 use crate::dataplane::{self, Device, Underlay};
 use crate::lease::{self, paired_subnet6, NodeRecord, SubnetLease};
-use crate::metrics::{self, OverlayMetrics};
+use crate::metrics::OverlayMetrics;
 use crate::peer::{Change, Own, Peers};
 use crate::{cniconf, wgkey, wgplane, Error, Result};
 
@@ -51,13 +51,9 @@ pub fn run(config: &Config, stop: &AtomicBool) -> Result<()> {
     let mut client = Client::with_tls(&config.endpoints, Duration::from_secs(2), tls)?;
     let metrics = Arc::new(OverlayMetrics::default());
     client.observe(metrics.observer());
-    if let Some(address) = config.metrics_address {
-        let ttl = Duration::from_secs(config.ttl.unsigned_abs());
-        let bound = metrics::serve(address, &metrics, ttl)
-            .map_err(|e| crate::Error::Io(format!("metrics address {address}"), e))?;
-        // The line every daemon logs and tests find the bound address in.
-        tracing::info!("metrics on http://{bound}/metrics");
-    }
+    let health = metrics.health(Duration::from_secs(config.ttl.unsigned_abs()));
+    cni_metrics::daemon::serve_metrics(config.metrics_address, |registry| metrics.register(registry), health)
+        .map_err(|e| Error::Io("serving metrics".into(), e))?;
     // The namespace is opened once: the netlink socket and the sysctl write stay in it.
     let netns = config.netns.as_ref().map(NetNs::open).transpose()?;
     let mut nl = match &netns {

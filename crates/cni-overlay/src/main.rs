@@ -9,25 +9,17 @@
 use std::process::ExitCode;
 
 use cni_cli::clap::error::ErrorKind;
-use cni_cli::tracing;
 use cni_overlay::config::{Args, Config};
 
 fn main() -> ExitCode {
     let args: Args = cni_cli::parse();
-    if let Err(e) = cni_cli::init_logging("cni-overlay-agent", &args.log) {
-        eprintln!("cni-overlay-agent: {e}");
-        return ExitCode::FAILURE;
-    }
-    // Flags that parse but do not fit together are refused as clap refuses the others:
-    // the message, the usage, status 2.
-    let config = Config::from_args(args)
-        .unwrap_or_else(|e| cni_cli::command::<Args>().error(ErrorKind::ValueValidation, e).exit());
-    let stop = cni_os::signal::stop_on_termination();
-    match cni_overlay::agent::run(&config, stop) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot go on");
-            ExitCode::FAILURE
-        }
-    }
+    let log = args.log.clone();
+    cni_metrics::daemon::main("cni-overlay-agent", &log, || {
+        // Flags that parse but do not fit together are refused as clap refuses the others:
+        // the message, the usage, status 2.
+        let config = Config::from_args(args)
+            .unwrap_or_else(|e| cni_cli::command::<Args>().error(ErrorKind::ValueValidation, e).exit());
+        let stop = cni_os::signal::stop_on_termination();
+        cni_overlay::agent::run(&config, stop)
+    })
 }

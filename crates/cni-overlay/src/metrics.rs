@@ -6,7 +6,6 @@
 //! counted under the rule it broke ([`crate::peer::Rule`], a closed set), never under its key
 //! or node name.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -73,6 +72,14 @@ impl OverlayMetrics {
         self.etcd.register(registry, "etcd");
     }
 
+    /// What `/healthz` answers: 200 while etcd answered within `ttl` (the lease is renewed
+    /// three times per TTL, so a whole TTL of silence means the node's record is about to
+    /// expire), 503 otherwise.
+    pub fn health(&self, ttl: Duration) -> impl Fn() -> Result<String, String> + Send + Sync + 'static {
+        let etcd = self.etcd.clone();
+        move || etcd.reachability.check("etcd", Some(ttl))
+    }
+
     /// What the agent's etcd client reports its calls to.
     pub fn observer(&self) -> Observer {
         let etcd = self.etcd.clone();
@@ -127,16 +134,6 @@ impl OverlayMetrics {
     pub(crate) fn lease_expired(&self) {
         self.lease_reacquired.inc();
     }
-}
-
-/// Serves `metrics` at `address`: `/healthz` is 200 while etcd answered within `ttl` (the
-/// lease is renewed three times per TTL, so a whole TTL of silence means the node's record
-/// is about to expire), 503 otherwise.
-pub fn serve(address: SocketAddr, metrics: &OverlayMetrics, ttl: Duration) -> std::io::Result<SocketAddr> {
-    let mut registry = Registry::default();
-    metrics.register(&mut registry);
-    let etcd = metrics.etcd.clone();
-    cni_metrics::serve(address, registry, Box::new(move || etcd.reachability.check("etcd", Some(ttl))))
 }
 
 #[cfg(test)]

@@ -23,16 +23,13 @@ pub fn get(address: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
 }
 
 /// The address a daemon started with `--metrics-address IP:0` bound, from the line every
-/// daemon logs (`... metrics on http://ADDRESS/metrics`) in the log file at `log`; waits
+/// daemon logs ([`cni_cli::metrics_line`]) in the log file at `log`; waits
 /// for it up to 30 s, then panics with the log.
 pub fn address_in_log(log: &Path) -> SocketAddr {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();
-        let found = text.lines().find_map(|line| {
-            let rest = line.split_once("metrics on http://")?.1;
-            rest.strip_suffix("/metrics")?.parse().ok()
-        });
+        let found = text.lines().find_map(cni_cli::metrics_address_in);
         if let Some(address) = found {
             return address;
         }

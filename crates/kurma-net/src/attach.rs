@@ -23,8 +23,8 @@ impl Host {
     /// first) and the error of the failed `add` is returned.
     pub fn attach(&self, uuid: &str, netns: &Path, networks: Option<&[String]>) -> Result<AttachRecord> {
         let container_err = |message: String| Error::Container { uuid: uuid.to_string(), message };
-        check_uuid(uuid).map_err(container_err)?;
-        let netns = netns_path_for_plugins(netns).map_err(container_err)?;
+        check_uuid(uuid).map_err(|why| container_err(why.to_string()))?;
+        let netns = netns_path_for_plugins(netns).map_err(|why| container_err(why.to_string()))?;
         let _lock = self.state.lock_container(uuid)?;
         if self.state.read_container(uuid)?.is_some() {
             return Err(container_err("is already attached (detach it first)".into()));
@@ -33,7 +33,7 @@ impl Host {
             None => self.config.networks.iter().collect(),
             Some(names) => names.iter().map(|name| self.entry(name)).collect::<Result<_>>()?,
         };
-        let mut taken = interface_names(&netns).map_err(container_err)?;
+        let mut taken = interface_names(&netns).map_err(|why| container_err(why.to_string()))?;
         let mut plan = Vec::with_capacity(selected.len());
         for network in selected {
             if !matches!(self.plugin_status(&network.name).as_deref(), Some("created" | "running")) {
@@ -45,9 +45,10 @@ impl Host {
             let interface = match &network.interface {
                 None => None,
                 Some(template) => {
-                    let name = template
-                        .pick(&taken)
-                        .map_err(|message| Error::Network { network: network.name.clone(), message })?;
+                    let name = template.pick(&taken).map_err(|why| Error::Network {
+                        network: network.name.clone(),
+                        message: why.to_string(),
+                    })?;
                     taken.insert(name.clone());
                     Some(name)
                 }
@@ -92,7 +93,8 @@ impl Host {
     /// all attempted. Networks whose `del` failed stay recorded so that detaching again
     /// retries them. Detaching an unknown container succeeds (nothing to do).
     pub fn detach(&self, uuid: &str) -> Result<()> {
-        check_uuid(uuid).map_err(|message| Error::Container { uuid: uuid.to_string(), message })?;
+        check_uuid(uuid)
+            .map_err(|why| Error::Container { uuid: uuid.to_string(), message: why.to_string() })?;
         let _lock = self.state.lock_container(uuid)?;
         let Some(mut record) = self.state.read_container(uuid)? else {
             return Ok(());
@@ -112,7 +114,8 @@ impl Host {
 
     /// The metadata of an attached container.
     pub fn attached(&self, uuid: &str) -> Result<Option<AttachRecord>> {
-        check_uuid(uuid).map_err(|message| Error::Container { uuid: uuid.to_string(), message })?;
+        check_uuid(uuid)
+            .map_err(|why| Error::Container { uuid: uuid.to_string(), message: why.to_string() })?;
         self.state.read_container(uuid)
     }
 
@@ -145,28 +148,48 @@ fn plugin_args<'a>(netns: &'a Path, uuid: &'a str, interface: Option<&'a str>) -
 /// The path plugins get: `/proc/PID/ns/net` (plugin containers see the host's processes)
 /// or a namespace under `/run/netns` (shared into them); other paths would not resolve
 /// inside a plugin container.
-fn netns_path_for_plugins(netns: &Path) -> Result<PathBuf, String> {
-    let shown = netns.display();
+fn netns_path_for_plugins(netns: &Path) -> Result<PathBuf, NetnsError> {
+    let path = || netns.to_path_buf();
     if netns.to_str().is_none() {
-        return Err(format!("network namespace path {shown} is not UTF-8"));
+        return Err(NetnsError::NotUtf8 { path: path() });
     }
-    NetNs::open(netns).map_err(|err| format!("network namespace {shown}: {err}"))?;
+    NetNs::open(netns).map_err(|source| NetnsError::Open { path: path(), source })?;
     if netns.starts_with("/proc/") {
         return Ok(netns.to_path_buf());
     }
-    let canonical = netns.canonicalize().map_err(|err| format!("network namespace {shown}: {err}"))?;
+    let canonical = netns.canonicalize().map_err(|source| NetnsError::Resolve { path: path(), source })?;
     if canonical.starts_with(NETNS_DIR) && canonical.to_str().is_some() {
         return Ok(canonical);
     }
-    Err(format!("network namespace {shown}: must be /proc/PID/ns/net or under {NETNS_DIR}/"))
+    Err(NetnsError::Elsewhere { path: path() })
 }
 
 /// The interface names the namespace has now.
-fn interface_names(netns: &Path) -> Result<HashSet<String>, String> {
-    let ns = NetNs::open(netns).map_err(|err| format!("network namespace {}: {err}", netns.display()))?;
-    let mut netlink = Netlink::in_ns(&ns).map_err(|err| format!("netlink in {}: {err}", netns.display()))?;
-    let links = netlink.links().map_err(|err| format!("list links in {}: {err}", netns.display()))?;
+fn interface_names(netns: &Path) -> Result<HashSet<String>, NetnsError> {
+    let path = || netns.to_path_buf();
+    let ns = NetNs::open(netns).map_err(|source| NetnsError::Open { path: path(), source })?;
+    let mut netlink = Netlink::in_ns(&ns).map_err(|source| NetnsError::Netlink { path: path(), source })?;
+    let links = netlink.links().map_err(|source| NetnsError::Links { path: path(), source })?;
     Ok(links.into_iter().map(|link| link.name).collect())
+}
+
+/// Why a container's network namespace path is refused or cannot be looked into.
+#[derive(Debug, thiserror::Error)]
+pub enum NetnsError {
+    #[error("network namespace path {} is not UTF-8", path.display())]
+    NotUtf8 { path: PathBuf },
+    #[error("network namespace {}: {source}", path.display())]
+    Open { path: PathBuf, source: cni_net::Error },
+    #[error("network namespace {}: {source}", path.display())]
+    Resolve { path: PathBuf, source: std::io::Error },
+    /// Neither `/proc/PID/ns/net` nor under the shared namespace directory: it would not
+    /// resolve inside a plugin container.
+    #[error("network namespace {}: must be /proc/PID/ns/net or under {NETNS_DIR}/", path.display())]
+    Elsewhere { path: PathBuf },
+    #[error("netlink in {}: {source}", path.display())]
+    Netlink { path: PathBuf, source: cni_net::Error },
+    #[error("list links in {}: {source}", path.display())]
+    Links { path: PathBuf, source: cni_net::Error },
 }
 
 /// Parses what `add` printed: a Kurma result (`ip4`/`ip6`, each with an `ip` in CIDR

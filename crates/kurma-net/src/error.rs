@@ -47,8 +47,8 @@ pub enum Error {
     Config(String),
     #[error("{entry}: {message}")]
     Entry { entry: EntryRef, message: String },
-    #[error("network \"{network}\": image {uri}: {message}")]
-    Image { network: String, uri: String, message: String },
+    #[error("network \"{network}\": image {uri}: {source}")]
+    Image { network: String, uri: String, source: Box<crate::source::PullError> },
     #[error(
         "network \"{network}\": /opt/network/{executable} {failure}; stdout: {stdout:?}; stderr: {stderr:?}"
     )]
@@ -61,8 +61,8 @@ pub enum Error {
     },
     #[error("network \"{network}\": {message}")]
     Network { network: String, message: String },
-    #[error("OCI runtime {runtime}: {message}")]
-    Runtime { runtime: String, message: String },
+    #[error("OCI runtime {runtime}: {source}")]
+    Runtime { runtime: String, source: crate::runtime::RuntimeError },
     #[error("container {uuid}: {message}")]
     Container { uuid: String, message: String },
     #[error("detach of container {uuid} failed for {} network(s): {}", .errors.len(),

@@ -109,18 +109,65 @@ pub enum Check {
     Transport,
 }
 
+/// Why a fetch failed. The messages name the URL (or the file) and the rule; the variants
+/// are what a caller can tell apart: a hop the transport rules refuse, an answer that is
+/// not a success, a body over its bound, and the rest.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("{url}: not a URL: {reason}")]
+    NotAUrl { url: String, reason: url::ParseError },
+    /// Plain http to another machine for a body nothing but the transport vouches for.
+    #[error(
+        "refusing plain http to another machine ({url}): only loopback may be spoken to in plain \
+         text unless the content is pinned by digest"
+    )]
+    PlainHttp { url: String },
+    /// A scheme other than http(s).
+    #[error("refusing a {scheme}: URL ({url})")]
+    Scheme { scheme: String, url: String },
+    /// One hop of `GET url` was refused by the transport rules (`refused` says which).
+    #[error("GET {url}: {refused}")]
+    HopRefused { url: String, refused: Box<FetchError> },
+    #[error("GET {url}: {source}")]
+    Request { url: String, source: Box<ureq::Error> },
+    #[error("GET {url}: more than {MAX_REDIRECTS} redirects")]
+    TooManyRedirects { url: String },
+    #[error("GET {from}: bad redirect {location:?}: {reason}")]
+    BadRedirect { from: String, location: String, reason: url::ParseError },
+    #[error(
+        "GET {from}: refusing the redirect from https to plain http ({to}): it would give up the \
+         server's authentication"
+    )]
+    Downgrade { from: String, to: String },
+    #[error("GET {from}: refusing the redirect to a {scheme}: URL ({to})")]
+    RedirectScheme { from: String, scheme: String, to: String },
+    /// The answer's status is not a success (`status` is its code).
+    #[error("GET {url}: the server answered {status} {reason}")]
+    Status { url: String, status: u16, reason: &'static str },
+    /// The private CA file is unreadable, holds no certificate, or one that is not usable.
+    #[error("CA file {}: {reason}", path.display())]
+    CaFile { path: std::path::PathBuf, reason: String },
+    /// A body over its bound, declared so or found so while reading.
+    #[error("{what}: the server declares {declared} bytes, more than {bound}")]
+    DeclaredTooLong { what: String, declared: u64, bound: String },
+    #[error("{what}: the body is longer than {bound}")]
+    TooLong { what: String, bound: String },
+    /// A body shorter than its descriptor declares.
+    #[error("{what}: the body ended after {copied} of the {size} bytes its descriptor declares")]
+    Truncated { what: String, copied: u64, size: u64 },
+    #[error("{what}: {source}")]
+    Read { what: String, source: std::io::Error },
+}
+
 /// Whether one hop of a request may go to `url`: `https`, plain `http` to this machine's
 /// loopback, or plain `http` anywhere when the body is checked by digest. The error names
 /// the hop's URL and the rule.
-pub fn transport_allowed(url: &Url, check: Check) -> Result<(), String> {
+pub fn transport_allowed(url: &Url, check: Check) -> Result<(), FetchError> {
     match url.scheme() {
         "https" => Ok(()),
         "http" if check == Check::Digest || plain_http_allowed(url) => Ok(()),
-        "http" => Err(format!(
-            "refusing plain http to another machine ({url}): only loopback may be spoken to in \
-             plain text unless the content is pinned by digest"
-        )),
-        other => Err(format!("refusing a {other}: URL ({url})")),
+        "http" => Err(FetchError::PlainHttp { url: url.to_string() }),
+        other => Err(FetchError::Scheme { scheme: other.to_string(), url: url.to_string() }),
     }
 }
 
@@ -134,7 +181,7 @@ pub struct Fetcher {
 impl Fetcher {
     /// A client with `limits` that trusts the usual web roots and, when given, the PEM
     /// certificates in `ca_file` too (a registry or image server with a private CA).
-    pub fn new(limits: FetchLimits, ca_file: Option<&Path>) -> Result<Fetcher, String> {
+    pub fn new(limits: FetchLimits, ca_file: Option<&Path>) -> Result<Fetcher, FetchError> {
         let config = Agent::config_builder()
             // Redirects are ours to follow (see the module's documentation), and every
             // status is an answer for the caller to judge.
@@ -152,11 +199,15 @@ impl Fetcher {
     /// before it is connected to). Every status comes back as a response (4xx and 5xx
     /// too): callers decide what they mean. An `Authorization` header goes only to the
     /// host it was given for.
-    pub fn get(&self, url: &str, headers: &[(&str, &str)], check: Check) -> Result<Response, String> {
-        let mut current = Url::parse(url).map_err(|err| format!("{url}: not a URL: {err}"))?;
+    pub fn get(&self, url: &str, headers: &[(&str, &str)], check: Check) -> Result<Response, FetchError> {
+        let mut current =
+            Url::parse(url).map_err(|reason| FetchError::NotAUrl { url: url.to_string(), reason })?;
         let origin = authority(&current);
         for _ in 0..=MAX_REDIRECTS {
-            transport_allowed(&current, check).map_err(|err| format!("GET {url}: {err}"))?;
+            transport_allowed(&current, check).map_err(|refused| FetchError::HopRefused {
+                url: url.to_string(),
+                refused: Box::new(refused),
+            })?;
             let mut request = self.agent.get(current.as_str());
             for (name, value) in headers {
                 if name.eq_ignore_ascii_case("authorization") && authority(&current) != origin {
@@ -164,7 +215,10 @@ impl Fetcher {
                 }
                 request = request.header(*name, *value);
             }
-            let response = request.call().map_err(|err| format!("GET {current}: {err}"))?;
+            let response = request.call().map_err(|source| FetchError::Request {
+                url: current.to_string(),
+                source: Box::new(source),
+            })?;
             if !response.status().is_redirection() {
                 return Ok(response);
             }
@@ -173,11 +227,11 @@ impl Fetcher {
             };
             current = redirect_target(&current, location)?;
         }
-        Err(format!("GET {url}: more than {MAX_REDIRECTS} redirects"))
+        Err(FetchError::TooManyRedirects { url: url.to_string() })
     }
 
     /// GETs `url` and fails unless the answer is a 2xx.
-    pub fn get_ok(&self, url: &str, headers: &[(&str, &str)], check: Check) -> Result<Response, String> {
+    pub fn get_ok(&self, url: &str, headers: &[(&str, &str)], check: Check) -> Result<Response, FetchError> {
         let response = self.get(url, headers, check)?;
         check_status(url, response)
     }
@@ -187,7 +241,7 @@ impl Fetcher {
 /// `webpki-root-certs` crate ships it) and, when given, every certificate of the PEM file
 /// `ca_file` too. ureq takes one list (the web's or a given one, never both), so the web's
 /// are part of the list we give it.
-fn tls_config(ca_file: Option<&Path>) -> Result<TlsConfig, String> {
+fn tls_config(ca_file: Option<&Path>) -> Result<TlsConfig, FetchError> {
     let mut roots: Vec<Certificate<'static>> =
         webpki_root_certs::TLS_SERVER_ROOT_CERTS.iter().map(|cert| Certificate::from_der(cert)).collect();
     if let Some(ca_file) = ca_file {
@@ -202,18 +256,18 @@ fn tls_config(ca_file: Option<&Path>) -> Result<TlsConfig, String> {
 
 /// The certificates of the PEM file `ca_file`, each checked to be a usable trust anchor
 /// (ureq would skip one that is not without a word).
-fn private_ca(ca_file: &Path) -> Result<Vec<Certificate<'static>>, String> {
-    let shown = ca_file.display();
-    let pem = std::fs::read(ca_file).map_err(|err| format!("CA file {shown}: {err}"))?;
+fn private_ca(ca_file: &Path) -> Result<Vec<Certificate<'static>>, FetchError> {
+    let refused = |reason: String| FetchError::CaFile { path: ca_file.to_path_buf(), reason };
+    let pem = std::fs::read(ca_file).map_err(|err| refused(err.to_string()))?;
     let mut checked = rustls::RootCertStore::empty();
     let mut certs = Vec::new();
     for cert in CertificateDer::pem_slice_iter(&pem) {
-        let cert = cert.map_err(|err| format!("CA file {shown}: {err}"))?;
+        let cert = cert.map_err(|err| refused(err.to_string()))?;
         certs.push(Certificate::from_der(cert.as_ref()).to_owned());
-        checked.add(cert).map_err(|err| format!("CA file {shown}: {err}"))?;
+        checked.add(cert).map_err(|err| refused(err.to_string()))?;
     }
     if certs.is_empty() {
-        return Err(format!("CA file {shown}: no PEM certificate in it"));
+        return Err(refused("no PEM certificate in it".into()));
     }
     Ok(certs)
 }
@@ -224,30 +278,35 @@ pub fn header<'a>(response: &'a Response, name: &str) -> Option<&'a str> {
 }
 
 /// A response, or an error naming its status when it is not a success.
-pub fn check_status(url: &str, response: Response) -> Result<Response, String> {
+pub fn check_status(url: &str, response: Response) -> Result<Response, FetchError> {
     let status = response.status();
     if status.is_success() {
         return Ok(response);
     }
-    Err(format!(
-        "GET {url}: the server answered {} {}",
-        status.as_u16(),
-        status.canonical_reason().unwrap_or("")
-    ))
+    Err(FetchError::Status {
+        url: url.to_string(),
+        status: status.as_u16(),
+        reason: status.canonical_reason().unwrap_or(""),
+    })
 }
 
 /// Where a redirect from `from` to `location` leads, or why it is not followed: a
 /// downgrade from https to http, or a scheme other than http(s). (Whether plain http to
 /// the target is acceptable at all is [`transport_allowed`]'s, checked on every hop.)
-pub fn redirect_target(from: &Url, location: &str) -> Result<Url, String> {
-    let to = from.join(location).map_err(|err| format!("GET {from}: bad redirect {location:?}: {err}"))?;
+pub fn redirect_target(from: &Url, location: &str) -> Result<Url, FetchError> {
+    let to = from.join(location).map_err(|reason| FetchError::BadRedirect {
+        from: from.to_string(),
+        location: location.to_string(),
+        reason,
+    })?;
     match (from.scheme(), to.scheme()) {
         (_, "https") | ("http", "http") => Ok(to),
-        ("https", "http") => Err(format!(
-            "GET {from}: refusing the redirect from https to plain http ({to}): it would give up the \
-             server's authentication"
-        )),
-        (_, other) => Err(format!("GET {from}: refusing the redirect to a {other}: URL ({to})")),
+        ("https", "http") => Err(FetchError::Downgrade { from: from.to_string(), to: to.to_string() }),
+        (_, other) => Err(FetchError::RedirectScheme {
+            from: from.to_string(),
+            scheme: other.to_string(),
+            to: to.to_string(),
+        }),
     }
 }
 
@@ -256,7 +315,7 @@ fn authority(url: &Url) -> (Option<String>, Option<u16>) {
 }
 
 /// Reads a whole body into memory, within `bound`.
-pub fn read_body(response: Response, bound: Bound, what: &str) -> Result<Vec<u8>, String> {
+pub fn read_body(response: Response, bound: Bound, what: &str) -> Result<Vec<u8>, FetchError> {
     let mut body = Vec::new();
     copy_body(response, bound, &mut body, what)?;
     Ok(body)
@@ -265,21 +324,26 @@ pub fn read_body(response: Response, bound: Bound, what: &str) -> Result<Vec<u8>
 /// Copies a body into `dest`, within `bound`: a declared length above it is refused
 /// before reading, and ureq stops the read (an error) at the first byte past it, whatever
 /// the server declared. Returns the length.
-pub fn copy_body(response: Response, bound: Bound, dest: &mut impl Write, what: &str) -> Result<u64, String> {
+pub fn copy_body(
+    response: Response,
+    bound: Bound,
+    dest: &mut impl Write,
+    what: &str,
+) -> Result<u64, FetchError> {
+    let what = what.to_string();
     let declared = header(&response, "Content-Length").and_then(|v| v.trim().parse::<u64>().ok());
     if let Some(declared) = declared.filter(|&d| d > bound.max()) {
-        return Err(format!("{what}: the server declares {declared} bytes, more than {}", bound.describe()));
+        return Err(FetchError::DeclaredTooLong { what, declared, bound: bound.describe() });
     }
     let mut body = response.into_body().into_with_config().limit(bound.max()).reader();
-    let copied = std::io::copy(&mut body, dest).map_err(|err| match over_limit(&err) {
-        true => format!("{what}: the body is longer than {}", bound.describe()),
-        false => format!("{what}: {err}"),
-    })?;
+    let copied = match std::io::copy(&mut body, dest) {
+        Ok(copied) => copied,
+        Err(err) if over_limit(&err) => return Err(FetchError::TooLong { what, bound: bound.describe() }),
+        Err(source) => return Err(FetchError::Read { what, source }),
+    };
     if let Bound::Exactly(size) = bound {
         if copied != size {
-            return Err(format!(
-                "{what}: the body ended after {copied} of the {size} bytes its descriptor declares"
-            ));
+            return Err(FetchError::Truncated { what, copied, size });
         }
     }
     Ok(copied)
@@ -320,16 +384,16 @@ mod tests {
     fn a_redirect_never_goes_from_https_to_http() {
         let https = Url::parse("https://registry.example/v2/a/blobs/x").unwrap();
         let http = Url::parse("http://127.0.0.1:5000/v2/").unwrap();
-        assert!(redirect_target(&https, "http://cdn.example/blob")
-            .unwrap_err()
-            .contains("https to plain http"));
+        let downgrade = redirect_target(&https, "http://cdn.example/blob").unwrap_err();
+        assert!(matches!(downgrade, FetchError::Downgrade { .. }), "{downgrade}");
+        assert!(downgrade.to_string().contains("https to plain http"), "{downgrade}");
         assert_eq!(redirect_target(&https, "/other").unwrap().as_str(), "https://registry.example/other");
         assert_eq!(
             redirect_target(&https, "https://cdn.example/b").unwrap().as_str(),
             "https://cdn.example/b"
         );
         assert_eq!(redirect_target(&http, "https://x.example/").unwrap().as_str(), "https://x.example/");
-        assert!(redirect_target(&http, "file:///etc/passwd").unwrap_err().contains("file:"));
+        assert!(redirect_target(&http, "file:///etc/passwd").unwrap_err().to_string().contains("file:"));
     }
 
     #[test]
@@ -338,10 +402,15 @@ mod tests {
         for check in [Check::Digest, Check::Transport] {
             assert!(transport_allowed(&url("https://cdn.example/b"), check).is_ok());
             assert!(transport_allowed(&url("http://127.0.0.1:5000/b"), check).is_ok());
-            assert!(transport_allowed(&url("file:///etc/shadow"), check).unwrap_err().contains("file:"));
+            assert!(transport_allowed(&url("file:///etc/shadow"), check)
+                .unwrap_err()
+                .to_string()
+                .contains("file:"));
         }
         assert!(transport_allowed(&url("http://cdn.example/b"), Check::Digest).is_ok());
         let err = transport_allowed(&url("http://cdn.example/b"), Check::Transport).unwrap_err();
+        assert!(matches!(err, FetchError::PlainHttp { .. }), "{err}");
+        let err = err.to_string();
         assert!(err.contains("refusing plain http to another machine (http://cdn.example/b)"), "{err}");
     }
 
@@ -377,15 +446,15 @@ mod tests {
         let dir = tempfile::Builder::new().prefix("k3-").tempdir().unwrap();
         let empty = dir.path().join("empty.pem");
         std::fs::write(&empty, "not a certificate\n").unwrap();
-        let err = tls_config(Some(&empty)).unwrap_err();
+        let err = tls_config(Some(&empty)).unwrap_err().to_string();
         assert!(err.contains("empty.pem: no PEM certificate in it"), "{err}");
 
         let garbage = dir.path().join("garbage.pem");
         std::fs::write(&garbage, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n").unwrap();
-        let err = tls_config(Some(&garbage)).unwrap_err();
+        let err = tls_config(Some(&garbage)).unwrap_err().to_string();
         assert!(err.contains("garbage.pem"), "{err}");
 
         let missing = dir.path().join("missing.pem");
-        assert!(tls_config(Some(&missing)).unwrap_err().contains("missing.pem"));
+        assert!(tls_config(Some(&missing)).unwrap_err().to_string().contains("missing.pem"));
     }
 }

@@ -9,7 +9,7 @@ use crate::fetch::Fetcher;
 use crate::host::Host;
 use crate::registry;
 use crate::runtime::{bundle_config, NETNS_DIR};
-use crate::source::ImageSource;
+use crate::source::{ImageSource, PullError};
 use crate::state::{private_dir, write_record, PluginRecord};
 use kurma_model::image::{self, oci};
 
@@ -90,9 +90,9 @@ impl Host {
 
     /// Removes `network`'s plugin container, its bundle and its record.
     pub fn stop_plugin(&self, network: &str) -> Result<()> {
-        self.runtime.delete(&self.container_id(network)).map_err(|message| Error::Runtime {
+        self.runtime.delete(&self.container_id(network)).map_err(|source| Error::Runtime {
             runtime: self.options.runtime.display().to_string(),
-            message,
+            source,
         })?;
         let dir = self.state.plugin_dir(network);
         match std::fs::remove_dir_all(&dir) {
@@ -130,10 +130,10 @@ impl Host {
         for private in [&dir, &bundle, &download_dir] {
             private_dir(private)?;
         }
-        let fail = |message: String| Error::Image {
+        let fail = |source: PullError| Error::Image {
             network: network.name.clone(),
             uri: network.image_uri().to_string(),
-            message,
+            source: Box::new(source),
         };
         let rootfs = bundle.join("rootfs");
         match &network.image {
@@ -146,23 +146,23 @@ impl Host {
             ImageSource::Docker(reference) => {
                 let layout = download_dir.join("layout");
                 registry::pull(&self.fetcher().map_err(fail)?, reference, &layout).map_err(fail)?;
-                let image = oci::read_layout(&layout, None).map_err(|e| fail(e.to_string()))?;
-                oci::unpack_rootfs(&image, &rootfs).map_err(|e| fail(e.to_string()))?;
+                let image = oci::read_layout(&layout, None).map_err(|e| fail(e.into()))?;
+                oci::unpack_rootfs(&image, &rootfs).map_err(|e| fail(e.into()))?;
             }
         }
         let _ = std::fs::remove_dir_all(&download_dir);
         for executable in ["setup", "add", "del"] {
             // A symlink counts: it resolves inside the container, not on the host.
             if std::fs::symlink_metadata(rootfs.join("opt/network").join(executable)).is_err() {
-                return Err(fail(format!("the image has no /opt/network/{executable}")));
+                return Err(fail(PullError::NoExecutable { executable }));
             }
         }
         Ok(())
     }
 
     /// The HTTP client for one image fetch, with this host's limits and CA file.
-    fn fetcher(&self) -> Result<Fetcher, String> {
-        Fetcher::new(self.options.fetch_limits, self.options.ca_file.as_deref())
+    fn fetcher(&self) -> Result<Fetcher, PullError> {
+        Ok(Fetcher::new(self.options.fetch_limits, self.options.ca_file.as_deref())?)
     }
 
     /// Creates `network`'s container on its bundle (with a config.json for the current
@@ -174,9 +174,9 @@ impl Host {
         let config = bundle_config(self.options.host_netns.as_deref());
         let config_path = bundle.join("config.json");
         write_record(&config_path, &config)?;
-        self.runtime.create(&id, &bundle).map_err(|message| Error::Network {
+        self.runtime.create(&id, &bundle).map_err(|why| Error::Network {
             network: network.name.clone(),
-            message: format!("cannot create the plugin container: {message}"),
+            message: format!("cannot create the plugin container: {why}"),
         })?;
         self.state.write_plugin(&PluginRecord {
             network: network.name.clone(),
@@ -202,7 +202,7 @@ impl Host {
         let output = self
             .runtime
             .exec(&self.container_id(&network.name), &argv, &network.stdin(), self.options.limit, &scratch)
-            .map_err(|message| Error::Network { network: network.name.clone(), message })?;
+            .map_err(|why| Error::Network { network: network.name.clone(), message: why.to_string() })?;
         match output.outcome {
             Ok(()) => Ok(output.stdout),
             Err(failure) => Err(Error::Executable {
@@ -216,9 +216,9 @@ impl Host {
     }
 }
 
-fn unpack_file(path: &Path, scratch_parent: &Path, rootfs: &Path) -> Result<(), String> {
+fn unpack_file(path: &Path, scratch_parent: &Path, rootfs: &Path) -> Result<(), PullError> {
     if !path.is_file() {
-        return Err(format!("{}: no such image file", path.display()));
+        return Err(PullError::NoSuchFile { path: path.to_path_buf() });
     }
-    image::unpack_file(path, &scratch_parent.join("archive"), rootfs).map(drop).map_err(|e| e.to_string())
+    Ok(image::unpack_file(path, &scratch_parent.join("archive"), rootfs).map(drop)?)
 }

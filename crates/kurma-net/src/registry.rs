@@ -15,7 +15,7 @@ use kurma_model::image::oci::{self, Descriptor, Digest};
 use serde_json::{json, Value};
 
 use crate::fetch::{self, Bound, Check, Fetcher};
-use crate::source::DockerRef;
+use crate::source::{DockerRef, PullError};
 
 /// The manifest types accepted, most specific first.
 const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, \
@@ -33,9 +33,9 @@ struct Registry<'a> {
 /// Pulls `image` into the OCI layout directory `layout` (`oci-layout`, `index.json`
 /// naming the pulled manifest or index, `blobs/sha256/...`); every blob is checked
 /// against its digest as it arrives, and again when the layout is read.
-pub fn pull(fetcher: &Fetcher, image: &DockerRef, layout: &Path) -> Result<(), String> {
+pub fn pull(fetcher: &Fetcher, image: &DockerRef, layout: &Path) -> Result<(), PullError> {
     let blobs = layout.join("blobs/sha256");
-    std::fs::create_dir_all(&blobs).map_err(|err| format!("{}: {err}", blobs.display()))?;
+    std::fs::create_dir_all(&blobs).map_err(PullError::file(&blobs))?;
     let registry = Registry { fetcher, image, layout, token: RefCell::new(None) };
     let (top, mut doc) = registry.manifest(&image.reference)?;
     let index = json!({"schemaVersion": 2, "manifests": [top.to_json()]});
@@ -45,22 +45,17 @@ pub fn pull(fetcher: &Fetcher, image: &DockerRef, layout: &Path) -> Result<(), S
     // will follow it.
     for _ in 0..3 {
         let Some(manifests) = doc.get("manifests").and_then(Value::as_array) else { break };
-        let chosen = Descriptor::from_json(oci::choose_manifest(manifests, None).map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
+        let chosen = Descriptor::from_json(oci::choose_manifest(manifests, None)?)?;
         doc = registry.manifest(&chosen.digest.to_string())?.1;
     }
-    let config = doc.get("config").ok_or("the image manifest has no \"config\"")?;
-    let layers = doc.get("layers").and_then(Value::as_array).ok_or("the image manifest has no \"layers\"")?;
-    let blobs = std::iter::once(config)
-        .chain(layers)
-        .map(|blob| Descriptor::from_json(blob).map_err(|e| e.to_string()))
-        .collect::<Result<Vec<_>, _>>()?;
+    let config = doc.get("config").ok_or(PullError::ManifestField { field: "config" })?;
+    let layers =
+        doc.get("layers").and_then(Value::as_array).ok_or(PullError::ManifestField { field: "layers" })?;
+    let blobs =
+        std::iter::once(config).chain(layers).map(Descriptor::from_json).collect::<Result<Vec<_>, _>>()?;
     let declared = blobs.iter().fold(0u64, |sum, blob| sum.saturating_add(blob.size));
     if declared > fetcher.limits.image {
-        return Err(format!(
-            "the image's config and layers declare {declared} bytes, more than the limit of {} bytes",
-            fetcher.limits.image
-        ));
+        return Err(PullError::TooLarge { declared, limit: fetcher.limits.image });
     }
     for blob in &blobs {
         registry.blob(blob)?;
@@ -68,8 +63,8 @@ pub fn pull(fetcher: &Fetcher, image: &DockerRef, layout: &Path) -> Result<(), S
     Ok(())
 }
 
-fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    std::fs::write(path, bytes).map_err(|err| format!("{}: {err}", path.display()))
+fn write(path: &Path, bytes: &[u8]) -> Result<(), PullError> {
+    std::fs::write(path, bytes).map_err(PullError::file(path))
 }
 
 fn bearer(token: Option<&str>) -> Option<String> {
@@ -80,7 +75,7 @@ impl Registry<'_> {
     /// The manifest (or index) for a tag or digest, stored as a blob of the layout, with
     /// its descriptor. A digest reference is checked against the body, a tag against the
     /// registry's `Docker-Content-Digest` when it sends one.
-    fn manifest(&self, reference: &str) -> Result<(Descriptor, Value), String> {
+    fn manifest(&self, reference: &str) -> Result<(Descriptor, Value), PullError> {
         let url = format!("{}/v2/{}/manifests/{reference}", self.image.base_url(), self.image.repository);
         // A manifest by digest is checked against it; one by tag is only as good as its
         // transport (the registry's own Docker-Content-Digest comes over the same one).
@@ -91,32 +86,31 @@ impl Registry<'_> {
         let content_type = response.body().mime_type().unwrap_or("text/plain").to_string();
         let body =
             fetch::read_body(response, Bound::AtMost(self.fetcher.limits.document), &format!("GET {url}"))?;
-        let value: Value =
-            serde_json::from_slice(&body).map_err(|err| format!("manifest {reference}: not JSON: {err}"))?;
+        let value: Value = serde_json::from_slice(&body)
+            .map_err(|reason| PullError::ManifestNotJson { reference: reference.to_string(), reason })?;
         let media_type = value.get("mediaType").and_then(Value::as_str).unwrap_or(&content_type);
         let descriptor = Descriptor::of(media_type, &body);
         let expected =
             if reference.starts_with("sha256:") { Some(reference) } else { header_digest.as_deref() };
         if let Some(expected) = expected.filter(|e| e.starts_with("sha256:")) {
-            let expected = Descriptor {
-                digest: Digest::parse(expected).map_err(|e| format!("manifest {reference}: {e}"))?,
-                ..descriptor.clone()
-            };
-            oci::verify_bytes(&body, &expected).map_err(|e| format!("manifest {reference}: {e}"))?;
+            let refused = |reason| PullError::Manifest { reference: reference.to_string(), reason };
+            let expected =
+                Descriptor { digest: Digest::parse(expected).map_err(refused)?, ..descriptor.clone() };
+            oci::verify_bytes(&body, &expected).map_err(refused)?;
         }
         write(&self.layout.join(descriptor.digest.blob_path()), &body)?;
         Ok((descriptor, value))
     }
 
     /// Downloads a blob into the layout and checks it against its descriptor.
-    fn blob(&self, descriptor: &Descriptor) -> Result<(), String> {
+    fn blob(&self, descriptor: &Descriptor) -> Result<(), PullError> {
         let path = self.layout.join(descriptor.digest.blob_path());
         let url =
             format!("{}/v2/{}/blobs/{}", self.image.base_url(), self.image.repository, descriptor.digest);
         let response = self.with_auth(&url, &[], Check::Digest)?;
-        let mut file = std::fs::File::create(&path).map_err(|err| format!("{}: {err}", path.display()))?;
+        let mut file = std::fs::File::create(&path).map_err(PullError::file(&path))?;
         fetch::copy_body(response, Bound::Exactly(descriptor.size), &mut file, &format!("GET {url}"))?;
-        oci::verify_blob(&path, descriptor).map_err(|e| e.to_string())
+        Ok(oci::verify_blob(&path, descriptor)?)
     }
 
     /// GETs `url` with `headers` (and the token, once there is one); on a 401 with a
@@ -127,7 +121,7 @@ impl Registry<'_> {
         url: &str,
         headers: &[(&str, &str)],
         check: Check,
-    ) -> Result<fetch::Response, String> {
+    ) -> Result<fetch::Response, PullError> {
         let call = |token: Option<String>| {
             let mut all = headers.to_vec();
             if let Some(value) = &token {
@@ -137,20 +131,18 @@ impl Registry<'_> {
         };
         let first = call(bearer(self.token.borrow().as_deref()))?;
         if first.status() != 401 {
-            return fetch::check_status(url, first);
+            return Ok(fetch::check_status(url, first)?);
         }
-        let challenge = fetch::header(&first, "WWW-Authenticate")
-            .ok_or("the registry answered 401 without a WWW-Authenticate challenge")?
-            .to_string();
+        let challenge = fetch::header(&first, "WWW-Authenticate").ok_or(PullError::NoChallenge)?.to_string();
         let token = self.fetch_token(&challenge)?;
         *self.token.borrow_mut() = Some(token);
-        fetch::check_status(url, call(bearer(self.token.borrow().as_deref()))?)
+        Ok(fetch::check_status(url, call(bearer(self.token.borrow().as_deref()))?)?)
     }
 
-    fn fetch_token(&self, challenge: &str) -> Result<String, String> {
+    fn fetch_token(&self, challenge: &str) -> Result<String, PullError> {
         let params = challenge
             .strip_prefix("Bearer ")
-            .ok_or_else(|| format!("unsupported auth challenge {challenge:?}"))?;
+            .ok_or_else(|| PullError::Challenge { challenge: challenge.to_string() })?;
         let mut realm = None;
         let mut query = Vec::new();
         for part in params.split(',') {
@@ -162,11 +154,12 @@ impl Registry<'_> {
                 _ => {}
             }
         }
-        let realm = realm.ok_or("the auth challenge has no realm")?;
-        let mut realm_url = Url::parse(&realm).map_err(|err| format!("auth realm {realm:?}: {err}"))?;
+        let realm = realm.ok_or(PullError::NoRealm)?;
+        let mut realm_url =
+            Url::parse(&realm).map_err(|reason| PullError::RealmNotAUrl { realm: realm.clone(), reason })?;
         // A token goes over https, or stays on this machine (the rule every hop follows).
         fetch::transport_allowed(&realm_url, Check::Transport)
-            .map_err(|err| format!("auth realm {realm:?}: a token is fetched over https only: {err}"))?;
+            .map_err(|refused| PullError::RealmTransport { realm: realm.clone(), refused })?;
         realm_url.query_pairs_mut().extend_pairs(&query);
         let response = self.fetcher.get_ok(realm_url.as_str(), &[], Check::Transport)?;
         let body = fetch::read_body(
@@ -174,12 +167,12 @@ impl Registry<'_> {
             Bound::AtMost(self.fetcher.limits.document),
             &format!("token from {realm}"),
         )?;
-        let body: Value =
-            serde_json::from_slice(&body).map_err(|err| format!("token from {realm}: {err}"))?;
+        let body: Value = serde_json::from_slice(&body)
+            .map_err(|reason| PullError::TokenNotJson { realm: realm.clone(), reason })?;
         body.get("token")
             .or_else(|| body.get("access_token"))
             .and_then(Value::as_str)
             .map(str::to_string)
-            .ok_or_else(|| format!("token from {realm}: no \"token\" in the answer"))
+            .ok_or(PullError::NoToken { realm })
     }
 }

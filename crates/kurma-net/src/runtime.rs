@@ -137,28 +137,42 @@ pub struct ExecOutput {
     pub stderr: String,
 }
 
+/// Why the OCI runtime could not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The runtime program could not be started.
+    #[error("cannot run {}: {source}", program.display())]
+    Spawn { program: PathBuf, source: std::io::Error },
+    /// It ran and exited with a failure; `output` is what it said.
+    #[error("`{command}` failed ({status}): {output}")]
+    Failed { command: String, status: std::process::ExitStatus, output: String },
+    #[error("running {}: {reason}", program.display())]
+    Wait { program: PathBuf, reason: cni_os::child::Error },
+    #[error("{}: {source}", path.display())]
+    File { path: PathBuf, source: std::io::Error },
+    #[error("create the scratch directory: {0}")]
+    Scratch(std::io::Error),
+}
+
 impl Runtime {
+    fn cannot_run(&self) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {
+        move |source| RuntimeError::Spawn { program: self.program.clone(), source }
+    }
+
     fn command(&self) -> Command {
         let mut command = Command::new(&self.program);
         command.arg("--root").arg(&self.root);
         command
     }
 
-    fn run(&self, args: &[&str]) -> Result<String, String> {
-        let output = self
-            .command()
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|err| format!("cannot run {}: {err}", self.program.display()))?;
+    fn run(&self, args: &[&str]) -> Result<String, RuntimeError> {
+        let output = self.command().args(args).stdin(Stdio::null()).output().map_err(self.cannot_run())?;
         if !output.status.success() {
-            return Err(format!(
-                "`{} {}` failed ({}): {}",
-                self.program.display(),
-                args.join(" "),
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            ));
+            return Err(RuntimeError::Failed {
+                command: format!("{} {}", self.program.display(), args.join(" ")),
+                status: output.status,
+                output: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+            });
         }
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
@@ -167,9 +181,10 @@ impl Runtime {
     ///
     /// The container's init inherits the runtime's stdio and holds it for its whole life,
     /// so its output goes to a file next to the bundle, never to a pipe we would wait on.
-    pub fn create(&self, id: &str, bundle: &Path) -> Result<(), String> {
+    pub fn create(&self, id: &str, bundle: &Path) -> Result<(), RuntimeError> {
         let log = bundle.join("create.log");
-        let log_file = File::create(&log).map_err(|err| format!("{}: {err}", log.display()))?;
+        let log_file =
+            File::create(&log).map_err(|source| RuntimeError::File { path: log.clone(), source })?;
         let status = self
             .command()
             .args(["create", "--bundle"])
@@ -179,10 +194,14 @@ impl Runtime {
             .stdout(Stdio::null())
             .stderr(log_file)
             .status()
-            .map_err(|err| format!("cannot run {}: {err}", self.program.display()))?;
+            .map_err(self.cannot_run())?;
         if !status.success() {
             let output = std::fs::read_to_string(&log).unwrap_or_default();
-            return Err(format!("`{} create` failed ({status}): {}", self.program.display(), output.trim()));
+            return Err(RuntimeError::Failed {
+                command: format!("{} create", self.program.display()),
+                status,
+                output: output.trim().to_string(),
+            });
         }
         Ok(())
     }
@@ -199,7 +218,7 @@ impl Runtime {
     /// Plugin containers have no cgroup of their own, so the runtime only knows its init:
     /// everything else in the container's mount namespace (background daemons that `setup`
     /// double-forked, a hung `add`) is killed here first.
-    pub fn delete(&self, id: &str) -> Result<(), String> {
+    pub fn delete(&self, id: &str) -> Result<(), RuntimeError> {
         let Ok(state) = self.run(&["state", id]) else {
             return Ok(());
         };
@@ -224,8 +243,8 @@ impl Runtime {
         stdin: &[u8],
         limit: Duration,
         scratch: &Path,
-    ) -> Result<ExecOutput, String> {
-        std::fs::create_dir_all(scratch).map_err(|err| format!("create the scratch directory: {err}"))?;
+    ) -> Result<ExecOutput, RuntimeError> {
+        std::fs::create_dir_all(scratch).map_err(RuntimeError::Scratch)?;
         let pid_path = scratch.join("pid");
         // Not a process group of its own: at the limit runc alone is killed, and the
         // executable's tree is walked from the pid file, while its descendants are still
@@ -241,7 +260,7 @@ impl Runtime {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|err| format!("cannot run {}: {err}", self.program.display()))?;
+            .map_err(self.cannot_run())?;
         let limits = cni_os::child::Limits::new(Instant::now() + limit).output_cap(EXEC_OUTPUT_CAP);
         let (done, outcome) = match cni_os::child::finish(child, stdin, &limits) {
             Ok(done) => {
@@ -260,7 +279,7 @@ impl Runtime {
                 }
                 (partial, Err(ExecFailure::Timeout(limit)))
             }
-            Err(err) => return Err(format!("running {}: {err}", self.program.display())),
+            Err(reason) => return Err(RuntimeError::Wait { program: self.program.clone(), reason }),
         };
         let _ = std::fs::remove_dir_all(scratch);
         let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();

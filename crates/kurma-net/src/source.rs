@@ -16,9 +16,92 @@
 use std::path::{Path, PathBuf};
 
 use kurma_model::image::oci::{self, Digest};
+use kurma_model::image::ImageError;
 use url::Url;
 
-use crate::fetch::{self, Bound, Check, Fetcher};
+use crate::fetch::{self, Bound, Check, FetchError, Fetcher};
+
+/// Why an `aci` URI is refused; each message names the URI.
+#[derive(Debug, thiserror::Error)]
+pub enum UriError {
+    #[error("{uri:?} is not a URI (expected file://, http://, https:// or docker://)")]
+    NotAUri { uri: String },
+    #[error("{uri:?}: a file:// URI needs an absolute path (file:///path)")]
+    RelativeFile { uri: String },
+    #[error("unknown URI scheme {scheme:?} in {uri:?} (known: file://, http://, https://, docker://)")]
+    UnknownScheme { scheme: String, uri: String },
+    #[error("{uri:?}: not a URL: {reason}")]
+    NotAUrl { uri: String, reason: url::ParseError },
+    #[error("{uri:?}: no host")]
+    NoHost { uri: String },
+    #[error("{uri:?}: the only fragment an image URI may have is its pin, #sha256=<64 hex digits>")]
+    Fragment { uri: String },
+    #[error("{uri:?}: the pin: {reason}")]
+    Pin { uri: String, reason: ImageError },
+    /// Plain http to another machine without a pin (see the module's documentation).
+    #[error(
+        "{uri:?}: a plain http:// image from another machine must be pinned: add \
+         #sha256=<the image file's sha256> (or use https://)"
+    )]
+    Unpinned { uri: String },
+    #[error("{uri:?}: expected docker:///name:tag or docker://host/name:tag")]
+    DockerShape { uri: String },
+    #[error("{uri:?}: empty repository or tag")]
+    EmptyName { uri: String },
+    #[error("{uri:?}: registry {host:?}: {reason}")]
+    RegistryNotAUrl { uri: String, host: String, reason: url::ParseError },
+    #[error("{uri:?}: registry {host:?} is not a host[:port]")]
+    RegistryNotAHost { uri: String, host: String },
+}
+
+/// Why an image could not be fetched to a local file or layout.
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
+    /// The image (or a blob, or a manifest's digest) is not what it should be.
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    #[error("{}: {source}", path.display())]
+    File { path: PathBuf, source: std::io::Error },
+    #[error("{}: no such image file", path.display())]
+    NoSuchFile { path: PathBuf },
+    /// The downloaded image is not the one its URI pins.
+    #[error("GET {url}: the image's digest is {actual}, the URI pins {pin}")]
+    PinMismatch { url: String, actual: Digest, pin: Digest },
+    #[error("the image has no /opt/network/{executable}")]
+    NoExecutable { executable: &'static str },
+    #[error("the image manifest has no \"{field}\"")]
+    ManifestField { field: &'static str },
+    #[error("manifest {reference}: not JSON: {reason}")]
+    ManifestNotJson { reference: String, reason: serde_json::Error },
+    #[error("manifest {reference}: {reason}")]
+    Manifest { reference: String, reason: ImageError },
+    #[error("the image's config and layers declare {declared} bytes, more than the limit of {limit} bytes")]
+    TooLarge { declared: u64, limit: u64 },
+    #[error("the registry answered 401 without a WWW-Authenticate challenge")]
+    NoChallenge,
+    #[error("unsupported auth challenge {challenge:?}")]
+    Challenge { challenge: String },
+    #[error("the auth challenge has no realm")]
+    NoRealm,
+    #[error("auth realm {realm:?}: {reason}")]
+    RealmNotAUrl { realm: String, reason: url::ParseError },
+    /// A token realm the transport rules refuse (`refused` says which).
+    #[error("auth realm {realm:?}: a token is fetched over https only: {refused}")]
+    RealmTransport { realm: String, refused: FetchError },
+    #[error("token from {realm}: {reason}")]
+    TokenNotJson { realm: String, reason: serde_json::Error },
+    #[error("token from {realm}: no \"token\" in the answer")]
+    NoToken { realm: String },
+}
+
+impl PullError {
+    /// An I/O error on `path`.
+    pub fn file(path: &Path) -> impl FnOnce(std::io::Error) -> PullError + '_ {
+        move |source| PullError::File { path: path.to_path_buf(), source }
+    }
+}
 
 /// A parsed `aci` URI.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,69 +132,63 @@ pub struct DockerRef {
 
 impl ImageSource {
     /// Parses an `aci` value; the error names the problem.
-    pub fn parse(uri: &str) -> Result<ImageSource, String> {
+    pub fn parse(uri: &str) -> Result<ImageSource, UriError> {
         let Some((scheme, rest)) = uri.split_once("://") else {
-            return Err(format!("{uri:?} is not a URI (expected file://, http://, https:// or docker://)"));
+            return Err(UriError::NotAUri { uri: uri.to_string() });
         };
         match scheme {
             "file" => {
                 let path = Path::new(rest);
                 if !path.is_absolute() {
-                    return Err(format!("{uri:?}: a file:// URI needs an absolute path (file:///path)"));
+                    return Err(UriError::RelativeFile { uri: uri.to_string() });
                 }
                 Ok(ImageSource::File(path.to_path_buf()))
             }
-            "http" | "https" => {
-                HttpImage::parse(uri).map(ImageSource::Http).map_err(|why| format!("{uri:?}: {why}"))
-            }
-            "docker" => {
-                DockerRef::parse(rest).map(ImageSource::Docker).map_err(|why| format!("{uri:?}: {why}"))
-            }
-            other => Err(format!(
-                "unknown URI scheme {other:?} in {uri:?} (known: file://, http://, https://, docker://)"
-            )),
+            "http" | "https" => HttpImage::parse(uri).map(ImageSource::Http),
+            "docker" => DockerRef::parse(uri, rest).map(ImageSource::Docker),
+            other => Err(UriError::UnknownScheme { scheme: other.to_string(), uri: uri.to_string() }),
         }
     }
 }
 
 impl HttpImage {
-    fn parse(uri: &str) -> Result<HttpImage, String> {
-        let mut url = Url::parse(uri).map_err(|err| format!("not a URL: {err}"))?;
+    fn parse(uri: &str) -> Result<HttpImage, UriError> {
+        let uri_ = || uri.to_string();
+        let mut url = Url::parse(uri).map_err(|reason| UriError::NotAUrl { uri: uri_(), reason })?;
         if url.host().is_none() {
-            return Err("no host".into());
+            return Err(UriError::NoHost { uri: uri_() });
         }
         let pin = match url.fragment() {
             None => None,
             Some(fragment) => {
-                let hex = fragment
-                    .strip_prefix("sha256=")
-                    .ok_or("the only fragment an image URI may have is its pin, #sha256=<64 hex digits>")?;
-                Some(Digest::parse(&format!("sha256:{hex}")).map_err(|err| format!("the pin: {err}"))?)
+                let hex =
+                    fragment.strip_prefix("sha256=").ok_or_else(|| UriError::Fragment { uri: uri_() })?;
+                let pin = Digest::parse(&format!("sha256:{hex}"))
+                    .map_err(|reason| UriError::Pin { uri: uri_(), reason })?;
+                Some(pin)
             }
         };
         url.set_fragment(None);
         // The fetch applies the same rule to every hop; refusing here says so at parse time.
         let check = if pin.is_some() { Check::Digest } else { Check::Transport };
         if url.scheme() == "http" && fetch::transport_allowed(&url, check).is_err() {
-            return Err("a plain http:// image from another machine must be pinned: add \
-                        #sha256=<the image file's sha256> (or use https://)"
-                .into());
+            return Err(UriError::Unpinned { uri: uri_() });
         }
         Ok(HttpImage { url, pin })
     }
 
     /// Downloads the image into the file `dest` (within the fetcher's image cap) and
     /// checks the pin.
-    pub fn download(&self, fetcher: &Fetcher, dest: &Path) -> Result<(), String> {
+    pub fn download(&self, fetcher: &Fetcher, dest: &Path) -> Result<(), PullError> {
         let url = self.url.as_str();
         let check = if self.pin.is_some() { Check::Digest } else { Check::Transport };
         let response = fetcher.get_ok(url, &[], check)?;
-        let mut file = std::fs::File::create(dest).map_err(|err| format!("{}: {err}", dest.display()))?;
+        let mut file = std::fs::File::create(dest).map_err(PullError::file(dest))?;
         fetch::copy_body(response, Bound::AtMost(fetcher.limits.image), &mut file, &format!("GET {url}"))?;
         if let Some(pin) = &self.pin {
-            let (actual, _) = oci::digest_file(dest).map_err(|err| err.to_string())?;
+            let (actual, _) = oci::digest_file(dest)?;
             if &actual != pin {
-                return Err(format!("GET {url}: the image's digest is {actual}, the URI pins {pin}"));
+                return Err(PullError::PinMismatch { url: url.to_string(), actual, pin: pin.clone() });
             }
         }
         Ok(())
@@ -119,12 +196,13 @@ impl HttpImage {
 }
 
 impl DockerRef {
-    fn parse(rest: &str) -> Result<DockerRef, String> {
+    /// `rest`: what follows `docker://` in `uri`.
+    fn parse(uri: &str, rest: &str) -> Result<DockerRef, UriError> {
         let (registry, path) = match rest.strip_prefix('/') {
             Some(path) => (None, path),
             None => match rest.split_once('/') {
-                Some((host, path)) if !host.is_empty() => (Some(registry_host(host)?), path),
-                _ => return Err("expected docker:///name:tag or docker://host/name:tag".into()),
+                Some((host, path)) if !host.is_empty() => (Some(registry_host(uri, host)?), path),
+                _ => return Err(UriError::DockerShape { uri: uri.to_string() }),
             },
         };
         let (repository, reference) = if let Some((repo, digest)) = path.split_once('@') {
@@ -136,7 +214,7 @@ impl DockerRef {
             }
         };
         if repository.is_empty() || reference.is_empty() {
-            return Err("empty repository or tag".into());
+            return Err(UriError::EmptyName { uri: uri.to_string() });
         }
         let repository = if registry.is_none() && !repository.contains('/') {
             format!("library/{repository}")
@@ -163,16 +241,21 @@ impl DockerRef {
     }
 }
 
-/// Checks a registry's `host[:port]`: nothing else (no user, no path) may hide in it.
-fn registry_host(host: &str) -> Result<String, String> {
-    let url = Url::parse(&format!("https://{host}/")).map_err(|err| format!("registry {host:?}: {err}"))?;
+/// Checks a registry's `host[:port]` (of `uri`): nothing else (no user, no path) may hide
+/// in it.
+fn registry_host(uri: &str, host: &str) -> Result<String, UriError> {
+    let url = Url::parse(&format!("https://{host}/")).map_err(|reason| UriError::RegistryNotAUrl {
+        uri: uri.to_string(),
+        host: host.to_string(),
+        reason,
+    })?;
     let plain = url.username().is_empty()
         && url.password().is_none()
         && url.path() == "/"
         && url.query().is_none()
         && url.fragment().is_none();
     if !plain || url.host().is_none() {
-        return Err(format!("registry {host:?} is not a host[:port]"));
+        return Err(UriError::RegistryNotAHost { uri: uri.to_string(), host: host.to_string() });
     }
     Ok(host.to_string())
 }
@@ -217,9 +300,12 @@ mod tests {
 
     #[test]
     fn bad_uris_say_why() {
-        assert!(ImageSource::parse("ftp://x").unwrap_err().contains("unknown URI scheme \"ftp\""));
-        assert!(ImageSource::parse("/images/lo.aci").unwrap_err().contains("not a URI"));
-        assert!(ImageSource::parse("file://relative/x").unwrap_err().contains("absolute path"));
+        assert!(ImageSource::parse("ftp://x")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown URI scheme \"ftp\""));
+        assert!(ImageSource::parse("/images/lo.aci").unwrap_err().to_string().contains("not a URI"));
+        assert!(ImageSource::parse("file://relative/x").unwrap_err().to_string().contains("absolute path"));
     }
 
     #[test]
@@ -240,7 +326,10 @@ mod tests {
             "https://127.0.0.1.example.invalid:5000"
         );
         assert_eq!(base("docker://localhost.example/a/b"), "https://localhost.example");
-        assert!(ImageSource::parse("docker://user@127.0.0.1/a/b").unwrap_err().contains("not a host[:port]"));
+        assert!(ImageSource::parse("docker://user@127.0.0.1/a/b")
+            .unwrap_err()
+            .to_string()
+            .contains("not a host[:port]"));
         assert_eq!(base("docker:///a/b"), "https://registry-1.docker.io");
     }
 
@@ -250,7 +339,7 @@ mod tests {
         let pinned = |uri: &str| match ImageSource::parse(uri) {
             Ok(ImageSource::Http(image)) => Ok(image),
             Ok(other) => panic!("{other:?}"),
-            Err(err) => Err(err),
+            Err(err) => Err(err.to_string()),
         };
         let image = pinned(&format!("http://images.example/lo.aci#sha256={hex}")).unwrap();
         assert_eq!(image.url.as_str(), "http://images.example/lo.aci", "the pin is not part of the request");
@@ -262,7 +351,10 @@ mod tests {
         assert!(err.contains("must be pinned: add #sha256="), "{err}");
         let err = pinned("http://127.0.0.1.example.invalid/lo.aci").unwrap_err();
         assert!(err.contains("must be pinned"), "{err}");
-        assert!(pinned("https://x.example/a#sha256=abc").unwrap_err().contains("the pin"));
-        assert!(pinned("https://x.example/a#latest").unwrap_err().contains("#sha256=<64 hex digits>"));
+        assert!(pinned("https://x.example/a#sha256=abc").unwrap_err().to_string().contains("the pin"));
+        assert!(pinned("https://x.example/a#latest")
+            .unwrap_err()
+            .to_string()
+            .contains("#sha256=<64 hex digits>"));
     }
 }

@@ -145,14 +145,23 @@ pub struct ContainerLock {
 }
 
 /// Checks that a container UUID is safe as a file name.
-pub fn check_uuid(uuid: &str) -> std::result::Result<(), String> {
+pub fn check_uuid(uuid: &str) -> std::result::Result<(), UuidError> {
     if uuid.is_empty() || uuid.len() > 128 || uuid.starts_with('.') {
-        return Err(format!("container UUID {uuid:?} must be 1 to 128 characters, not starting with '.'"));
+        return Err(UuidError::Length { uuid: uuid.to_string() });
     }
     if !uuid.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
-        return Err(format!("container UUID {uuid:?} may hold only letters, digits, '-', '_' and '.'"));
+        return Err(UuidError::Characters { uuid: uuid.to_string() });
     }
     Ok(())
+}
+
+/// Why a container UUID cannot name a file of the state tree.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UuidError {
+    #[error("container UUID {uuid:?} must be 1 to 128 characters, not starting with '.'")]
+    Length { uuid: String },
+    #[error("container UUID {uuid:?} may hold only letters, digits, '-', '_' and '.'")]
+    Characters { uuid: String },
 }
 
 /// Creates (or checks and tightens) a private directory of the state tree.

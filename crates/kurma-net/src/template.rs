@@ -30,7 +30,7 @@ pub struct InterfaceTemplate {
 
 impl InterfaceTemplate {
     /// Parses and checks `source`; the error says what is wrong with it.
-    pub fn parse(source: &str) -> Result<InterfaceTemplate, String> {
+    pub fn parse(source: &str) -> Result<InterfaceTemplate, TemplateError> {
         let mut prefix = String::new();
         let mut suffix: Option<String> = None;
         let mut chars = source.chars().peekable();
@@ -48,22 +48,24 @@ impl InterfaceTemplate {
                 '{' => {
                     let placeholder: String = chars.by_ref().take_while(|&c| c != '}').collect();
                     if placeholder != "n" {
-                        return Err(format!(
-                            "template {source:?}: unknown placeholder {{{placeholder}}} (only {{n}} exists)"
-                        ));
+                        return Err(TemplateError::UnknownPlaceholder {
+                            template: source.to_string(),
+                            placeholder,
+                        });
                     }
                     if suffix.is_some() {
-                        return Err(format!("template {source:?}: {{n}} may appear only once"));
+                        return Err(TemplateError::RepeatedPlaceholder { template: source.to_string() });
                     }
                     suffix = Some(String::new());
                 }
-                '}' => return Err(format!("template {source:?}: unmatched '}}' (write '}}}}' for a brace)")),
+                '}' => return Err(TemplateError::UnmatchedBrace { template: source.to_string() }),
                 c => out.push(c),
             }
         }
         let template = InterfaceTemplate { source: source.to_string(), prefix, suffix };
         // The shortest rendering (n = 0) must already be a valid name.
-        check_name(&template.render(0)).map_err(|why| format!("template {source:?}: {why}"))?;
+        check_name(&template.render(0))
+            .map_err(|why| TemplateError::BadName { template: source.to_string(), why })?;
         Ok(template)
     }
 
@@ -81,14 +83,11 @@ impl InterfaceTemplate {
 
     /// The name for a container whose interfaces (plus names earlier networks took) are
     /// `taken`; the error says why no name fits.
-    pub fn pick(&self, taken: &HashSet<String>) -> Result<String, String> {
+    pub fn pick(&self, taken: &HashSet<String>) -> Result<String, TemplateError> {
         if self.suffix.is_none() {
             let name = self.render(0);
             if taken.contains(&name) {
-                return Err(format!(
-                    "containerInterface {:?} collides with an interface the container already has (or an earlier network's); use a template such as \"eth{{n}}\"",
-                    self.source
-                ));
+                return Err(TemplateError::Collides { template: self.source.clone() });
             }
             return Ok(name);
         }
@@ -101,22 +100,55 @@ impl InterfaceTemplate {
                 return Ok(name);
             }
         }
-        Err(format!("containerInterface {:?}: every name it can render is taken or too long", self.source))
+        Err(TemplateError::Exhausted { template: self.source.clone() })
     }
 }
 
 /// Checks a rendered interface name against the kernel's rules.
-fn check_name(name: &str) -> Result<(), String> {
+fn check_name(name: &str) -> Result<(), NameError> {
     if name.is_empty() {
-        return Err("renders an empty interface name".into());
+        return Err(NameError::Empty);
     }
     if name.len() > MAX_IFNAME_LEN {
-        return Err(format!("renders {name:?}, longer than {MAX_IFNAME_LEN} bytes"));
+        return Err(NameError::TooLong { name: name.to_string() });
     }
     if name == "." || name == ".." || name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace()) {
-        return Err(format!("renders {name:?}, not a valid interface name"));
+        return Err(NameError::Invalid { name: name.to_string() });
     }
     Ok(())
+}
+
+/// Why a `containerInterface` template is refused, or names no interface.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    #[error("template {template:?}: unknown placeholder {{{placeholder}}} (only {{n}} exists)")]
+    UnknownPlaceholder { template: String, placeholder: String },
+    #[error("template {template:?}: {{n}} may appear only once")]
+    RepeatedPlaceholder { template: String },
+    #[error("template {template:?}: unmatched '}}' (write '}}}}' for a brace)")]
+    UnmatchedBrace { template: String },
+    /// Even its shortest rendering is not an interface name.
+    #[error("template {template:?}: {why}")]
+    BadName { template: String, why: NameError },
+    /// A literal name the container (or an earlier network) already has.
+    #[error(
+        "containerInterface {template:?} collides with an interface the container already has (or an \
+         earlier network's); use a template such as \"eth{{n}}\""
+    )]
+    Collides { template: String },
+    #[error("containerInterface {template:?}: every name it can render is taken or too long")]
+    Exhausted { template: String },
+}
+
+/// Why a rendered name is not an interface name the kernel takes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("renders an empty interface name")]
+    Empty,
+    #[error("renders {name:?}, longer than {MAX_IFNAME_LEN} bytes")]
+    TooLong { name: String },
+    #[error("renders {name:?}, not a valid interface name")]
+    Invalid { name: String },
 }
 
 #[cfg(test)]
@@ -132,7 +164,8 @@ mod tests {
         let t = InterfaceTemplate::parse("eth0").unwrap();
         assert_eq!(t.pick(&taken(&["lo"])).unwrap(), "eth0");
         let err = t.pick(&taken(&["lo", "eth0"])).unwrap_err();
-        assert!(err.contains("collides"), "{err}");
+        assert_eq!(err, TemplateError::Collides { template: "eth0".into() });
+        assert!(err.to_string().contains("collides"), "{err}");
     }
 
     #[test]
@@ -161,7 +194,7 @@ mod tests {
             ("averyverylongx{n}x", "longer than 15"),
             ("a/b", "not a valid"),
         ] {
-            let err = InterfaceTemplate::parse(bad).unwrap_err();
+            let err = InterfaceTemplate::parse(bad).unwrap_err().to_string();
             assert!(err.contains(why), "{bad}: {err}");
         }
     }
@@ -171,6 +204,7 @@ mod tests {
         let t = InterfaceTemplate::parse("abcdefghijklmn{n}").unwrap(); // 15 bytes while n < 10
         let all: HashSet<String> = (0..10).map(|n| format!("abcdefghijklmn{n}")).collect();
         let err = t.pick(&all).unwrap_err();
-        assert!(err.contains("taken or too long"), "{err}");
+        assert!(matches!(err, TemplateError::Exhausted { .. }), "{err}");
+        assert!(err.to_string().contains("taken or too long"), "{err}");
     }
 }

@@ -7,7 +7,7 @@ use cni_cli::clap::{self, Parser};
 use cni_cli::tracing;
 use cni_dns::StateDir;
 use cni_dnsd::server::{Limits, Resolver, Settings};
-use cni_metrics::prometheus_client::registry::Registry;
+use cni_metrics::daemon;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -61,16 +61,9 @@ fn run(args: Args) -> std::io::Result<()> {
     let settings = args.settings();
     let state = &settings.state;
     cni_dns::store::private_dir(state.root()).map_err(std::io::Error::other)?;
-    // Whoever can talk to the resolver can make it reload: the socket is root's alone
-    // (0600 in the 0700 state directory, peers checked), or the one systemd passes.
-    let listener = match cni_os::socket::activated_listener()? {
-        Some(l) => l,
-        None => cni_os::socket::bind_private(&state.socket_path())?,
-    };
-    if let Some(pid_file) = &args.pid_file {
-        cni_dns::store::write_atomic(pid_file, format!("{}\n", std::process::id()).as_bytes())
-            .map_err(std::io::Error::other)?;
-    }
+    // Whoever can talk to the resolver can make it reload.
+    let listener = daemon::listener(&state.socket_path())?;
+    daemon::write_pid_file(args.pid_file.as_deref())?;
     // Before any thread exists (capset is per thread).
     if let Err(e) = cni_dnsd::caps::keep_only(&[cni_dnsd::caps::CAP_NET_BIND_SERVICE]) {
         tracing::warn!(error = %e, "could not drop capabilities");
@@ -78,14 +71,8 @@ fn run(args: Args) -> std::io::Result<()> {
     let resolver = Resolver::new(settings.clone());
     let loaded = resolver.reload();
     tracing::info!(state = %state.root().display(), "started: {loaded}");
-    if let Some(address) = args.metrics {
-        let mut registry = Registry::default();
-        resolver.metrics.register(&mut registry);
-        let me = resolver.clone();
-        let bound = cni_metrics::serve(address, registry, Box::new(move || me.health()))?;
-        // The line every daemon logs and tests find the bound address in.
-        tracing::info!("metrics on http://{bound}/metrics");
-    }
+    let me = resolver.clone();
+    daemon::serve_metrics(args.metrics, |registry| resolver.metrics.register(registry), move || me.health())?;
     let rescanner = resolver.clone();
     std::thread::Builder::new().name("rescan".into()).spawn(move || loop {
         std::thread::sleep(RESCAN);
@@ -96,17 +83,8 @@ fn run(args: Args) -> std::io::Result<()> {
 
 fn main() -> ExitCode {
     let args: Args = cni_cli::parse();
-    if let Err(e) = cni_cli::init_logging("cni-dnsd", &args.log) {
-        eprintln!("cni-dnsd: {e}");
-        return ExitCode::FAILURE;
-    }
-    match run(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %e, "cni-dnsd stopped");
-            ExitCode::FAILURE
-        }
-    }
+    let log = args.log.clone();
+    daemon::main("cni-dnsd", &log, || run(args))
 }
 
 #[cfg(test)]

@@ -75,6 +75,25 @@ fn leases_expire_and_watch_sees_it() {
     assert!(matches!(seen.last(), Some(Event::Delete(kv)) if kv.key == b"/leased/x"), "{seen:?}");
     assert!(client.get(b"/leased/x").unwrap().is_none());
     assert!(client.lease_time_to_live(lease).unwrap() <= 0);
+    // Revoking a lease that is gone is done already: etcd's "not found" code, not an error.
+    client.lease_revoke(lease).unwrap();
+}
+
+/// Only etcd's "not found" code makes a revoke that failed count as done: another refusal
+/// whose words happen to say "not found" is still the error it is.
+#[test]
+fn a_revoke_refused_for_another_reason_is_an_error_whatever_its_words() {
+    let refusal = br#"{"code":3,"message":"lease ID not found in the request"}"#;
+    let answer = [
+        format!("HTTP/1.1 400 Bad Request\r\nContent-Length: {}\r\n\r\n", refusal.len()).as_bytes(),
+        refusal,
+    ]
+    .concat();
+    let member = HostileServer::start(&answer);
+    let mut client = cni_etcd::Client::new(&[member.endpoint()], HOUR).unwrap();
+    let err = client.lease_revoke(7).unwrap_err();
+    assert!(matches!(err, cni_etcd::Error::Server { code: 3, .. }), "{err}");
+    assert!(err.to_string().contains("HTTP 400: lease ID not found"), "{err}");
 }
 
 #[test]

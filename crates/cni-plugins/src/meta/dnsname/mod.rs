@@ -197,7 +197,7 @@ impl Plugin for Dnsname {
         let conf = config::load(req)?;
         let state = StateDir::new(&conf.state_dir);
         let status = resolver::ask(req, &state, "status")?;
-        if let Some(problem) = status.split_whitespace().find(|w| w.starts_with("listen_error=")) {
+        if let Some(problem) = cni_dns::control::listen_error(&status) {
             return Err(CniError::new(ErrorCode::NotAvailable, format!("dnsname: the resolver: {problem}")));
         }
         Ok(())
