@@ -163,6 +163,24 @@ pub enum Verb {
         /// A plugin's type: its executable's name in CNI_PATH
         plugin_type: Option<String>,
     },
+    /// Hand live attachments over to the reference plugins, before swapping back to them
+    ///
+    /// For every attachment in the result cache (or NETWORK's), writes the iptables state
+    /// the Go reference plugins (Debian's 1.1.1) would have made for it (bridge/ptp ipMasq
+    /// chains, portmap's hostport chains, the firewall's CNI-FORWARD rules), then removes
+    /// the nftables state of ours, so that the reference's DEL and CHECK succeed and host
+    /// ports keep answering once its binaries are back. One iptables-save and one
+    /// iptables-restore per address family; running it again changes nothing. Needs root.
+    Handover {
+        /// Whose plugins take over
+        #[arg(long, value_enum, default_value_t = HandoverTarget::Reference)]
+        to: HandoverTarget,
+        /// Print the iptables-restore scripts and the chains of ours that would go; change nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// Only this network's attachments
+        network: Option<String>,
+    },
     /// Attach a throwaway namespace, prove it works, detach
     ///
     /// Creates a throwaway container namespace and a throwaway host-side namespace, attaches
@@ -190,6 +208,13 @@ pub enum Verb {
     },
 }
 
+/// The plugins `handover` prepares the node for.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandoverTarget {
+    /// The Go reference plugins (containernetworking-plugins 1.1.1's iptables layout)
+    Reference,
+}
+
 impl Verb {
     /// The verb as typed, for error messages.
     pub fn name(&self) -> &'static str {
@@ -203,6 +228,7 @@ impl Verb {
             Verb::Inspect { .. } => "inspect",
             Verb::Validate { .. } => "validate",
             Verb::Version { .. } => "version",
+            Verb::Handover { .. } => "handover",
             Verb::Demo { .. } => "demo",
             Verb::Completions { .. } => "completions",
         }
