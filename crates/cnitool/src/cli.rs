@@ -52,6 +52,13 @@ pub struct Options {
     /// validate: print the findings as a JSON array
     #[arg(long, global = true)]
     pub json: bool,
+    /// handover: whose plugins take over (the Go reference plugins)
+    #[arg(long, global = true, value_enum, value_name = "PLUGINS")]
+    pub to: Option<HandoverTarget>,
+    /// handover: print the iptables-restore scripts and the chains of ours that would go;
+    /// change nothing
+    #[arg(long, global = true)]
+    pub dry_run: bool,
 }
 
 /// What the user asked for, in the order `--help` lists it.
@@ -172,12 +179,6 @@ pub enum Verb {
     /// ports keep answering once its binaries are back. One iptables-save and one
     /// iptables-restore per address family; running it again changes nothing. Needs root.
     Handover {
-        /// Whose plugins take over
-        #[arg(long, value_enum, default_value_t = HandoverTarget::Reference)]
-        to: HandoverTarget,
-        /// Print the iptables-restore scripts and the chains of ours that would go; change nothing
-        #[arg(long)]
-        dry_run: bool,
         /// Only this network's attachments
         network: Option<String>,
     },
@@ -209,9 +210,10 @@ pub enum Verb {
 }
 
 /// The plugins `handover` prepares the node for.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HandoverTarget {
     /// The Go reference plugins (containernetworking-plugins 1.1.1's iptables layout)
+    #[default]
     Reference,
 }
 

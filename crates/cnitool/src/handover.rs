@@ -40,7 +40,9 @@ fn live(a: &NetworkAttachment) -> Result<Option<LiveAttachment>, Failure> {
     }))
 }
 
-pub fn handover(ctx: &Context, network: Option<&str>, dry_run: bool) -> Result<(), Failure> {
+pub fn handover(ctx: &Context, network: Option<&str>) -> Result<(), Failure> {
+    // `--to` has one value today; it is there so that the command says what it prepares for.
+    let dry_run = ctx.options.dry_run;
     let cached = ctx.cni.cached_attachments(None)?;
     let mut attachments = Vec::new();
     for a in cached.iter().filter(|a| network.is_none_or(|n| a.network == n)) {

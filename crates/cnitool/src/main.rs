@@ -39,7 +39,7 @@ fn run(verb: Verb, ctx: &Context) -> Result<(), Failure> {
         Verb::Validate { target } => validate::validate(ctx, &target),
         Verb::Version { plugin_type } => commands::version(ctx, plugin_type.as_deref()),
         #[cfg(feature = "handover")]
-        Verb::Handover { to: _, dry_run, network } => handover::handover(ctx, network.as_deref(), dry_run),
+        Verb::Handover { network } => handover::handover(ctx, network.as_deref()),
         #[cfg(not(feature = "handover"))]
         Verb::Handover { .. } => Err(Failure("this cnitool was built without the `handover` feature".into())),
         #[cfg(feature = "demo")]
