@@ -34,8 +34,10 @@ use crate::common::iptables::{self, Proto};
 use crate::common::masq::Masquerade;
 use crate::common::nft_attach;
 use crate::common::reference_state::saved::SavedTable;
+use crate::meta::firewall::config::validate_chain_name;
 use crate::meta::firewall::nftables::FirewallTable;
 use crate::meta::portmap::rules as portmap_rules;
+use cni_types::validate::{validate_container_id, validate_interface_name, validate_network_name};
 use layout::{Layout, Mapping, PortmapOptions};
 
 /// One attachment as libcni's cache records it.
@@ -91,7 +93,7 @@ fn plugin_type(conf: &Value) -> &str {
 
 fn refuse(live: &LiveAttachment, what: String) -> CniError {
     CniError::invalid_config(format!(
-        "cannot hand {} (network {:?}, interface {}) over to the reference plugins: {what}",
+        "cannot hand {:?} (network {:?}, interface {:?}) over to the reference plugins: {what}",
         live.container_id, live.network, live.ifname
     ))
 }
@@ -143,7 +145,8 @@ fn mappings(live: &LiveAttachment, conf: &Value) -> Result<Vec<Mapping>, CniErro
 }
 
 fn portmap_options(live: &LiveAttachment, conf: &Value) -> Result<PortmapOptions, CniError> {
-    for unsupported in ["conditionsV4", "conditionsV6", "masqAll"] {
+    // Ours refuses externalSetMarkChain, so no attachment of ours has one.
+    for unsupported in ["conditionsV4", "conditionsV6", "masqAll", "externalSetMarkChain"] {
         if key(conf, unsupported).is_some_and(|v| !v.is_null() && *v != Value::Bool(false)) {
             return Err(refuse(live, format!("portmap's {unsupported} is not handed over")));
         }
@@ -158,12 +161,17 @@ fn portmap_options(live: &LiveAttachment, conf: &Value) -> Result<PortmapOptions
     Ok(PortmapOptions {
         snat: key(conf, "snat").and_then(Value::as_bool).unwrap_or(true),
         mark_bit,
-        set_mark_chain: key(conf, "externalSetMarkChain").and_then(Value::as_str).map(str::to_string),
+        set_mark_chain: None,
     })
 }
 
 /// The reference's layout for one attachment in each family, and our tables it uses.
 fn attachment_layout(live: &LiveAttachment) -> Result<([Layout; 2], Vec<OurTable>), CniError> {
+    // The names end up in an iptables-restore script (comments, chain names): a cache
+    // entry that is not what libcni writes must not be able to add a line of its own.
+    validate_network_name(&live.network).map_err(|e| refuse(live, e.msg))?;
+    validate_container_id(&live.container_id).map_err(|e| refuse(live, e.msg))?;
+    validate_interface_name(&live.ifname).map_err(|e| refuse(live, e.msg))?;
     let mut layouts = [Layout::default(), Layout::default()];
     let slot = |ip: IpAddr| usize::from(ip.is_ipv6());
     let mut ours = Vec::new();
@@ -202,8 +210,13 @@ fn attachment_layout(live: &LiveAttachment) -> Result<([Layout; 2], Vec<OurTable
                         format!("firewall ingressPolicy {policy:?} is not handed over"),
                     ));
                 }
-                let admin =
-                    key(conf, "iptablesAdminChainName").and_then(Value::as_str).unwrap_or("CNI-ADMIN");
+                let admin = match key(conf, "iptablesAdminChainName").and_then(Value::as_str) {
+                    None | Some("") => "CNI-ADMIN",
+                    Some(name) => {
+                        validate_chain_name(name).map_err(|e| refuse(live, e.msg))?;
+                        name
+                    }
+                };
                 // The reference opens every address of the result.
                 for ip in &live.result.ips {
                     layouts[slot(ip.address.addr())].extend(layout::firewall(admin, ip.address.addr()));
@@ -304,4 +317,93 @@ pub fn hand_over(live: &[LiveAttachment], dry_run: bool) -> Result<String, CniEr
         plan.apply()?;
     }
     Ok(plan.describe())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cni_types::Version;
+    use serde_json::json;
+
+    fn live(network: &str, id: &str, plugins: Value, cap: Value) -> LiveAttachment {
+        let result = json!({"cniVersion": "1.0.0",
+            "interfaces": [{"name": "br0"}, {"name": "veth1"}, {"name": "eth0", "sandbox": "/run/netns/x"}],
+            "ips": [{"interface": 2, "address": "10.9.0.2/24"}, {"interface": 2, "address": "fd09::2/64"}]});
+        LiveAttachment {
+            network: network.into(),
+            container_id: id.into(),
+            ifname: "eth0".into(),
+            plugins: plugins.as_array().unwrap().clone(),
+            capability_args: cap.as_object().unwrap().clone(),
+            result: CniResult::parse(result, Version::LATEST).unwrap().0,
+        }
+    }
+
+    fn k8s() -> Value {
+        json!([{"type": "bridge", "ipMasq": true}, {"type": "portmap", "capabilities": {"portMappings": true}},
+               {"type": "firewall"}, {"type": "tuning"}])
+    }
+
+    fn ports() -> Value {
+        json!({"portMappings": [{"hostPort": 8080, "containerPort": 80}]})
+    }
+
+    #[test]
+    fn a_kubernetes_chain_gets_each_plugins_rules_in_both_families() {
+        let ([v4, v6], ours) = attachment_layout(&live("n", "c1", k8s(), ports())).unwrap();
+        assert_eq!(ours, [OurTable::Masquerade, OurTable::Portmap, OurTable::Firewall]);
+        for (layout, dnat) in [(v4, "10.9.0.2:80"), (v6, "[fd09::2]:80")] {
+            let rules: Vec<&str> = layout.lines.iter().map(|l| l.rule.as_str()).collect();
+            assert!(rules.iter().any(|r| r.ends_with(&format!("--to-destination {dnat}"))), "{rules:?}");
+            assert!(rules.iter().any(|r| r.ends_with("-j MASQUERADE") && r.starts_with("! -d")), "{rules:?}");
+            assert!(rules.iter().any(|r| r.contains("--ctstate RELATED,ESTABLISHED")), "{rules:?}");
+        }
+    }
+
+    #[test]
+    fn keys_match_without_regard_to_case_and_without_ipmasq_nothing_of_bridge() {
+        let plugins = json!([{"TYPE": "bridge", "IPMASQ": false}, {"type": "tuning"}]);
+        let ([v4, v6], ours) = attachment_layout(&live("n", "c1", plugins, json!({}))).unwrap();
+        assert!(v4.is_empty() && v6.is_empty() && ours.is_empty());
+    }
+
+    /// A cache entry forged to smuggle lines into the iptables-restore script (a name
+    /// with a newline, an admin chain that is a rule) is refused, naming what is wrong.
+    #[test]
+    fn hostile_cache_entries_cannot_add_lines_to_the_script() {
+        let injected = "c1\"\n-A INPUT -j DROP\n#";
+        let e = attachment_layout(&live("n", injected, k8s(), ports())).unwrap_err();
+        assert!(e.msg.contains("containerID"), "{}", e.msg);
+        assert!(!e.msg.contains('\n'), "the message quotes it: {}", e.msg);
+        let e = attachment_layout(&live("n\n*filter", "c1", k8s(), ports())).unwrap_err();
+        assert!(e.msg.contains("network"), "{}", e.msg);
+        let admin = json!([{"type": "firewall", "iptablesAdminChainName": "X -j ACCEPT\n-A INPUT"}]);
+        let e = attachment_layout(&live("n", "c1", admin, json!({}))).unwrap_err();
+        assert!(e.msg.contains("iptablesAdminChainName"), "{}", e.msg);
+        let bad =
+            json!({"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp -j ACCEPT"}]});
+        let e = attachment_layout(&live("n", "c1", k8s(), bad)).unwrap_err();
+        assert!(e.msg.contains("portMappings: unknown protocol"), "{}", e.msg);
+    }
+
+    #[test]
+    fn what_the_reference_layout_cannot_express_is_refused_by_name() {
+        for (plugins, key) in [
+            (json!([{"type": "bridge", "macspoofchk": true}]), "macspoofchk"),
+            (json!([{"type": "portmap", "conditionsV4": ["-s", "1.2.3.4"]}]), "conditionsV4"),
+            (json!([{"type": "portmap", "externalSetMarkChain": "KUBE-MARK"}]), "externalSetMarkChain"),
+            (json!([{"type": "firewall", "backend": "firewalld"}]), "firewalld"),
+            (json!([{"type": "firewall", "ingressPolicy": "same-bridge"}]), "ingressPolicy"),
+        ] {
+            let e = attachment_layout(&live("n", "c1", plugins, ports())).unwrap_err();
+            assert_eq!(e.code, 7);
+            assert!(e.msg.contains(key) && e.msg.contains("\"c1\""), "{key}: {}", e.msg);
+        }
+        for bad in
+            [json!({"hostPort": 0, "containerPort": 80}), json!({"hostPort": 70000, "containerPort": 80})]
+        {
+            let e = attachment_layout(&live("n", "c1", k8s(), json!({"portMappings": [bad]}))).unwrap_err();
+            assert!(e.msg.contains("hostPort"), "{}", e.msg);
+        }
+    }
 }
