@@ -7,3 +7,4 @@ mod containerd;
 mod cri;
 mod podman;
 mod podman_dns;
+mod podman_rollback;
