@@ -15,6 +15,7 @@
 // themselves are reached through the registry only.
 mod common;
 pub mod dry_run;
+pub mod handover;
 mod interface;
 pub mod ipam;
 pub mod keys;

@@ -52,6 +52,13 @@ pub struct Options {
     /// validate: print the findings as a JSON array
     #[arg(long, global = true)]
     pub json: bool,
+    /// handover: whose plugins take over (the Go reference plugins)
+    #[arg(long, global = true, value_enum, value_name = "PLUGINS")]
+    pub to: Option<HandoverTarget>,
+    /// handover: print the iptables-restore scripts and the chains of ours that would go;
+    /// change nothing
+    #[arg(long, global = true)]
+    pub dry_run: bool,
 }
 
 /// What the user asked for, in the order `--help` lists it.
@@ -163,6 +170,18 @@ pub enum Verb {
         /// A plugin's type: its executable's name in CNI_PATH
         plugin_type: Option<String>,
     },
+    /// Hand live attachments over to the reference plugins, before swapping back to them
+    ///
+    /// For every attachment in the result cache (or NETWORK's), writes the iptables state
+    /// the Go reference plugins (Debian's 1.1.1) would have made for it (bridge/ptp ipMasq
+    /// chains, portmap's hostport chains, the firewall's CNI-FORWARD rules), then removes
+    /// the nftables state of ours, so that the reference's DEL and CHECK succeed and host
+    /// ports keep answering once its binaries are back. One iptables-save and one
+    /// iptables-restore per address family; running it again changes nothing. Needs root.
+    Handover {
+        /// Only this network's attachments
+        network: Option<String>,
+    },
     /// Attach a throwaway namespace, prove it works, detach
     ///
     /// Creates a throwaway container namespace and a throwaway host-side namespace, attaches
@@ -190,6 +209,14 @@ pub enum Verb {
     },
 }
 
+/// The plugins `handover` prepares the node for.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HandoverTarget {
+    /// The Go reference plugins (containernetworking-plugins 1.1.1's iptables layout)
+    #[default]
+    Reference,
+}
+
 impl Verb {
     /// The verb as typed, for error messages.
     pub fn name(&self) -> &'static str {
@@ -203,6 +230,7 @@ impl Verb {
             Verb::Inspect { .. } => "inspect",
             Verb::Validate { .. } => "validate",
             Verb::Version { .. } => "version",
+            Verb::Handover { .. } => "handover",
             Verb::Demo { .. } => "demo",
             Verb::Completions { .. } => "completions",
         }

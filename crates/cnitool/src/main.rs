@@ -9,6 +9,8 @@ mod commands;
 mod completions;
 #[cfg(feature = "demo")]
 mod demo;
+#[cfg(feature = "handover")]
+mod handover;
 mod validate;
 
 use cli::{Args, Verb};
@@ -36,6 +38,10 @@ fn run(verb: Verb, ctx: &Context) -> Result<(), Failure> {
         Verb::Inspect { container } => attachments::inspect(ctx, &container),
         Verb::Validate { target } => validate::validate(ctx, &target),
         Verb::Version { plugin_type } => commands::version(ctx, plugin_type.as_deref()),
+        #[cfg(feature = "handover")]
+        Verb::Handover { network } => handover::handover(ctx, network.as_deref()),
+        #[cfg(not(feature = "handover"))]
+        Verb::Handover { .. } => Err(Failure("this cnitool was built without the `handover` feature".into())),
         #[cfg(feature = "demo")]
         Verb::Demo { network } => demo::demo(ctx, network.as_deref()),
         #[cfg(not(feature = "demo"))]

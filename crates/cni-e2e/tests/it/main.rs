@@ -1,6 +1,7 @@
 //! The end-to-end suite in one binary, a module per engine path: podman's CNI backend (and
 //! with DNS), containerd's `ctr run --cni`, containerd's CRI plugin as kubelet drives it,
-//! and a node swapped from the Go reference plugins to ours under both engines. Each
+//! a node swapped from the Go reference plugins to ours under both engines, and one handed
+//! back to them under podman (`cnitool handover`). Each
 //! test starts its engine inside its own throwaway network and mount namespaces.
 #![forbid(unsafe_code)]
 
@@ -8,4 +9,5 @@ mod containerd;
 mod cri;
 mod podman;
 mod podman_dns;
+mod podman_rollback;
 mod swap;

@@ -6,6 +6,8 @@ mod cli;
 mod daily;
 #[cfg(feature = "demo")]
 mod demo;
+#[cfg(feature = "handover")]
+mod handover;
 mod hostile;
 mod support;
 #[cfg(feature = "plugin-checks")]

@@ -93,7 +93,7 @@ fn parse(raw: RawConf) -> Result<FirewallConf, CniError> {
 
 /// The admin chain's name ends up in an iptables-restore script: only characters that
 /// cannot change the script's meaning are allowed.
-fn validate_chain_name(name: &str) -> Result<(), CniError> {
+pub(crate) fn validate_chain_name(name: &str) -> Result<(), CniError> {
     let ok_chars = name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     let builtin = ["INPUT", "OUTPUT", "FORWARD", "PREROUTING", "POSTROUTING", "CNI-FORWARD"].contains(&name);
     if !ok_chars || name.len() > MAX_IPTABLES_CHAIN_LEN || name.starts_with('-') || builtin {
