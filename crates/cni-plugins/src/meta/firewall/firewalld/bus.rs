@@ -1,5 +1,5 @@
-//! A small client of firewalld's D-Bus API (`org.fedoraproject.FirewallD1`), over zbus's
-//! blocking connection.
+//! A small client of firewalld's D-Bus API (`org.fedoraproject.FirewallD1`), over our
+//! own synchronous wire code ([`super::wire`]).
 //!
 //! The bus and whoever owns firewalld's name on it are a peer, not part of us: every call
 //! is bounded in time (a silent bus or firewalld cannot hang the plugin), every reply is
@@ -8,10 +8,9 @@
 //! reaches a CNI error.
 
 use std::path::Path;
-use std::sync::mpsc;
 use std::time::Duration;
 
-use zbus::blocking::Connection;
+use super::wire::{self, CallError, Conn, Value};
 
 /// The standard variable naming the system bus, and the bus's address when it is unset.
 pub const SYSTEM_BUS_ENV: &str = "DBUS_SYSTEM_BUS_ADDRESS";
@@ -70,7 +69,7 @@ pub fn system_bus_address() -> Option<String> {
 
 /// A connection to the system bus on which firewalld's name has an owner.
 pub struct Firewalld {
-    conn: Connection,
+    conn: std::cell::RefCell<Conn>,
 }
 
 /// Whether adding a source changed anything.
@@ -91,20 +90,36 @@ impl Firewalld {
                 "no system bus: {SYSTEM_BUS_ENV} is unset and {DEFAULT_SYSTEM_BUS_SOCKET} does not exist"
             ))
         })?;
-        let conn = connect_bounded(&address)?;
-        let reply = call(&conn, DBUS, DBUS_PATH, DBUS, "NameHasOwner", &(FIREWALLD,))?;
-        let owned: bool = reply.body().deserialize().map_err(|e| {
-            BusError::Failed(format!("NameHasOwner: unexpected reply: {}", sanitize(&e.to_string())))
+        let path = wire::unix_path(&address).ok_or_else(|| {
+            BusError::NotRunning(format!("system bus address {} is not unix:path=...", sanitize(&address)))
         })?;
-        if !owned {
-            return Err(BusError::NotRunning(format!("{FIREWALLD} has no owner on the system bus")));
+        let conn = Conn::connect(path, CONNECT_TIMEOUT).map_err(|e| match e {
+            CallError::Io(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                BusError::Failed(format!(
+                    "the system bus did not complete the handshake within {}s",
+                    CONNECT_TIMEOUT.as_secs()
+                ))
+            }
+            // No socket, no one listening on it, or a bus that refuses us: no firewalld we
+            // could use.
+            e => BusError::NotRunning(format!("cannot connect to the system bus: {}", describe(e))),
+        })?;
+        let fw = Firewalld { conn: std::cell::RefCell::new(conn) };
+        match fw.call(DBUS, DBUS_PATH, DBUS, "NameHasOwner", &[FIREWALLD])? {
+            Value::Bool(true) => {}
+            Value::Bool(false) => {
+                return Err(BusError::NotRunning(format!("{FIREWALLD} has no owner on the system bus")))
+            }
+            other => return Err(unexpected("NameHasOwner", &other)),
         }
-        Ok(Firewalld { conn })
+        Ok(fw)
     }
 
     /// `zone.addSource(zone, source)`.
     pub fn add_source(&self, zone: &str, source: &str) -> Result<Added, BusError> {
-        match self.zone_call("addSource", &(zone, source)) {
+        match self.zone_call("addSource", &[zone, source]) {
             Ok(_) => Ok(Added::New),
             Err(BusError::Refused { code, .. }) if code == "ZONE_ALREADY_SET" => Ok(Added::AlreadyThere),
             Err(e) => Err(e),
@@ -114,7 +129,7 @@ impl Firewalld {
     /// `zone.removeSource(zone, source)`; `Ok(false)` when the source was not in the zone,
     /// or the zone no longer exists (DEL and GC are idempotent).
     pub fn remove_source(&self, zone: &str, source: &str) -> Result<bool, BusError> {
-        match self.zone_call("removeSource", &(zone, source)) {
+        match self.zone_call("removeSource", &[zone, source]) {
             Ok(_) => Ok(true),
             Err(BusError::Refused { code, .. })
                 if matches!(
@@ -130,10 +145,10 @@ impl Firewalld {
 
     /// `zone.getZoneOfSource(source)`: the zone the source is bound to, empty for none.
     pub fn zone_of_source(&self, source: &str) -> Result<String, BusError> {
-        let reply = self.zone_call("getZoneOfSource", &(source,))?;
-        let zone: String = reply.body().deserialize().map_err(|e| {
-            BusError::Failed(format!("getZoneOfSource: unexpected reply: {}", sanitize(&e.to_string())))
-        })?;
+        let zone = match self.zone_call("getZoneOfSource", &[source])? {
+            Value::Str(zone) => zone,
+            other => return Err(unexpected("getZoneOfSource", &other)),
+        };
         if zone.len() > MAX_ZONE_LEN || zone.chars().any(|c| c.is_control()) {
             return Err(BusError::Failed(format!(
                 "getZoneOfSource: the reply is not a zone name ({} bytes: {})",
@@ -144,59 +159,46 @@ impl Firewalld {
         Ok(zone)
     }
 
-    fn zone_call<B>(&self, method: &str, body: &B) -> Result<zbus::message::Message, BusError>
-    where
-        B: serde::Serialize + zbus::zvariant::DynamicType,
-    {
-        call(&self.conn, FIREWALLD, FIREWALLD_PATH, ZONE_INTERFACE, method, body)
+    fn zone_call(&self, method: &str, args: &[&str]) -> Result<Value, BusError> {
+        self.call(FIREWALLD, FIREWALLD_PATH, ZONE_INTERFACE, method, args)
+    }
+
+    fn call(
+        &self,
+        destination: &str,
+        path: &str,
+        interface: &str,
+        method: &str,
+        args: &[&str],
+    ) -> Result<Value, BusError> {
+        let mut conn = self.conn.borrow_mut();
+        conn.call(destination, path, interface, method, args, CALL_TIMEOUT).map_err(|e| match e {
+            CallError::Remote { name, message } => refused(&name, &message),
+            CallError::Io(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                BusError::Failed(format!("{method}: no answer within {}s", CALL_TIMEOUT.as_secs()))
+            }
+            e => BusError::Failed(format!("{method}: {}", describe(e))),
+        })
     }
 }
 
-/// Connects within [`CONNECT_TIMEOUT`]. zbus bounds method calls, not the handshake, so
-/// the handshake runs on a thread of its own; one that does not finish in time is left
-/// behind (the plugin exits right after its error).
-fn connect_bounded(address: &str) -> Result<Connection, BusError> {
-    let builder = zbus::blocking::connection::Builder::address(address)
-        .map_err(|e| BusError::NotRunning(format!("bad system bus address: {}", sanitize(&e.to_string()))))?
-        .method_timeout(CALL_TIMEOUT);
-    let (tx, rx) = mpsc::channel();
-    std::thread::Builder::new()
-        .name("dbus-connect".into())
-        .spawn(move || drop(tx.send(builder.build())))
-        .map_err(|e| BusError::Failed(format!("cannot start the bus connection: {e}")))?;
-    match rx.recv_timeout(CONNECT_TIMEOUT) {
-        Ok(Ok(conn)) => Ok(conn),
-        // No socket, no one listening on it, or a bus that refuses us: no firewalld we
-        // could use.
-        Ok(Err(e)) => Err(BusError::NotRunning(format!(
-            "cannot connect to the system bus: {}",
-            sanitize(&e.to_string())
-        ))),
-        Err(_) => Err(BusError::Failed(format!(
-            "the system bus did not complete the handshake within {}s",
-            CONNECT_TIMEOUT.as_secs()
-        ))),
+fn describe(e: CallError) -> String {
+    match e {
+        CallError::Io(e) => e.to_string(),
+        CallError::Protocol(why) => why,
+        CallError::Remote { name, message } => sanitize(&format!("{name}: {message}")),
     }
 }
 
-fn call<B>(
-    conn: &Connection,
-    destination: &str,
-    path: &str,
-    interface: &str,
-    method: &str,
-    body: &B,
-) -> Result<zbus::message::Message, BusError>
-where
-    B: serde::Serialize + zbus::zvariant::DynamicType,
-{
-    conn.call_method(Some(destination), path, Some(interface), method, body).map_err(|e| match e {
-        zbus::Error::MethodError(name, detail, _) => refused(name.as_str(), detail.as_deref().unwrap_or("")),
-        zbus::Error::InputOutput(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-            BusError::Failed(format!("{method}: no answer within {}s", CALL_TIMEOUT.as_secs()))
-        }
-        other => BusError::Failed(format!("{method}: {}", sanitize(&other.to_string()))),
-    })
+fn unexpected(method: &str, value: &Value) -> BusError {
+    let what = match value {
+        Value::Str(_) => "a string".to_string(),
+        Value::Bool(_) => "a boolean".to_string(),
+        Value::Other(signature) => format!("signature {:?}", sanitize(signature)),
+    };
+    BusError::Failed(format!("{method}: unexpected reply ({what})"))
 }
 
 /// A D-Bus error reply. firewalld's own are `org.fedoraproject.FirewallD1.Exception` with

@@ -14,6 +14,7 @@
 
 pub mod bus;
 pub mod record;
+pub mod wire;
 
 use std::collections::BTreeSet;
 use std::path::Path;
