@@ -36,7 +36,8 @@ impl Plugin for Firewall {
             // The policy is ours to enforce whatever the backend (the reference's too).
             if conf.ingress_policy != IngressPolicy::Open {
                 if let Err(e) = nftables::add(req, conf.ingress_policy, &target) {
-                    if let Err(undo) = firewalld::del(req, &conf, Some(&target)) {
+                    // Only what this ADD recorded: not an address someone else had bound.
+                    if let Err(undo) = firewalld::del(req, &conf, None) {
                         eprintln!("firewall: rollback: {}", undo.msg);
                     }
                     return Err(e);
