@@ -14,6 +14,7 @@ mod bandwidth;
 mod bridge;
 mod damaged_state;
 mod firewall;
+mod firewalld;
 mod gc_property;
 mod go_cased_keys;
 mod host_device;

@@ -1,11 +1,16 @@
 //! The firewall plugin's configuration: `backend`, `ingressPolicy`,
-//! `iptablesAdminChainName` (and the reference's `firewalldZone`, accepted and unused).
+//! `iptablesAdminChainName`, `firewalldZone` and `dataDir` (the firewalld backend's).
 
-use cni_sdk::{CniError, ErrorCode, Request};
+use cni_sdk::{CniError, Request};
 use serde::Deserialize;
+use std::path::PathBuf;
 
 /// The default admin chain of the iptables backend (the reference's name).
 pub const DEFAULT_ADMIN_CHAIN: &str = "CNI-ADMIN";
+/// The firewalld zone container addresses go to (the reference's default).
+pub const DEFAULT_FIREWALLD_ZONE: &str = "trusted";
+/// Where the firewalld backend records the sources it added (see `firewalld::record`).
+pub const DEFAULT_DATA_DIR: &str = "/run/cni/firewall";
 /// iptables refuses longer chain names (`XT_EXTENSION_MAXNAMELEN` - 1).
 const MAX_IPTABLES_CHAIN_LEN: usize = 28;
 
@@ -17,6 +22,8 @@ pub enum Backend {
     /// The reference's `CNI-FORWARD`/`CNI-ADMIN` chains in iptables' filter table, through
     /// one `iptables-restore --noflush` per address family.
     Iptables,
+    /// The container's addresses bound to a firewalld zone over D-Bus (see `firewalld`).
+    Firewalld,
 }
 
 /// Who may open connections to the container (the reference's `ingressPolicy`).
@@ -42,6 +49,10 @@ pub(crate) struct RawConf {
     ingress_policy: Option<String>,
     #[serde(default)]
     iptables_admin_chain_name: Option<String>,
+    #[serde(default)]
+    firewalld_zone: Option<String>,
+    #[serde(default)]
+    data_dir: Option<PathBuf>,
 }
 
 /// The parsed configuration.
@@ -50,6 +61,10 @@ pub struct FirewallConf {
     pub backend: Backend,
     pub ingress_policy: IngressPolicy,
     pub admin_chain: String,
+    /// Whether `backend` was given: without it, firewalld is used when it runs.
+    pub backend_given: bool,
+    pub firewalld_zone: String,
+    pub data_dir: PathBuf,
 }
 
 /// Parses and validates the plugin's keys; nothing is touched before this succeeds.
@@ -58,20 +73,32 @@ pub fn load(req: &Request) -> Result<FirewallConf, CniError> {
 }
 
 fn parse(raw: RawConf) -> Result<FirewallConf, CniError> {
+    let backend_given = raw.backend.as_deref().is_some_and(|b| !b.is_empty());
     let backend = match raw.backend.as_deref().unwrap_or("") {
         "" | "nftables" => Backend::Nftables,
         "iptables" => Backend::Iptables,
-        "firewalld" => {
-            return Err(CniError::new(
-                ErrorCode::UnsupportedField,
-                "backend: \"firewalld\" is not supported by cni-rs; use \"nftables\" or \"iptables\"",
-            ))
-        }
+        "firewalld" => Backend::Firewalld,
         other => {
             return Err(CniError::invalid_config(format!(
-                "backend: unknown firewall backend {other:?} (expected \"nftables\" or \"iptables\")"
+                "backend: unknown firewall backend {other:?} (expected \"nftables\", \"iptables\" or \"firewalld\")"
             )))
         }
+    };
+    let firewalld_zone = match raw.firewalld_zone.as_deref().unwrap_or("") {
+        "" => DEFAULT_FIREWALLD_ZONE.to_string(),
+        zone if super::firewalld::valid_zone(zone) => zone.to_string(),
+        zone => {
+            return Err(CniError::invalid_config(format!(
+            "firewalldZone: invalid zone name {zone:?} (up to 64 of A-Z a-z 0-9 - _ ., not starting with .)"
+        )))
+        }
+    };
+    let data_dir = match raw.data_dir {
+        Some(dir) if dir.as_os_str().as_encoded_bytes().contains(&0) => {
+            return Err(CniError::invalid_config("dataDir: a path cannot contain a NUL byte"))
+        }
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => PathBuf::from(DEFAULT_DATA_DIR),
     };
     let ingress_policy = match raw.ingress_policy.as_deref().unwrap_or("") {
         "" | "open" => IngressPolicy::Open,
@@ -88,7 +115,7 @@ fn parse(raw: RawConf) -> Result<FirewallConf, CniError> {
             name.to_string()
         }
     };
-    Ok(FirewallConf { backend, ingress_policy, admin_chain })
+    Ok(FirewallConf { backend, ingress_policy, admin_chain, backend_given, firewalld_zone, data_dir })
 }
 
 /// The admin chain's name ends up in an iptables-restore script: only characters that
@@ -120,7 +147,10 @@ mod tests {
             FirewallConf {
                 backend: Backend::Nftables,
                 ingress_policy: IngressPolicy::Open,
-                admin_chain: "CNI-ADMIN".into()
+                admin_chain: "CNI-ADMIN".into(),
+                backend_given: false,
+                firewalld_zone: "trusted".into(),
+                data_dir: DEFAULT_DATA_DIR.into(),
             }
         );
         let c = parse_json(r#"{"backend":"","ingressPolicy":""}"#).unwrap();
@@ -130,7 +160,8 @@ mod tests {
     #[test]
     fn every_key_is_read() {
         let c = parse_json(
-            r#"{"backend":"iptables","ingressPolicy":"isolated","iptablesAdminChainName":"MY-ADMIN"}"#,
+            r#"{"backend":"iptables","ingressPolicy":"isolated","iptablesAdminChainName":"MY-ADMIN",
+                "firewalldZone":"internal","dataDir":"/tmp/fw"}"#,
         )
         .unwrap();
         assert_eq!(
@@ -138,7 +169,10 @@ mod tests {
             FirewallConf {
                 backend: Backend::Iptables,
                 ingress_policy: IngressPolicy::Isolated,
-                admin_chain: "MY-ADMIN".into()
+                admin_chain: "MY-ADMIN".into(),
+                backend_given: true,
+                firewalld_zone: "internal".into(),
+                data_dir: "/tmp/fw".into(),
             }
         );
         assert_eq!(
@@ -148,10 +182,12 @@ mod tests {
     }
 
     #[test]
-    fn firewalld_is_refused_with_code_2_naming_the_key() {
-        let e = parse_json(r#"{"backend":"firewalld"}"#).unwrap_err();
-        assert_eq!(e.code, 2);
-        assert!(e.msg.contains("backend"), "{}", e.msg);
+    fn firewalld_is_a_backend_given_explicitly() {
+        let c = parse_json(r#"{"backend":"firewalld"}"#).unwrap();
+        assert_eq!(
+            (c.backend, c.backend_given, c.firewalld_zone.as_str()),
+            (Backend::Firewalld, true, "trusted")
+        );
     }
 
     #[test]
@@ -164,6 +200,9 @@ mod tests {
             r#"{"iptablesAdminChainName":"-j"}"#,
             r#"{"iptablesAdminChainName":"A23456789012345678901234567890"}"#,
             r#"{"backend":3}"#,
+            r#"{"firewalldZone":"a zone"}"#,
+            r#"{"firewalldZone":"../etc"}"#,
+            r#"{"dataDir":"/a\u0000b"}"#,
         ] {
             assert_eq!(parse_json(bad).unwrap_err().code, 7, "{bad}");
         }

@@ -4,8 +4,10 @@
 //!
 //! A chained plugin: it needs prevResult on ADD and CHECK and passes it through
 //! unchanged. Backends: `nftables` (default; our own tables over netlink, see
-//! [`nftables`]) and `iptables` (the reference's chains through `iptables-restore`, see
-//! [`iptables`]). The reference's `firewalld` backend is refused with code 2.
+//! [`nftables`]), `iptables` (the reference's chains through `iptables-restore`, see
+//! [`iptables`]) and `firewalld` (the addresses bound to a firewalld zone over D-Bus, see
+//! [`firewalld`]; also chosen, as the reference does, when no backend is given and
+//! firewalld runs).
 //!
 //! Policy semantics follow the reference's rules rather than its one-line summary:
 //! `same-bridge` drops traffic between two bridges that both have a non-open policy
@@ -13,12 +15,13 @@
 //! `isolated` adds that containers on the same bridge cannot reach each other.
 
 pub mod config;
+pub mod firewalld;
 pub mod iptables;
 pub mod nftables;
 pub mod target;
 
-use cni_sdk::{CniError, CniResult, Plugin, Request, Version, VersionInfo};
-use config::Backend;
+use cni_sdk::{CniError, CniResult, ErrorCode, Plugin, Request, Version, VersionInfo};
+use config::{Backend, IngressPolicy};
 use target::Target;
 
 pub struct Firewall;
@@ -28,8 +31,22 @@ impl Plugin for Firewall {
         let conf = config::load(req)?;
         let prev = req.require_prev_result()?;
         let target = Target::from_result(&prev);
+        if let Some(fw) = firewalld::select(&conf)? {
+            firewalld::add(&fw, req, &conf, &target)?;
+            // The policy is ours to enforce whatever the backend (the reference's too).
+            if conf.ingress_policy != IngressPolicy::Open {
+                if let Err(e) = nftables::add(req, conf.ingress_policy, &target) {
+                    // Only what this ADD recorded: not an address someone else had bound.
+                    if let Err(undo) = firewalld::del(req, &conf, None) {
+                        eprintln!("firewall: rollback: {}", undo.msg);
+                    }
+                    return Err(e);
+                }
+            }
+            return Ok(prev);
+        }
         match conf.backend {
-            Backend::Nftables => nftables::add(req, conf.ingress_policy, &target)?,
+            Backend::Nftables | Backend::Firewalld => nftables::add(req, conf.ingress_policy, &target)?,
             Backend::Iptables => iptables::add(&conf, &target)?,
         }
         Ok(prev)
@@ -41,45 +58,65 @@ impl Plugin for Firewall {
         let conf = config::load(req)?;
         // An unreadable prevResult must not make DEL fail forever: treat it as absent.
         let target = req.prev_result().ok().flatten().map(|prev| Target::from_result(&prev));
+        // The sources ADD bound in firewalld (when it was the backend, or may have been).
+        let firewalld = firewalld::del(req, &conf, target.as_ref());
         match conf.backend {
+            Backend::Firewalld if conf.ingress_policy == IngressPolicy::Open => firewalld,
+            Backend::Firewalld => firewalld.and(nftables::del(req, target.as_ref())),
             // The reference's iptables rules for these addresses go too: a node swapped
             // from the reference (whose firewall defaults to iptables) has them for the
             // containers it started. Both parts run; the first failure is returned.
             Backend::Nftables => {
                 let ours = nftables::del(req, target.as_ref());
                 let reference = iptables::del(target.as_ref());
-                ours.and(reference)
+                firewalld.and(ours).and(reference)
             }
             // Without prevResult (a runtime that lost its result cache) the iptables rules
             // could only leak: the container's interface, still there while the chain is
             // torn down in reverse, still has the addresses they were made for.
-            Backend::Iptables => iptables::del(target.or_else(|| Target::from_container(req)).as_ref()),
+            Backend::Iptables => {
+                firewalld.and(iptables::del(target.or_else(|| Target::from_container(req)).as_ref()))
+            }
         }
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
         let conf = config::load(req)?;
         let target = Target::from_result(&req.require_prev_result()?);
+        if let Some(fw) = firewalld::select(&conf)? {
+            firewalld::check(&fw, &conf, &target)?;
+            if conf.ingress_policy != IngressPolicy::Open {
+                nftables::check(req, conf.ingress_policy, &target)?;
+            }
+            return Ok(());
+        }
         match conf.backend {
-            Backend::Nftables => nftables::check(req, conf.ingress_policy, &target),
+            Backend::Nftables | Backend::Firewalld => nftables::check(req, conf.ingress_policy, &target),
             Backend::Iptables => iptables::check(&conf, &target),
         }
     }
 
     /// nftables: removes the chains and elements of attachments the runtime no longer
     /// lists. iptables: the reference's rules carry no owner, so there is nothing GC could
-    /// attribute; it leaves them (DEL with prevResult removes them).
+    /// attribute; it leaves them (DEL with prevResult removes them). firewalld: the
+    /// sources ADD recorded for attachments no longer listed (whatever the backend now:
+    /// the records say what is ours).
     fn gc(&self, req: &Request) -> Result<(), CniError> {
         let conf = config::load(req)?;
+        let firewalld = firewalld::gc(req, &conf.data_dir);
         match conf.backend {
-            Backend::Nftables => nftables::gc(req),
-            Backend::Iptables => Ok(()),
+            Backend::Nftables | Backend::Firewalld => firewalld.and(nftables::gc(req)),
+            Backend::Iptables => firewalld,
         }
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
-        match config::load(req)?.backend {
-            Backend::Nftables => nftables::status(),
+        let conf = config::load(req)?;
+        if firewalld::select(&conf).map_err(|e| CniError::new(ErrorCode::NotAvailable, e.msg))?.is_some() {
+            return Ok(());
+        }
+        match conf.backend {
+            Backend::Nftables | Backend::Firewalld => nftables::status(),
             Backend::Iptables => iptables::status(),
         }
     }
@@ -91,6 +128,7 @@ impl Plugin for Firewall {
     }
 
     fn about(&self) -> String {
-        "firewall: accepts forwarded container traffic and isolates bridges (nftables or iptables)".into()
+        "firewall: accepts forwarded container traffic and isolates bridges (nftables, iptables or firewalld)"
+            .into()
     }
 }
