@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use cni_os::fs::Durability;
 use cni_sdk::{Attachment, CniError};
-use cni_types::IoResultExt;
+use cni_os::Idempotent;
 use serde::{Deserialize, Serialize};
 
 /// A record holds a handful of addresses; anything larger was not written by ADD.
