@@ -7,19 +7,55 @@
 //! [`nftables`]) and `iptables` (the reference's chains through `iptables-restore`, see
 //! [`iptables`]). The reference's `firewalld` backend is refused with code 2.
 //!
+//! On a host whose iptables-nft FORWARD chain drops (Docker's), both backends also admit
+//! the attachment's traffic there, and only its traffic (see [`admission`]).
+//!
 //! Policy semantics follow the reference's rules rather than its one-line summary:
 //! `same-bridge` drops traffic between two bridges that both have a non-open policy
 //! (traffic from the host's other interfaces, e.g. published ports, still flows);
 //! `isolated` adds that containers on the same bridge cannot reach each other.
 
+pub mod admission;
 pub mod config;
 pub mod iptables;
 pub mod nftables;
 pub mod target;
 
-use cni_sdk::{CniError, CniResult, Plugin, Request, Version, VersionInfo};
+use cni_sdk::{Attachment, CniError, CniResult, GcErrors, Plugin, Request, Version, VersionInfo};
 use config::Backend;
 use target::Target;
+
+use crate::common::rollback::{Rollback, Undo};
+
+/// An admission made by this ADD, taken back if the backend's part fails.
+struct Admitted {
+    network: String,
+    who: Attachment,
+}
+
+impl Undo for Admitted {
+    fn undo(&mut self) {
+        let undone =
+            nftables::client().and_then(|mut nft| admission::del(&mut nft, &self.network, &self.who));
+        if let Err(e) = undone {
+            eprintln!("firewall: rolling back the admission of {}: {}", self.who.container_id, e.msg);
+        }
+    }
+}
+
+/// Admits the attachment where another firewall's FORWARD chain would drop it.
+fn admit(req: &Request, target: &Target) -> Result<Rollback<Admitted>, CniError> {
+    for tables in admission::legacy_filter_tables() {
+        eprintln!(
+            "firewall: this namespace has an {tables}-legacy filter table; its FORWARD chain is not examined, \
+             and if it drops, container {} gets no forwarded traffic until rules there accept it",
+            req.container_id
+        );
+    }
+    let (network, who) = (req.conf.name.clone(), req.attachment());
+    admission::add(&mut *nftables::client()?, &network, &who, &target.ips)?;
+    Ok(Rollback::new(Admitted { network, who }))
+}
 
 pub struct Firewall;
 
@@ -28,10 +64,12 @@ impl Plugin for Firewall {
         let conf = config::load(req)?;
         let prev = req.require_prev_result()?;
         let target = Target::from_result(&prev);
+        let admitted = admit(req, &target)?;
         match conf.backend {
             Backend::Nftables => nftables::add(req, conf.ingress_policy, &target)?,
             Backend::Iptables => iptables::add(&conf, &target)?,
         }
+        admitted.keep();
         Ok(prev)
     }
 
@@ -41,7 +79,9 @@ impl Plugin for Firewall {
         let conf = config::load(req)?;
         // An unreadable prevResult must not make DEL fail forever: treat it as absent.
         let target = req.prev_result().ok().flatten().map(|prev| Target::from_result(&prev));
-        match conf.backend {
+        let admission = nftables::client()
+            .and_then(|mut nft| admission::del(&mut nft, &req.conf.name, &req.attachment()));
+        let backend = match conf.backend {
             // The reference's iptables rules for these addresses go too: a node swapped
             // from the reference (whose firewall defaults to iptables) has them for the
             // containers it started. Both parts run; the first failure is returned.
@@ -54,27 +94,36 @@ impl Plugin for Firewall {
             // could only leak: the container's interface, still there while the chain is
             // torn down in reverse, still has the addresses they were made for.
             Backend::Iptables => iptables::del(target.or_else(|| Target::from_container(req)).as_ref()),
-        }
+        };
+        backend.and(admission)
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
         let conf = config::load(req)?;
         let target = Target::from_result(&req.require_prev_result()?);
         match conf.backend {
-            Backend::Nftables => nftables::check(req, conf.ingress_policy, &target),
-            Backend::Iptables => iptables::check(&conf, &target),
+            Backend::Nftables => nftables::check(req, conf.ingress_policy, &target)?,
+            Backend::Iptables => iptables::check(&conf, &target)?,
         }
+        admission::check(&mut *nftables::client()?, &req.conf.name, &req.attachment(), &target.ips)
     }
 
     /// nftables: removes the chains and elements of attachments the runtime no longer
     /// lists. iptables: the reference's rules carry no owner, so there is nothing GC could
-    /// attribute; it leaves them (DEL with prevResult removes them).
+    /// attribute; it leaves them (DEL with prevResult removes them). Either way the
+    /// admissions of attachments no longer listed go.
     fn gc(&self, req: &Request) -> Result<(), CniError> {
         let conf = config::load(req)?;
-        match conf.backend {
+        let backend = match conf.backend {
             Backend::Nftables => nftables::gc(req),
             Backend::Iptables => Ok(()),
+        };
+        let mut errors = GcErrors::new();
+        match nftables::client() {
+            Ok(mut nft) => errors.merge(admission::gc(&mut nft, &req.conf.name, &req.valid_attachments()?)),
+            Err(e) => errors.push("admission chains", e),
         }
+        backend.and(errors.into_result().map_err(|e| e.to_cni_error()))
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
