@@ -8,6 +8,7 @@
 
 use crate::common::{self, call};
 use cni_net::netlink::{AddressFlags, IpFamily, LinkCondition, LinkSpec, Route, VethSpec};
+use cni_net::nft::{Expr, Family, NftClient};
 use cni_testkit::ns::{HostAndContainers, TestNetns};
 use cni_testkit::traffic::{tcp_echo, tcp_echo_server};
 use serde_json::json;
@@ -219,4 +220,114 @@ fn docker_forward_drop_host_podman_chain_egress_and_hostport_ingress() {
     lab.firewall_gc();
     lab.cnitool_ok("del");
     assert_eq!(lab.filter_tables(), before);
+}
+
+/// A firewall request for one made-up attachment (the plugin only needs its addresses).
+fn firewall_conf(ips: &[&str]) -> serde_json::Value {
+    let ips: Vec<_> = ips.iter().map(|a| json!({"address": a})).collect();
+    json!({"cniVersion": "1.0.0", "name": NETWORK, "type": "firewall",
+        "prevResult": {"cniVersion": "1.0.0", "ips": ips}})
+}
+
+fn host_only() -> DockerHost {
+    let lab = DockerHost::new();
+    lab.write_conflist();
+    lab
+}
+
+/// The rules of `chain` as nf_tables holds them, read over netlink in the host namespace.
+fn chain_exprs(lab: &DockerHost, family: Family, chain: &str) -> Vec<Vec<Expr>> {
+    let chain = chain.to_string();
+    lab.host()
+        .run(move || NftClient::new().unwrap().list_rules(family, "filter", &chain).unwrap())
+        .unwrap()
+        .into_iter()
+        .map(|r| r.rule.exprs)
+        .collect()
+}
+
+#[test]
+fn admission_rules_are_what_iptables_nft_writes() {
+    let lab = host_only();
+    lab.docker_firewall();
+    let conf = firewall_conf(&["10.247.0.9/24", "fd47::9/64"]);
+    ok(&call("firewall", "ADD", lab.host(), Some(lab.ctr()), &conf).run());
+    let saved = lab.filter_tables();
+    let tag = saved
+        .lines()
+        .find_map(|l| l.strip_prefix("-A CNI-RS-FORWARD -s 10.247.0.9/32 -m comment --comment \""))
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no egress rule: {saved}"))
+        .to_string();
+    for (program, family, ip) in
+        [("iptables", Family::Ipv4, "10.247.0.9/32"), ("ip6tables", Family::Ipv6, "fd47::9/128")]
+    {
+        // The same rules written by iptables-nft itself, in a chain of the test's.
+        lab.sh(&format!(
+            "{program} -N DFW-REF
+             {program} -A DFW-REF -s {ip} -m comment --comment '{tag}' -j ACCEPT
+             {program} -A DFW-REF -d {ip} -m conntrack --ctstate RELATED,ESTABLISHED -m comment --comment '{tag}' -j ACCEPT
+             {program} -A DFW-REF -d {ip} -m conntrack --ctstate DNAT -m comment --comment '{tag}' -j ACCEPT
+             {program} -N DFW-JUMP; {program} -A DFW-JUMP -j CNI-RS-FORWARD"
+        ));
+        assert_eq!(chain_exprs(&lab, family, "CNI-RS-FORWARD"), chain_exprs(&lab, family, "DFW-REF"), "{program}");
+        let jump = chain_exprs(&lab, family, "DFW-JUMP");
+        assert_eq!(chain_exprs(&lab, family, "FORWARD")[0], jump[0], "{program}: FORWARD's first rule");
+    }
+    // iptables reads ours as it reads its own (filter_tables fails on any warning).
+    let saved = lab.filter_tables();
+    for (ours, reference) in [("CNI-RS-FORWARD", "DFW-REF")] {
+        let lines = |chain: &str| -> Vec<String> {
+            let prefix = format!("-A {chain} ");
+            saved.lines().filter_map(|l| l.strip_prefix(&prefix)).map(str::to_string).collect()
+        };
+        assert_eq!(lines(ours), lines(reference));
+        assert_eq!(lines(ours).len(), 6, "{saved}");
+    }
+    let listed = lab.host().command("iptables").args(["-L", "FORWARD", "-n"]).output().unwrap();
+    assert!(listed.status.success() && listed.stderr.is_empty(), "{}", String::from_utf8_lossy(&listed.stderr));
+    ok(&call("firewall", "CHECK", lab.host(), Some(lab.ctr()), &conf).run());
+}
+
+#[test]
+fn odd_forward_layouts_get_nothing_or_keep_what_is_not_ours() {
+    let conf = firewall_conf(&["10.247.0.9/24", "fd47::9/64"]);
+    let add_del = |lab: &DockerHost| {
+        ok(&call("firewall", "ADD", lab.host(), Some(lab.ctr()), &conf).run());
+        let during = lab.filter_tables();
+        ok(&call("firewall", "CHECK", lab.host(), Some(lab.ctr()), &conf).run());
+        ok(&call("firewall", "DEL", lab.host(), Some(lab.ctr()), &conf).run());
+        during
+    };
+
+    // iptables with FORWARD policy ACCEPT: nothing to get past, nothing added.
+    let lab = host_only();
+    lab.sh("iptables -N DOCKER-USER; iptables -A FORWARD -j DOCKER-USER; ip6tables -P FORWARD ACCEPT");
+    let before = lab.filter_tables();
+    assert_eq!(add_del(&lab), before, "policy accept: the filter tables are left alone");
+
+    // A `filter` table made with nft whose FORWARD is a regular chain (no hook), and
+    // another table's forward-hook chain that drops: not iptables' chain, left alone.
+    let lab = host_only();
+    lab.sh("nft 'add table ip filter; add chain ip filter FORWARD; add table ip dfw_other'
+            nft 'add chain ip dfw_other dfwfwd { type filter hook forward priority 10; policy drop; }'");
+    let before = lab.host().nft_text();
+    add_del(&lab);
+    assert!(!lab.filter_tables().contains("CNI-RS"));
+    assert!(lab.host().nft_text().starts_with(before.split("table inet").next().unwrap()));
+
+    // Policy DROP, and an administrator's rule already in a chain of our name: ours come
+    // and go, the administrator's stays.
+    let lab = host_only();
+    lab.docker_firewall();
+    lab.sh("iptables -N CNI-RS-FORWARD; iptables -A CNI-RS-FORWARD -s 10.9.9.9/32 -j ACCEPT");
+    let during = add_del(&lab);
+    assert!(during.contains("-A CNI-RS-FORWARD -s 10.247.0.9/32"), "{during}");
+    let after = lab.filter_tables();
+    assert!(after.contains("-A CNI-RS-FORWARD -s 10.9.9.9/32 -j ACCEPT"), "{after}");
+    assert!(!after.contains("10.247.0.9"), "{after}");
+    // A second DEL, and a DEL with neither prevResult nor namespace, change nothing.
+    let bare = json!({"cniVersion": "1.0.0", "name": NETWORK, "type": "firewall"});
+    ok(&call("firewall", "DEL", lab.host(), None, &bare).run());
+    assert_eq!(lab.filter_tables(), after);
 }
