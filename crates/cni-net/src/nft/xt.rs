@@ -113,8 +113,8 @@ mod tests {
 
     #[test]
     fn conntrack_info_has_the_size_the_kernel_checks() {
-        let Expr::Unknown { data, .. } = conntrack_state_match(xt_ct_state::DNAT) else { panic!() };
-        let (_, info) = match_parts(&Expr::Unknown { name: "match".into(), data: data.clone() }).unwrap();
+        let expr = conntrack_state_match(xt_ct_state::DNAT);
+        let (_, info) = match_parts(&expr).unwrap();
         assert_eq!(info.len(), CONNTRACK3_INFO_LEN);
         assert_eq!(info[CONNTRACK3_STATE_MASK], 0x80);
     }
