@@ -168,6 +168,8 @@ pub struct ChainInfo {
     pub chain_type: Option<String>,
     /// Comment from the chain's userdata.
     pub comment: Option<String>,
+    /// Default verdict, for base chains.
+    pub policy: Option<ChainPolicy>,
 }
 
 impl ChainInfo {
@@ -180,6 +182,7 @@ impl ChainInfo {
             hook: None,
             chain_type: None,
             comment: None,
+            policy: None,
         };
         for attr in msg.attrs() {
             let attr = attr?;
@@ -188,6 +191,13 @@ impl ChainInfo {
                 NFTA_CHAIN_NAME => info.name = attr.string()?,
                 NFTA_CHAIN_HANDLE => info.handle = attr.u64()?,
                 NFTA_CHAIN_TYPE => info.chain_type = Some(attr.string()?),
+                NFTA_CHAIN_POLICY => {
+                    info.policy = Some(if attr.u32()? == NF_DROP as u32 {
+                        ChainPolicy::Drop
+                    } else {
+                        ChainPolicy::Accept
+                    })
+                }
                 NFTA_CHAIN_USERDATA => {
                     info.comment = udata::find_string(attr.payload, NFTNL_UDATA_CHAIN_COMMENT);
                 }

@@ -54,6 +54,7 @@ mod socket;
 mod sys;
 mod table;
 mod udata;
+pub mod xt;
 
 #[cfg(test)]
 mod golden_tests;

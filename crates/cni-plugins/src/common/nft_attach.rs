@@ -43,7 +43,7 @@ pub fn chain_name(network: &str, who: &Attachment) -> String {
 
 const TAG: &str = "cni-rs net=";
 
-fn network_tag(network: &str) -> String {
+pub fn network_tag(network: &str) -> String {
     format!("{TAG}{}", hash16(&[network]))
 }
 

@@ -9,20 +9,56 @@
 //! [`firewalld`]; also chosen, as the reference does, when no backend is given and
 //! firewalld runs).
 //!
+//! On a host whose iptables-nft FORWARD chain drops (Docker's), both backends also admit
+//! the attachment's traffic there, and only its traffic (see [`admission`]).
+//!
 //! Policy semantics follow the reference's rules rather than its one-line summary:
 //! `same-bridge` drops traffic between two bridges that both have a non-open policy
 //! (traffic from the host's other interfaces, e.g. published ports, still flows);
 //! `isolated` adds that containers on the same bridge cannot reach each other.
 
+pub mod admission;
 pub mod config;
 pub mod firewalld;
 pub mod iptables;
 pub mod nftables;
 pub mod target;
 
-use cni_sdk::{CniError, CniResult, ErrorCode, Plugin, Request, Version, VersionInfo};
+use cni_sdk::{Attachment, CniError, CniResult, ErrorCode, GcErrors, Plugin, Request, Version, VersionInfo};
 use config::{Backend, IngressPolicy};
 use target::Target;
+
+use crate::common::rollback::{Rollback, Undo};
+
+/// An admission made by this ADD, taken back if the backend's part fails.
+struct Admitted {
+    network: String,
+    who: Attachment,
+}
+
+impl Undo for Admitted {
+    fn undo(&mut self) {
+        let undone =
+            nftables::client().and_then(|mut nft| admission::del(&mut nft, &self.network, &self.who));
+        if let Err(e) = undone {
+            eprintln!("firewall: rolling back the admission of {}: {}", self.who.container_id, e.msg);
+        }
+    }
+}
+
+/// Admits the attachment where another firewall's FORWARD chain would drop it.
+fn admit(req: &Request, target: &Target) -> Result<Rollback<Admitted>, CniError> {
+    for tables in admission::legacy_filter_tables() {
+        eprintln!(
+            "firewall: this namespace has an {tables}-legacy filter table; its FORWARD chain is not examined, \
+             and if it drops, container {} gets no forwarded traffic until rules there accept it",
+            req.container_id
+        );
+    }
+    let (network, who) = (req.conf.name.clone(), req.attachment());
+    admission::add(&mut *nftables::client()?, &network, &who, &target.ips)?;
+    Ok(Rollback::new(Admitted { network, who }))
+}
 
 pub struct Firewall;
 
@@ -31,6 +67,7 @@ impl Plugin for Firewall {
         let conf = config::load(req)?;
         let prev = req.require_prev_result()?;
         let target = Target::from_result(&prev);
+        let admitted = admit(req, &target)?;
         if let Some(fw) = firewalld::select(&conf)? {
             firewalld::add(&fw, req, &conf, &target)?;
             // The policy is ours to enforce whatever the backend (the reference's too).
@@ -43,12 +80,14 @@ impl Plugin for Firewall {
                     return Err(e);
                 }
             }
+            admitted.keep();
             return Ok(prev);
         }
         match conf.backend {
             Backend::Nftables | Backend::Firewalld => nftables::add(req, conf.ingress_policy, &target)?,
             Backend::Iptables => iptables::add(&conf, &target)?,
         }
+        admitted.keep();
         Ok(prev)
     }
 
@@ -60,7 +99,9 @@ impl Plugin for Firewall {
         let target = req.prev_result().ok().flatten().map(|prev| Target::from_result(&prev));
         // The sources ADD bound in firewalld (when it was the backend, or may have been).
         let firewalld = firewalld::del(req, &conf, target.as_ref());
-        match conf.backend {
+        let admission = nftables::client()
+            .and_then(|mut nft| admission::del(&mut nft, &req.conf.name, &req.attachment()));
+        let backend = match conf.backend {
             Backend::Firewalld if conf.ingress_policy == IngressPolicy::Open => firewalld,
             Backend::Firewalld => firewalld.and(nftables::del(req, target.as_ref())),
             // The reference's iptables rules for these addresses go too: a node swapped
@@ -77,7 +118,8 @@ impl Plugin for Firewall {
             Backend::Iptables => {
                 firewalld.and(iptables::del(target.or_else(|| Target::from_container(req)).as_ref()))
             }
-        }
+        };
+        backend.and(admission)
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
@@ -88,26 +130,34 @@ impl Plugin for Firewall {
             if conf.ingress_policy != IngressPolicy::Open {
                 nftables::check(req, conf.ingress_policy, &target)?;
             }
-            return Ok(());
+        } else {
+            match conf.backend {
+                Backend::Nftables | Backend::Firewalld => nftables::check(req, conf.ingress_policy, &target)?,
+                Backend::Iptables => iptables::check(&conf, &target)?,
+            }
         }
-        match conf.backend {
-            Backend::Nftables | Backend::Firewalld => nftables::check(req, conf.ingress_policy, &target),
-            Backend::Iptables => iptables::check(&conf, &target),
-        }
+        admission::check(&mut *nftables::client()?, &req.conf.name, &req.attachment(), &target.ips)
     }
 
     /// nftables: removes the chains and elements of attachments the runtime no longer
     /// lists. iptables: the reference's rules carry no owner, so there is nothing GC could
     /// attribute; it leaves them (DEL with prevResult removes them). firewalld: the
     /// sources ADD recorded for attachments no longer listed (whatever the backend now:
-    /// the records say what is ours).
+    /// the records say what is ours). Either way the admissions of attachments no longer
+    /// listed go.
     fn gc(&self, req: &Request) -> Result<(), CniError> {
         let conf = config::load(req)?;
         let firewalld = firewalld::gc(req, &conf.data_dir);
-        match conf.backend {
+        let backend = match conf.backend {
             Backend::Nftables | Backend::Firewalld => firewalld.and(nftables::gc(req)),
             Backend::Iptables => firewalld,
+        };
+        let mut errors = GcErrors::new();
+        match nftables::client() {
+            Ok(mut nft) => errors.merge(admission::gc(&mut nft, &req.conf.name, &req.valid_attachments()?)),
+            Err(e) => errors.push("admission chains", e),
         }
+        backend.and(errors.into_result().map_err(|e| e.to_cni_error()))
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {

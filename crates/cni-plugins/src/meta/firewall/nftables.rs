@@ -35,8 +35,7 @@
 //! Why the accepts alone cannot open a host: in nftables a packet must be accepted by
 //! *every* base chain on the hook; an `accept` here ends only this table's evaluation, so
 //! a `drop` policy in another table (e.g. iptables-nft's `ip filter FORWARD`) still drops.
-//! Hosts whose iptables FORWARD policy is DROP need `"backend": "iptables"`, which puts the
-//! accepts into that very chain.
+//! The plugin's [`super::admission`] puts the attachment's accepts into that very chain.
 
 use std::net::IpAddr;
 

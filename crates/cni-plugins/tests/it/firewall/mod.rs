@@ -4,6 +4,7 @@
 
 use crate::common;
 mod concurrency;
+mod docker_host;
 mod iptables;
 mod scale;
 mod support;

@@ -12,8 +12,8 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use cni_os::fs::Durability;
-use cni_sdk::{Attachment, CniError};
 use cni_os::Idempotent;
+use cni_sdk::{Attachment, CniError};
 use serde::{Deserialize, Serialize};
 
 /// A record holds a handful of addresses; anything larger was not written by ADD.
