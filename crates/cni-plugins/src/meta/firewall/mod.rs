@@ -9,7 +9,7 @@
 //! [`firewalld`]; also chosen, as the reference does, when no backend is given and
 //! firewalld runs).
 //!
-//! On a host whose iptables-nft FORWARD chain drops (Docker's), both backends also admit
+//! On a host whose iptables-nft FORWARD chain drops (Docker's), every backend also admits
 //! the attachment's traffic there, and only its traffic (see [`admission`]).
 //!
 //! Policy semantics follow the reference's rules rather than its one-line summary:
