@@ -31,7 +31,6 @@
 //! ```
 
 pub mod announce;
-pub mod detach;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -44,7 +43,6 @@ mod nl;
 pub mod sysctl;
 pub mod wireguard;
 
-pub use detach::NO_HELPERS_VAR;
 pub use error::{Error, NetlinkError, Result};
 pub use idempotent::Idempotent;
 pub use mac::MacAddr;

@@ -48,6 +48,8 @@ pub use vlan::MAX_VLAN_ID;
 pub use vrf::Vrf;
 pub use wireguard::WIREGUARD_KIND;
 
+use std::os::fd::AsRawFd;
+
 use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 use netlink_packet_route::RouteNetlinkMessage;
 
@@ -70,7 +72,7 @@ pub struct Netlink {
 
 impl std::fmt::Debug for Netlink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Netlink").field("fd", &self.conversation.transport.raw_fd()).finish()
+        f.debug_struct("Netlink").field("fd", &self.conversation.transport.fd().map(|fd| fd.as_raw_fd())).finish()
     }
 }
 

@@ -5,6 +5,8 @@
 //! whole life: to program another namespace, create the client while inside it (e.g. in
 //! [`crate::NetNs::run`]), then use it from anywhere.
 
+use std::os::fd::AsRawFd;
+
 use super::error::NftError;
 use super::sys::NETLINK_NETFILTER;
 use crate::error::NetlinkError;
@@ -22,7 +24,7 @@ pub(crate) struct NetfilterConversation {
 
 impl std::fmt::Debug for NetfilterConversation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NetfilterConversation").field("fd", &self.raw_fd()).finish()
+        f.debug_struct("NetfilterConversation").field("fd", &self.fd().as_raw_fd()).finish()
     }
 }
 
@@ -35,8 +37,8 @@ impl NetfilterConversation {
     }
 
     /// The descriptor, for handing the socket's last reference elsewhere.
-    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
-        self.conversation.transport.raw_fd()
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.conversation.transport.fd()
     }
 
     /// Makes both socket buffers hold at least `bytes` (a batch goes out in one send, and
