@@ -36,11 +36,15 @@ pub mod error;
 pub mod fuzzing;
 mod idempotent;
 pub mod mac;
+// rtnetlink (NETLINK_ROUTE): links, addresses, routes, neighbours, rules, tc.
 pub mod netlink;
 pub mod netns;
+// nf_tables and conntrack (NETLINK_NETFILTER).
 pub mod nft;
-mod nl;
+// Netlink itself, below these and `wireguard` (generic netlink): the one socket type
+// and the request/dump/batch loop they all use.
 pub mod sysctl;
+mod transport;
 pub mod wireguard;
 
 pub use error::{Error, NetlinkError, Result};

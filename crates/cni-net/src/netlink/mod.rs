@@ -55,7 +55,7 @@ use netlink_packet_route::RouteNetlinkMessage;
 
 use crate::error::{Error, NetlinkError, Result};
 use crate::netns::NetNs;
-use crate::nl::{Conversation, Socket, Transport};
+use crate::transport::{Conversation, Socket, Transport};
 pub(crate) use codec::decode_message;
 use codec::encode_request;
 
@@ -72,7 +72,9 @@ pub struct Netlink {
 
 impl std::fmt::Debug for Netlink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Netlink").field("fd", &self.conversation.transport.fd().map(|fd| fd.as_raw_fd())).finish()
+        f.debug_struct("Netlink")
+            .field("fd", &self.conversation.transport.fd().map(|fd| fd.as_raw_fd()))
+            .finish()
     }
 }
 

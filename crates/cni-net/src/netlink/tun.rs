@@ -62,8 +62,11 @@ fn open_queue(spec: &TunSpec) -> Result<File> {
         .write(true)
         .open("/dev/net/tun")
         .map_err(|source| Error::Tun { op: "open /dev/net/tun for", name: spec.name.clone(), source })?;
-    tun::attach(&device, &spec.name, spec.kind, spec.multi_queue)
-        .map_err(|source| Error::Tun { op: "attach", name: spec.name.clone(), source })?;
+    tun::attach(&device, &spec.name, spec.kind, spec.multi_queue).map_err(|source| Error::Tun {
+        op: "attach",
+        name: spec.name.clone(),
+        source,
+    })?;
     Ok(device)
 }
 

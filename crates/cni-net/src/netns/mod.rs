@@ -36,8 +36,11 @@ impl Drop for ReturnTo {
 
 /// Moves the calling thread into the namespace open as `ns` (found at `path`).
 fn enter(ns: &File, path: &Path) -> Result<()> {
-    cni_os::namespace::enter_network(ns)
-        .map_err(|source| Error::Namespace { op: "setns into", path: path.to_path_buf(), source })
+    cni_os::namespace::enter_network(ns).map_err(|source| Error::Namespace {
+        op: "setns into",
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// The namespace file of the calling thread (not of the process' main thread).

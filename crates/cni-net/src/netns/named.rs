@@ -163,10 +163,16 @@ fn make_shared_mount(dir: &Path) -> Result<()> {
         Ok(()) => return Ok(()),
         // EINVAL: not a mount point yet.
         Err(err) if err.raw_os_error() == Some(libc::EINVAL) => {}
-        Err(source) => return Err(Error::Namespace { op: "make shared mount", path: dir.to_path_buf(), source }),
+        Err(source) => {
+            return Err(Error::Namespace { op: "make shared mount", path: dir.to_path_buf(), source })
+        }
     }
     bind_mount(dir, dir)?;
-    make_shared().map_err(|source| Error::Namespace { op: "make shared mount", path: dir.to_path_buf(), source })
+    make_shared().map_err(|source| Error::Namespace {
+        op: "make shared mount",
+        path: dir.to_path_buf(),
+        source,
+    })
 }
 
 fn path_to_cstring(path: &Path) -> Result<CString> {

@@ -11,7 +11,7 @@ use super::socket::{decode_failure, NetfilterConversation};
 use super::sys::*;
 use super::table::{encode_table_name, TableInfo};
 use crate::error::NetlinkError;
-use crate::nl::{BatchError, Message};
+use crate::transport::{BatchError, Message};
 use crate::Idempotent;
 
 /// Receive-buffer room per batch operation: the kernel's accounting of one ACK plus one

@@ -1,5 +1,5 @@
 //! The `NETLINK_NETFILTER` conversation nf_tables and ctnetlink clients hold: the shared
-//! netlink socket and loop of [`crate::nl`], with buffers sized for batches.
+//! netlink socket and loop of [`crate::transport`], with buffers sized for batches.
 //!
 //! The socket belongs to the network namespace of the thread that created it, for its
 //! whole life: to program another namespace, create the client while inside it (e.g. in
@@ -10,7 +10,7 @@ use std::os::fd::AsRawFd;
 use super::error::NftError;
 use super::sys::NETLINK_NETFILTER;
 use crate::error::NetlinkError;
-use crate::nl::{Conversation, Socket};
+use crate::transport::{Conversation, Socket};
 
 /// Default socket buffers: room for batches of a few thousand operations, their acks and
 /// dump chunks. [`NetfilterConversation::make_room`] grows them for larger batches.

@@ -17,7 +17,7 @@ use ipnet::IpNet;
 
 use crate::error::{Error, NetlinkError, Result};
 use crate::netns::NetNs;
-use crate::nl::{Conversation, Socket};
+use crate::transport::{Conversation, Socket};
 
 /// A Curve25519 key (private or public), as the kernel takes and reports it.
 pub type Key = [u8; KEY_LEN];
