@@ -229,7 +229,12 @@ pub fn interface_index(name: &str) -> io::Result<u32> {
 /// A close-on-exec raw ICMPv6 socket (neighbour discovery: advertisements, solicitations).
 pub fn icmpv6_socket() -> io::Result<OwnedFd> {
     use rustix::net::{ipproto, AddressFamily, SocketFlags, SocketType};
-    Ok(rustix::net::socket_with(AddressFamily::INET6, SocketType::RAW, SocketFlags::CLOEXEC, Some(ipproto::ICMPV6))?)
+    Ok(rustix::net::socket_with(
+        AddressFamily::INET6,
+        SocketType::RAW,
+        SocketFlags::CLOEXEC,
+        Some(ipproto::ICMPV6),
+    )?)
 }
 
 /// Sends `packet` (one datagram) on `fd` to `to` (with an IPv6 address's scope id).

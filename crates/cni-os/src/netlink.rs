@@ -19,7 +19,7 @@ pub fn socket(protocol: i32) -> io::Result<OwnedFd> {
     #[allow(unsafe_code)]
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     let addr = kernel(); // port 0 in a bind: the kernel picks one
-    // SAFETY: `addr` is a valid sockaddr_nl and the length is its size.
+                         // SAFETY: `addr` is a valid sockaddr_nl and the length is its size.
     #[allow(unsafe_code)]
     let rc = unsafe {
         libc::bind(

@@ -36,7 +36,10 @@ struct InterfaceRequest {
 /// name (empty, 16 bytes or more, holding a NUL) is refused before the kernel sees it.
 pub fn attach(device: impl AsFd, name: &str, kind: Kind, multi_queue: bool) -> io::Result<()> {
     if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains('\0') {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{name:?} is not an interface name")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{name:?} is not an interface name"),
+        ));
     }
     let mut request = InterfaceRequest {
         name: [0; libc::IFNAMSIZ],

@@ -46,10 +46,16 @@ fn every_member_inherits_the_workspace_lints() {
         let manifest = read(&member.join("Cargo.toml"));
         let name = member.strip_prefix(&root).unwrap().display().to_string();
         if name == UNSAFE_HOME {
-            let unsafe_denied: Vec<String> = rust
-                .iter()
-                .map(|l| if l.starts_with("unsafe_code ") { r#"unsafe_code = "deny""#.into() } else { l.clone() })
-                .collect();
+            let unsafe_denied: Vec<String> =
+                rust.iter()
+                    .map(|l| {
+                        if l.starts_with("unsafe_code ") {
+                            r#"unsafe_code = "deny""#.into()
+                        } else {
+                            l.clone()
+                        }
+                    })
+                    .collect();
             let tables = lint_tables(&manifest);
             if tables != ["lints.rust", "lints.clippy"]
                 || table(&manifest, "lints.rust") != Some(unsafe_denied)
@@ -60,7 +66,9 @@ fn every_member_inherits_the_workspace_lints() {
         } else if lint_tables(&manifest) != ["lints"]
             || table(&manifest, "lints") != Some(vec!["workspace = true".to_string()])
         {
-            wrong.push(format!("{name}: needs `[lints]` with `workspace = true` and no lint table of its own"));
+            wrong.push(format!(
+                "{name}: needs `[lints]` with `workspace = true` and no lint table of its own"
+            ));
         }
     }
     assert!(wrong.is_empty(), "members outside the workspace lints:\n{}", wrong.join("\n"));
