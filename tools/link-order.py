@@ -93,7 +93,7 @@ def check(functions: list[str], sizes: dict[str, int]) -> int:
     return 1
 
 
-# valgrind cannot run the memory-sharing helper processes cni_net::detach starts; with this
+# valgrind cannot run the memory-sharing helper processes cni_os::detach starts; with this
 # set, plugins do that work themselves.
 NO_HELPERS = "CNI_RS_NO_HELPER_PROCESSES"
 
@@ -187,7 +187,7 @@ def startup_code(symbols: dict[str, str]) -> list[str]:
     """What runs natively but not as such under callgrind: the C runtime's start-up, the
     IFUNC resolvers glibc calls before `main`, every CPU variant of glibc's string functions
     (~95 KiB; which ones run depends on the machine, and valgrind replaces some of them
-    with its own), and cni_net::detach, whose memory-sharing children valgrind cannot run."""
+    with its own), and cni_os::detach, whose memory-sharing children valgrind cannot run."""
     resolvers = [name for name, kind in symbols.items() if kind == "i"]
     variants = sorted(s for s in symbols if IFUNC_VARIANT.match(s))
     detach = sorted(s for s in symbols if "7cni_net6detach" in s)

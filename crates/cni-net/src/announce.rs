@@ -8,23 +8,14 @@
 //! from the calling thread's namespace, so run them inside [`crate::NetNs::run`].
 
 use std::io;
-use std::net::{Ipv4Addr, Ipv6Addr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
+use std::os::fd::{AsFd, OwnedFd};
 
 use crate::mac::MacAddr;
+use cni_os::detach::{detach, Tail};
 use cni_os::inet;
 
 const ETH_P_ARP: u16 = 0x0806;
-
-fn socket(domain: i32, kind: i32, protocol: i32) -> io::Result<OwnedFd> {
-    // SAFETY: socket() has no memory preconditions; a non-negative result is a new fd we own.
-    let fd = unsafe { libc::socket(domain, kind | libc::SOCK_CLOEXEC, protocol) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd was just returned by socket() and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
 
 /// The 28-byte ARP request a gratuitous ARP is: sender and target address both `ip`.
 fn gratuitous_arp(mac: MacAddr, ip: Ipv4Addr) -> [u8; 28] {
@@ -43,39 +34,17 @@ fn gratuitous_arp(mac: MacAddr, ip: Ipv4Addr) -> [u8; 28] {
 
 /// Broadcasts a gratuitous ARP for `ip` from link `index` with MAC `mac`.
 pub fn gratuitous_arp_v4(index: u32, mac: MacAddr, ip: Ipv4Addr) -> io::Result<()> {
-    let fd = socket(libc::AF_PACKET, libc::SOCK_DGRAM, i32::from(ETH_P_ARP.to_be()))?;
-    // SAFETY: sockaddr_ll is plain old data; all-zero is a valid starting value.
-    let mut to: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    to.sll_family = libc::AF_PACKET as u16;
-    to.sll_protocol = ETH_P_ARP.to_be();
-    to.sll_ifindex = index as i32;
-    to.sll_halen = 6;
-    to.sll_addr[..6].copy_from_slice(&[0xff; 6]);
-    let packet = gratuitous_arp(mac, ip);
-    // SAFETY: the buffer and the address are valid for the lengths passed.
-    let sent = unsafe {
-        libc::sendto(
-            fd.as_raw_fd(),
-            packet.as_ptr().cast(),
-            packet.len(),
-            0,
-            (&to as *const libc::sockaddr_ll).cast(),
-            std::mem::size_of::<libc::sockaddr_ll>() as u32,
-        )
-    };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let fd = inet::link_layer_socket(ETH_P_ARP)?;
+    inet::send_to_link(&fd, index, ETH_P_ARP, [0xff; 6], &gratuitous_arp(mac, ip))?;
     close_in_background(fd);
     Ok(())
 }
 
 /// Closes a packet socket without waiting: its release waits for an RCU grace period
 /// (`synchronize_net()`, 6 ms of a 16 ms macvlan ADD as measured), so a detached helper
-/// does the last close (see `crate::detach`), or this thread if none can be started.
+/// does the last close (see `cni_os::detach`), or this thread if none can be started.
 fn close_in_background(fd: OwnedFd) {
-    let handoff =
-        crate::detach::detach(fd.as_raw_fd(), crate::detach::Tail::CloseAfterCaller { on_tick: false });
+    let handoff = detach(fd.as_fd(), Tail::CloseAfterCaller { on_tick: false });
     drop(fd);
     drop(handoff);
 }
@@ -95,30 +64,13 @@ fn unsolicited_na(mac: MacAddr, target: Ipv6Addr) -> [u8; 32] {
 
 /// Sends an unsolicited neighbour advertisement for `target` to all nodes on link `index`.
 pub fn unsolicited_na_v6(index: u32, mac: MacAddr, target: Ipv6Addr) -> io::Result<()> {
-    let fd = socket(libc::AF_INET6, libc::SOCK_RAW, libc::IPPROTO_ICMPV6)?;
+    let fd = inet::icmpv6_socket()?;
     // Receivers drop neighbour discovery that did not come with hop limit 255.
     inet::set_ipv6_multicast_hops(&fd, 255)?;
     inet::set_ipv6_multicast_if(&fd, index)?;
-    // SAFETY: sockaddr_in6 is plain old data; all-zero is a valid starting value.
-    let mut from: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
-    from.sin6_family = libc::AF_INET6 as u16;
-    from.sin6_addr.s6_addr = target.octets();
-    // SAFETY: the address is valid for the length passed.
-    let rc = unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            (&from as *const libc::sockaddr_in6).cast(),
-            std::mem::size_of::<libc::sockaddr_in6>() as u32,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut to = from;
-    to.sin6_addr.s6_addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1).octets();
-    to.sin6_scope_id = index;
-    let packet = unsolicited_na(mac, target);
-    send_to(&fd, &packet, &to)
+    inet::bind(&fd, &SocketAddr::V6(SocketAddrV6::new(target, 0, 0, 0)))?;
+    let to = SocketAddrV6::new(Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1), 0, 0, index);
+    inet::send_to(&fd, &unsolicited_na(mac, target), &SocketAddr::V6(to))
 }
 
 /// A router solicitation (RFC 4861 4.1) with the source link-layer address option, which
@@ -138,36 +90,12 @@ fn router_solicitation_packet(mac: MacAddr) -> [u8; 16] {
 /// unsolicited advertisement, minutes away. The link must have a usable (non-tentative)
 /// link-local address: it is the source, and the option may not go with `::`.
 pub fn router_solicitation(index: u32, mac: MacAddr) -> io::Result<()> {
-    let fd = socket(libc::AF_INET6, libc::SOCK_RAW, libc::IPPROTO_ICMPV6)?;
+    let fd = inet::icmpv6_socket()?;
     // Routers drop neighbour discovery that did not come with hop limit 255.
     inet::set_ipv6_multicast_hops(&fd, 255)?;
     inet::set_ipv6_multicast_if(&fd, index)?;
-    // SAFETY: sockaddr_in6 is plain old data; all-zero is a valid starting value.
-    let mut to: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
-    to.sin6_family = libc::AF_INET6 as u16;
-    to.sin6_addr.s6_addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2).octets();
-    to.sin6_scope_id = index;
-    let packet = router_solicitation_packet(mac);
-    send_to(&fd, &packet, &to)
-}
-
-/// Sends one datagram on `fd` to `to`.
-fn send_to(fd: &OwnedFd, packet: &[u8], to: &libc::sockaddr_in6) -> io::Result<()> {
-    // SAFETY: the buffer and the address are valid for the lengths passed.
-    let sent = unsafe {
-        libc::sendto(
-            fd.as_raw_fd(),
-            packet.as_ptr().cast(),
-            packet.len(),
-            0,
-            (to as *const libc::sockaddr_in6).cast(),
-            std::mem::size_of::<libc::sockaddr_in6>() as u32,
-        )
-    };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    let to = SocketAddrV6::new(Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2), 0, 0, index);
+    inet::send_to(&fd, &router_solicitation_packet(mac), &SocketAddr::V6(to))
 }
 
 #[cfg(test)]

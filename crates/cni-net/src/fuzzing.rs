@@ -6,7 +6,7 @@
 use crate::netlink::tc::{Qdisc, TcFilter};
 use crate::netlink::{decode_message, IpAddress, Link, Neighbour, Route, Rule};
 use crate::nft::{conntrack, ChainInfo, Incoming, ListedRule, TableInfo};
-use crate::nl::message::messages;
+use crate::transport::message::messages;
 use netlink_packet_route::RouteNetlinkMessage;
 
 /// Decodes an rtnetlink datagram as the dumps of links, addresses, routes, rules,

@@ -31,21 +31,23 @@
 //! ```
 
 pub mod announce;
-pub mod detach;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod idempotent;
 pub mod mac;
+// rtnetlink (NETLINK_ROUTE): links, addresses, routes, neighbours, rules, tc.
 pub mod netlink;
 pub mod netns;
+// nf_tables and conntrack (NETLINK_NETFILTER).
 pub mod nft;
-mod nl;
+// Netlink itself, below these and `wireguard` (generic netlink): the one socket type
+// and the request/dump/batch loop they all use.
 pub mod sysctl;
+mod transport;
 pub mod wireguard;
 
 pub use cni_os::idempotent::Idempotent;
-pub use detach::NO_HELPERS_VAR;
 pub use error::{Error, NetlinkError, Result};
 pub use mac::MacAddr;
 pub use netlink::{Link, Netlink};

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 #[test]
 fn a_link_deleted_in_the_background_goes_and_its_helper_is_reaped() {
     assert!(
-        cni_net::detach::enable_helper_processes(),
+        cni_os::detach::enable_helper_processes(),
         "helpers are on unless CNI_RS_NO_HELPER_PROCESSES is set"
     );
     let ns = TestNetns::new().unwrap();
@@ -45,7 +45,7 @@ fn a_link_deleted_in_the_background_goes_and_its_helper_is_reaped() {
 #[test]
 fn detached_close_keeps_the_commit_and_its_helper_is_reaped() {
     assert!(
-        cni_net::detach::enable_helper_processes(),
+        cni_os::detach::enable_helper_processes(),
         "helpers are on unless CNI_RS_NO_HELPER_PROCESSES is set"
     );
     let ns = TestNetns::new().unwrap();

@@ -226,6 +226,70 @@ pub fn interface_index(name: &str) -> io::Result<u32> {
     Ok(rustix::net::netdevice::name_to_index(&probe, name)?)
 }
 
+/// A close-on-exec raw ICMPv6 socket (neighbour discovery: advertisements, solicitations).
+pub fn icmpv6_socket() -> io::Result<OwnedFd> {
+    use rustix::net::{ipproto, AddressFamily, SocketFlags, SocketType};
+    Ok(rustix::net::socket_with(
+        AddressFamily::INET6,
+        SocketType::RAW,
+        SocketFlags::CLOEXEC,
+        Some(ipproto::ICMPV6),
+    )?)
+}
+
+/// Sends `packet` (one datagram) on `fd` to `to` (with an IPv6 address's scope id).
+pub fn send_to(fd: impl AsFd, packet: &[u8], to: &SocketAddr) -> io::Result<()> {
+    rustix::net::sendto(fd, packet, rustix::net::SendFlags::empty(), to)?;
+    Ok(())
+}
+
+/// A close-on-exec link-layer datagram socket (`AF_PACKET`, `SOCK_DGRAM`) for frames of
+/// EtherType `protocol` (host byte order): the kernel adds the link-layer header.
+pub fn link_layer_socket(protocol: u16) -> io::Result<OwnedFd> {
+    // SAFETY: socket(2) with plain integer arguments; the result is checked.
+    #[allow(unsafe_code)]
+    let raw = unsafe {
+        libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, i32::from(protocol.to_be()))
+    };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` was just returned by socket() and is owned by nobody else.
+    #[allow(unsafe_code)]
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) })
+}
+
+/// Sends `packet` (one frame's payload, EtherType `protocol` in host byte order) on the
+/// link-layer socket `fd` out of interface `index` to hardware address `to` (rustix has
+/// no link-layer address type).
+pub fn send_to_link(fd: impl AsFd, index: u32, protocol: u16, to: [u8; 6], packet: &[u8]) -> io::Result<()> {
+    // SAFETY: sockaddr_ll is plain old data; all-zero is a valid starting value.
+    #[allow(unsafe_code)]
+    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    addr.sll_family = libc::AF_PACKET as u16;
+    addr.sll_protocol = protocol.to_be();
+    addr.sll_ifindex = index as i32;
+    addr.sll_halen = 6;
+    addr.sll_addr[..6].copy_from_slice(&to);
+    // SAFETY: the buffer and the address are valid for the lengths passed and live across
+    // the call.
+    #[allow(unsafe_code)]
+    let sent = unsafe {
+        libc::sendto(
+            fd.as_fd().as_raw_fd(),
+            packet.as_ptr().cast(),
+            packet.len(),
+            0,
+            (&addr as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as u32,
+        )
+    };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,24 +14,35 @@
 //!   ([`socket`]).
 //!
 //!
-//! With cni-net (netlink and namespaces), this crate is the only home of `unsafe` code in
-//! the workspace: every other crate forbids it and calls the safe functions here, which
-//! prefer `rustix`'s typed system calls and fall back to `libc` only where rustix has no
-//! call (SO_BINDTODEVICE, packet information with recvmsg, wait4, signal handlers, hooks between fork and exec). Each
-//! `unsafe` block is allowed where it stands and states why it is sound.
-#![deny(unsafe_code)]
+//! This crate is the only home of `unsafe` code in the workspace: the workspace lints
+//! forbid it in every other crate (and in every test, bench, example and build script),
+//! which call the safe functions here. They prefer `rustix`'s typed system calls and fall
+//! back to `libc` only where rustix has no call or only an unsafe one (SO_BINDTODEVICE,
+//! packet information with recvmsg, link-layer addresses, netlink socket options, the
+//! namespace and tun ioctls, `unshare`, wait4, signal handlers, hooks between fork and
+//! exec). Here `unsafe_code` is denied, and each `unsafe` block is allowed where it stands
+//! and states why it is sound; [`detach`], a process that shares this one's memory, is
+//! allowed as a whole module.
 
 pub mod child;
+// A raw process primitive from end to end (a clone sharing this process's memory, system
+// calls without libc, its own stack mapping): allowed as one module, every block still
+// with its own `// SAFETY:` note.
+#[allow(unsafe_code)]
+pub mod detach;
 pub mod fs;
 pub mod idempotent;
 pub mod inet;
 pub mod lock;
+pub mod namespace;
+pub mod netlink;
 pub mod poll;
 pub mod privileges;
 pub mod process;
 pub mod random;
 pub mod signal;
 pub mod socket;
+pub mod tun;
 
 pub use idempotent::Idempotent;
 

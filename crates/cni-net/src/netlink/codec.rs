@@ -1,11 +1,11 @@
 //! rtnetlink bodies: requests to bytes, and kernel messages to typed ones with
-//! `netlink-packet-route`. Framing, acks and errors are [`crate::nl`]'s.
+//! `netlink-packet-route`. Framing, acks and errors are [`crate::transport`]'s.
 
 use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
 use netlink_packet_route::RouteNetlinkMessage;
 
 use crate::error::NetlinkError;
-use crate::nl::Message;
+use crate::transport::Message;
 
 /// Serialises a request.
 pub(crate) fn encode_request(message: RouteNetlinkMessage, flags: u16, sequence: u32) -> Vec<u8> {
@@ -32,7 +32,7 @@ pub(crate) fn decode_message(message: Message<'_>) -> Result<RouteNetlinkMessage
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nl::message::messages;
+    use crate::transport::message::messages;
     use netlink_packet_route::link::{LinkAttribute, LinkMessage};
 
     #[test]
@@ -47,7 +47,7 @@ mod tests {
 
     #[test]
     fn undecodable_body_is_a_decode_error() {
-        let bytes = crate::nl::testing::message(16, 0, 1, &[1, 2]); // RTM_NEWLINK, short body
+        let bytes = crate::transport::testing::message(16, 0, 1, &[1, 2]); // RTM_NEWLINK, short body
         let message = messages(&bytes).next().unwrap().unwrap();
         assert!(matches!(decode_message(message), Err(NetlinkError::Decode(_))));
     }

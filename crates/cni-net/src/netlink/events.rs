@@ -8,8 +8,8 @@ use netlink_packet_route::RouteNetlinkMessage;
 use super::codec::decode_message;
 use super::{Link, Netlink};
 use crate::error::{Error, NetlinkError, Result};
-use crate::nl::message::messages;
-use crate::nl::Wait;
+use crate::transport::message::messages;
+use crate::transport::Wait;
 
 /// `RTNLGRP_LINK` from <linux/rtnetlink.h>.
 const RTNLGRP_LINK: u32 = 1;

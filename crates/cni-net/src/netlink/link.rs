@@ -251,7 +251,7 @@ impl Netlink {
     }
 
     /// Deletes a link by index like [`Netlink::delete_link`], but, in a program that
-    /// called [`crate::detach::enable_helper_processes`], returns before the kernel has
+    /// called [`cni_os::detach::enable_helper_processes`], returns before the kernel has
     /// finished: the request is sent by a detached helper process, which waits out the
     /// device's unregistration (an `rcu_barrier()`, ~20 ms) while this process goes on.
     /// Meant for a plugin's last step, on a link that nothing uses any more, with its name
@@ -260,13 +260,16 @@ impl Netlink {
     /// must know checks the kernel's state. Without the opt-in, or if the work cannot be
     /// handed off, the link is deleted here, synchronously.
     pub fn delete_link_in_background(&mut self, index: u32) -> Result<()> {
-        let Some(fd) = self.conversation.transport.raw_fd() else { return self.delete_link(index) };
+        if self.conversation.transport.fd().is_none() {
+            return self.delete_link(index);
+        }
         // No NLM_F_ACK: nobody reads the answer (an error still queues one, which this
         // socket's later exchanges skip by sequence number).
         let request = RouteNetlinkMessage::DelLink(link_message(LinkRef::Index(index)));
         let bytes =
             super::codec::encode_request(request, netlink_packet_core::NLM_F_REQUEST, self.next_sequence());
-        match crate::detach::detach(fd, crate::detach::Tail::Send(&bytes)) {
+        let tail = cni_os::detach::Tail::Send(&bytes);
+        match self.conversation.transport.fd().and_then(|fd| cni_os::detach::detach(fd, tail)) {
             Some(_) => Ok(()),
             None => self.delete_link(index),
         }

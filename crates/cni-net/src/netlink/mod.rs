@@ -48,12 +48,14 @@ pub use vlan::MAX_VLAN_ID;
 pub use vrf::Vrf;
 pub use wireguard::WIREGUARD_KIND;
 
+use std::os::fd::AsRawFd;
+
 use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 use netlink_packet_route::RouteNetlinkMessage;
 
 use crate::error::{Error, NetlinkError, Result};
 use crate::netns::NetNs;
-use crate::nl::{Conversation, Socket, Transport};
+use crate::transport::{Conversation, Socket, Transport};
 pub(crate) use codec::decode_message;
 use codec::encode_request;
 
@@ -70,7 +72,9 @@ pub struct Netlink {
 
 impl std::fmt::Debug for Netlink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Netlink").field("fd", &self.conversation.transport.raw_fd()).finish()
+        f.debug_struct("Netlink")
+            .field("fd", &self.conversation.transport.fd().map(|fd| fd.as_raw_fd()))
+            .finish()
     }
 }
 

@@ -1,4 +1,4 @@
-//! rtnetlink over the shared loop (tested itself in `crate::nl`), against a scripted fake
+//! rtnetlink over the shared loop (tested itself in `crate::transport`), against a scripted fake
 //! kernel: typed messages come back decoded, errors keep their errno.
 
 use netlink_packet_route::link::{LinkAttribute, LinkMessage};
@@ -6,8 +6,8 @@ use netlink_packet_route::RouteNetlinkMessage;
 
 use super::codec::encode_request;
 use super::Netlink;
-use crate::nl::message::{NLM_F_DUMP_INTR, NLM_F_MULTIPART};
-use crate::nl::testing::{done, error, FakeKernel, Script};
+use crate::transport::message::{NLM_F_DUMP_INTR, NLM_F_MULTIPART};
+use crate::transport::testing::{done, error, FakeKernel, Script};
 
 fn fake(answers: Vec<Script>) -> Netlink {
     Netlink::with_transport(Box::new(FakeKernel::new(answers)))

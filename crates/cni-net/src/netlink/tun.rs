@@ -7,29 +7,15 @@
 //! Delete it like any link, with [`super::Netlink::delete_link`].
 
 use std::fs::{File, OpenOptions};
-use std::io;
-use std::os::fd::AsRawFd;
+
+use cni_os::tun;
 
 use crate::error::{Error, Result};
 use crate::netlink::link::validate_link_name;
 use crate::netns::NetNs;
 
-// From <linux/if_tun.h>: _IOW('T', n, int).
-const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
-const TUNSETPERSIST: libc::c_ulong = 0x4004_54cb;
-const TUNSETOWNER: libc::c_ulong = 0x4004_54cc;
-const TUNSETGROUP: libc::c_ulong = 0x4004_54ce;
-const IFF_TUN: libc::c_short = 0x0001;
-const IFF_TAP: libc::c_short = 0x0002;
-const IFF_MULTI_QUEUE: libc::c_short = 0x0100;
-const IFF_NO_PI: libc::c_short = 0x1000;
-
 /// Layer 3 (tun) or layer 2 (tap).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TunType {
-    Tun,
-    Tap,
-}
+pub use cni_os::tun::Kind as TunType;
 
 /// A persistent TUN/TAP device to create.
 #[derive(Debug, Clone)]
@@ -49,14 +35,6 @@ impl TunSpec {
     pub fn tap(name: impl Into<String>) -> TunSpec {
         TunSpec { name: name.into(), kind: TunType::Tap, multi_queue: false, owner: None, group: None }
     }
-}
-
-/// `struct ifreq` restricted to the name and flags the tun ioctls use.
-#[repr(C)]
-struct InterfaceRequest {
-    name: [u8; libc::IFNAMSIZ],
-    flags: libc::c_short,
-    _padding: [u8; 22],
 }
 
 /// Creates a persistent TUN/TAP device in `ns` (or the calling thread's namespace).
@@ -84,53 +62,24 @@ fn open_queue(spec: &TunSpec) -> Result<File> {
         .write(true)
         .open("/dev/net/tun")
         .map_err(|source| Error::Tun { op: "open /dev/net/tun for", name: spec.name.clone(), source })?;
-    let mut request = InterfaceRequest {
-        name: [0; libc::IFNAMSIZ],
-        flags: IFF_NO_PI
-            | match spec.kind {
-                TunType::Tun => IFF_TUN,
-                TunType::Tap => IFF_TAP,
-            },
-        _padding: [0; 22],
-    };
-    if spec.multi_queue {
-        request.flags |= IFF_MULTI_QUEUE;
-    }
-    request.name[..spec.name.len()].copy_from_slice(spec.name.as_bytes());
-
-    // SAFETY: the fd is an open /dev/net/tun; request is a properly sized, initialised ifreq.
-    if unsafe { libc::ioctl(device.as_raw_fd(), TUNSETIFF, &mut request) } < 0 {
-        let source = io::Error::last_os_error();
-        return Err(Error::Tun { op: "attach", name: spec.name.clone(), source });
-    }
+    tun::attach(&device, &spec.name, spec.kind, spec.multi_queue).map_err(|source| Error::Tun {
+        op: "attach",
+        name: spec.name.clone(),
+        source,
+    })?;
     Ok(device)
 }
 
 fn create_here(spec: &TunSpec) -> Result<()> {
-    let fail = |op: &'static str| {
-        let source = io::Error::last_os_error();
-        move || Error::Tun { op, name: spec.name.clone(), source }
-    };
+    let fail = |op: &'static str| move |source| Error::Tun { op, name: spec.name.clone(), source };
     let device = open_queue(spec)?;
-    let fd = device.as_raw_fd();
-
     if let Some(owner) = spec.owner {
-        // SAFETY: TUNSETOWNER takes the uid by value.
-        if unsafe { libc::ioctl(fd, TUNSETOWNER, owner as libc::c_ulong) } < 0 {
-            return Err(fail("set owner of")());
-        }
+        tun::set_owner(&device, owner).map_err(fail("set owner of"))?;
     }
     if let Some(group) = spec.group {
-        // SAFETY: TUNSETGROUP takes the gid by value.
-        if unsafe { libc::ioctl(fd, TUNSETGROUP, group as libc::c_ulong) } < 0 {
-            return Err(fail("set group of")());
-        }
+        tun::set_group(&device, group).map_err(fail("set group of"))?;
     }
-    // SAFETY: TUNSETPERSIST takes a flag by value.
-    if unsafe { libc::ioctl(fd, TUNSETPERSIST, 1 as libc::c_ulong) } < 0 {
-        return Err(fail("make persistent")());
-    }
-    Ok(())
+    tun::set_persistent(&device).map_err(fail("make persistent"))
 }
 
 #[cfg(test)]
@@ -138,8 +87,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ifreq_has_kernel_layout() {
-        assert_eq!(std::mem::size_of::<InterfaceRequest>(), 40);
+    fn a_bad_name_is_refused() {
         assert!(create_tun(&TunSpec::tap("bad/name"), None).is_err());
     }
 }

@@ -36,16 +36,11 @@ impl Drop for ReturnTo {
 
 /// Moves the calling thread into the namespace open as `ns` (found at `path`).
 fn enter(ns: &File, path: &Path) -> Result<()> {
-    // SAFETY: setns on a descriptor that stays open for the call; CLONE_NEWNET only
-    // affects the calling thread.
-    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        return Err(Error::Namespace {
-            op: "setns into",
-            path: path.to_path_buf(),
-            source: io::Error::last_os_error(),
-        });
-    }
-    Ok(())
+    cni_os::namespace::enter_network(ns).map_err(|source| Error::Namespace {
+        op: "setns into",
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// The namespace file of the calling thread (not of the process' main thread).
@@ -76,8 +71,7 @@ impl NetNs {
 
     /// Opens the network namespace of the calling thread.
     pub fn current() -> Result<NetNs> {
-        // SAFETY: getpid/gettid have no preconditions and cannot fail.
-        let (pid, tid) = unsafe { (libc::getpid(), libc::gettid()) };
+        let (pid, tid) = cni_os::namespace::process_and_thread_id();
         let file = File::open(THREAD_SELF_NETNS).map_err(|source| Error::Namespace {
             op: "open network namespace",
             path: THREAD_SELF_NETNS.into(),
@@ -134,22 +128,16 @@ impl NetNs {
     }
 
     fn check_is_netns(&self) -> Result<()> {
-        // NS_GET_NSTYPE = _IO(0xb7, 0x3) from <linux/nsfs.h>.
-        const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
         let not_netns = |reason: &str| Error::Namespace {
             op: "open network namespace",
             path: self.path.clone(),
             source: io::Error::new(io::ErrorKind::InvalidInput, reason.to_string()),
         };
-        // SAFETY: the fd is valid; NS_GET_NSTYPE takes no argument and only returns a value.
-        let kind = unsafe { libc::ioctl(self.file.as_raw_fd(), NS_GET_NSTYPE) };
-        if kind < 0 {
-            return Err(not_netns("not a namespace file"));
+        match cni_os::namespace::is_network(&self.file) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(not_netns("a namespace, but not a network namespace")),
+            Err(_) => Err(not_netns("not a namespace file")),
         }
-        if kind != libc::CLONE_NEWNET {
-            return Err(not_netns("a namespace, but not a network namespace"));
-        }
-        Ok(())
     }
 }
 

@@ -6,7 +6,6 @@
 
 use std::ffi::CString;
 use std::fs::OpenOptions;
-use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -71,9 +70,7 @@ pub fn create_named(dir: impl AsRef<Path>, name: &str) -> Result<NetNs> {
 pub fn remove_named(path: impl AsRef<Path>) -> Result<()> {
     let path = path.as_ref();
     let c_path = path_to_cstring(path)?;
-    // SAFETY: c_path is a valid NUL-terminated string for the duration of the call.
-    if unsafe { libc::umount2(c_path.as_ptr(), libc::MNT_DETACH) } != 0 {
-        let err = io::Error::last_os_error();
+    if let Err(err) = cni_os::namespace::unmount_detached(&c_path) {
         // EINVAL: not a mount point (already unmounted); ENOENT: gone already.
         if !matches!(err.raw_os_error(), Some(libc::EINVAL | libc::ENOENT)) {
             return Err(Error::Namespace { op: "unmount namespace", path: path.to_path_buf(), source: err });
@@ -133,34 +130,23 @@ impl Drop for OwnedNamedNs {
 }
 
 fn unshare_and_bind(target: &Path) -> Result<()> {
-    // SAFETY: unshare has no memory preconditions; CLONE_NEWNET moves only this helper
-    // thread, which ends right after.
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        return Err(Error::Namespace {
-            op: "unshare network namespace for",
-            path: target.to_path_buf(),
-            source: io::Error::last_os_error(),
-        });
-    }
+    // Moves only this helper thread, which ends right after.
+    cni_os::namespace::unshare_network().map_err(|source| Error::Namespace {
+        op: "unshare network namespace for",
+        path: target.to_path_buf(),
+        source,
+    })?;
     bind_mount(Path::new(THREAD_SELF_NETNS), target)
 }
 
 fn bind_mount(source: &Path, target: &Path) -> Result<()> {
     let c_source = path_to_cstring(source)?;
     let c_target = path_to_cstring(target)?;
-    // SAFETY: both strings are valid NUL-terminated paths; null fstype/data are allowed
-    // for MS_BIND.
-    let rc = unsafe {
-        libc::mount(c_source.as_ptr(), c_target.as_ptr(), std::ptr::null(), libc::MS_BIND, std::ptr::null())
-    };
-    if rc != 0 {
-        return Err(Error::Namespace {
-            op: "bind mount namespace onto",
-            path: target.to_path_buf(),
-            source: io::Error::last_os_error(),
-        });
-    }
-    Ok(())
+    cni_os::namespace::bind_mount(&c_source, &c_target).map_err(|source| Error::Namespace {
+        op: "bind mount namespace onto",
+        path: target.to_path_buf(),
+        source,
+    })
 }
 
 /// Makes `dir` a shared mount point, bind-mounting it onto itself first if it is not a mount
@@ -170,35 +156,21 @@ fn make_shared_mount(dir: &Path) -> Result<()> {
     static SERIALIZE: Mutex<()> = Mutex::new(());
     let _guard = SERIALIZE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let c_dir = path_to_cstring(dir)?;
-    let make_shared = || {
-        // SAFETY: valid NUL-terminated path; propagation changes take no fstype/data.
-        unsafe {
-            libc::mount(
-                c"none".as_ptr(),
-                c_dir.as_ptr(),
-                std::ptr::null(),
-                libc::MS_SHARED | libc::MS_REC,
-                std::ptr::null(),
-            )
+    let make_shared = || cni_os::namespace::make_shared_recursive(&c_dir);
+    match make_shared() {
+        Ok(()) => return Ok(()),
+        // EINVAL: not a mount point yet.
+        Err(err) if err.raw_os_error() == Some(libc::EINVAL) => {}
+        Err(source) => {
+            return Err(Error::Namespace { op: "make shared mount", path: dir.to_path_buf(), source })
         }
-    };
-    if make_shared() == 0 {
-        return Ok(());
     }
-    let err = io::Error::last_os_error();
-    if err.raw_os_error() != Some(libc::EINVAL) {
-        return Err(Error::Namespace { op: "make shared mount", path: dir.to_path_buf(), source: err });
-    }
-    // EINVAL: not a mount point yet.
     bind_mount(dir, dir)?;
-    if make_shared() != 0 {
-        return Err(Error::Namespace {
-            op: "make shared mount",
-            path: dir.to_path_buf(),
-            source: io::Error::last_os_error(),
-        });
-    }
-    Ok(())
+    make_shared().map_err(|source| Error::Namespace {
+        op: "make shared mount",
+        path: dir.to_path_buf(),
+        source,
+    })
 }
 
 fn path_to_cstring(path: &Path) -> Result<CString> {

@@ -11,7 +11,7 @@ use super::socket::{decode_failure, NetfilterConversation};
 use super::sys::*;
 use super::table::{encode_table_name, TableInfo};
 use crate::error::NetlinkError;
-use crate::nl::{BatchError, Message};
+use crate::transport::{BatchError, Message};
 use crate::Idempotent;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -61,16 +61,16 @@ impl NftClient {
     /// own, then releases the socket in the background — if any commit of this process
     /// deleted anything (through this client or another: the release flushes them all),
     /// together with every other plugin's at the next 100 ms tick (the release holds the
-    /// commit mutex; see `crate::detach`), else at once — and exits. It keeps no other
+    /// commit mutex; see `cni_os::detach`), else at once — and exits. It keeps no other
     /// descriptor (no stdout pipe, no lock) and shares this process's memory, so
     /// starting it costs one `clone` and no wait. Meant for short-lived callers such as
     /// plugins, and only in a program that called
-    /// [`crate::detach::enable_helper_processes`]; without that, or if the helper cannot be
+    /// [`cni_os::detach::enable_helper_processes`]; without that, or if the helper cannot be
     /// started, the socket is closed here, the slow way.
     pub fn close_without_waiting(self) {
         let on_tick = DELETED_IN_THIS_PROCESS.load(Ordering::Relaxed);
-        let tail = crate::detach::Tail::CloseAfterCaller { on_tick };
-        let handoff = crate::detach::detach(self.sock.raw_fd(), tail);
+        let tail = cni_os::detach::Tail::CloseAfterCaller { on_tick };
+        let handoff = cni_os::detach::detach(self.sock.fd(), tail);
         // Our reference goes first; then the handoff releases the helper, whose
         // reference is the last.
         drop(self);

@@ -1,10 +1,10 @@
 //! nfnetlink message framing: `nlmsghdr` + `nfgenmsg` + attributes, and the view of a
 //! received message that the decoders read (framing of what the kernel sends back, acks
-//! and errors are [`crate::nl`]'s).
+//! and errors are [`crate::transport`]'s).
 
 use super::attr::{align4, AttrIter};
 use super::sys::*;
-use crate::nl::Message;
+use crate::transport::Message;
 
 /// The nf_tables message type on the wire: subsystem in the high byte.
 pub(crate) const fn nft_type(msg: u16) -> u16 {
@@ -62,7 +62,7 @@ impl<'a> Incoming<'a> {
 /// Splits a datagram into messages.
 #[cfg(test)]
 pub(crate) fn split_messages(buf: &[u8]) -> Result<Vec<Message<'_>>, crate::error::NetlinkError> {
-    crate::nl::message::messages(buf).collect()
+    crate::transport::message::messages(buf).collect()
 }
 
 #[cfg(test)]

@@ -1,14 +1,16 @@
 //! The `NETLINK_NETFILTER` conversation nf_tables and ctnetlink clients hold: the shared
-//! netlink socket and loop of [`crate::nl`], with buffers sized for batches.
+//! netlink socket and loop of [`crate::transport`], with buffers sized for batches.
 //!
 //! The socket belongs to the network namespace of the thread that created it, for its
 //! whole life: to program another namespace, create the client while inside it (e.g. in
 //! [`crate::NetNs::run`]), then use it from anywhere.
 
+use std::os::fd::AsRawFd;
+
 use super::error::NftError;
 use super::sys::NETLINK_NETFILTER;
 use crate::error::NetlinkError;
-use crate::nl::{Conversation, Socket};
+use crate::transport::{Conversation, Socket};
 
 /// Default socket buffers: room for batches of a few thousand operations, their acks and
 /// dump chunks. [`NetfilterConversation::make_room`] grows them for larger batches.
@@ -22,7 +24,7 @@ pub(crate) struct NetfilterConversation {
 
 impl std::fmt::Debug for NetfilterConversation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NetfilterConversation").field("fd", &self.raw_fd()).finish()
+        f.debug_struct("NetfilterConversation").field("fd", &self.fd().as_raw_fd()).finish()
     }
 }
 
@@ -35,8 +37,8 @@ impl NetfilterConversation {
     }
 
     /// The descriptor, for handing the socket's last reference elsewhere.
-    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
-        self.conversation.transport.raw_fd()
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.conversation.transport.fd()
     }
 
     /// Makes both socket buffers hold at least `bytes` (a batch goes out in one send, and

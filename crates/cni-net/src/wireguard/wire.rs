@@ -11,7 +11,7 @@ use ipnet::IpNet;
 use super::{Key, WgDevice, WgPeer, KEY_LEN};
 use crate::error::NetlinkError;
 use crate::nft::attr::{Attr, AttrIter, AttrWriter};
-use crate::nl::Message;
+use crate::transport::Message;
 
 const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_ACK: u16 = 0x4;

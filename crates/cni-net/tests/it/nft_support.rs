@@ -9,9 +9,7 @@ use serde_json::Value;
 
 /// Panics (fails the test) unless running as root: these tests need CAP_NET_ADMIN.
 pub fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(euid, 0, "nftables integration tests must run as root");
+    assert!(cni_os::is_root(), "nftables integration tests must run as root");
 }
 
 /// Runs `f` on a new thread inside a fresh, empty network namespace and returns its
@@ -19,9 +17,8 @@ pub fn require_root() {
 pub fn in_fresh_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     require_root();
     std::thread::spawn(move || {
-        // SAFETY: unshare only affects this thread, which ends after `f`.
-        let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "unshare(CLONE_NEWNET): {}", std::io::Error::last_os_error());
+        // Moves only this thread, which ends after `f`.
+        cni_os::namespace::unshare_network().expect("unshare(CLONE_NEWNET)");
         f()
     })
     .join()
@@ -58,22 +55,11 @@ pub fn nft_text() -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Brings `lo` up in the current namespace (ioctl on a socket made in it).
+/// Brings `lo` up in the current namespace (over a netlink socket made in it).
 pub fn loopback_up() {
-    // SAFETY: plain socket/ioctl calls on a zeroed ifreq with a NUL-terminated name;
-    // every return value is checked and the descriptor is closed.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-        assert!(fd >= 0);
-        let mut req: libc::ifreq = std::mem::zeroed();
-        for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
-            *dst = *src as libc::c_char;
-        }
-        assert_eq!(libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req), 0);
-        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-        assert_eq!(libc::ioctl(fd, libc::SIOCSIFFLAGS, &mut req), 0);
-        libc::close(fd);
-    }
+    let mut netlink = cni_net::Netlink::new().expect("netlink socket");
+    let lo = netlink.require_link("lo").expect("lo");
+    netlink.set_link_up(lo.index).expect("lo up");
 }
 
 /// Adds to `batch` an inet NAT base chain `name` of `table` on `hook`, at the priority NAT

@@ -1,9 +1,8 @@
 //! Without the opt-in, or with it overridden by `CNI_RS_NO_HELPER_PROCESSES`, work that
 //! the plugin binary hands to a helper process is done by the caller. Needs root.
 
-use cni_net::detach::{enable_helper_processes, helper_processes_enabled};
 use cni_net::netlink::{LinkSpec, VethSpec};
-use cni_net::NO_HELPERS_VAR;
+use cni_os::detach::{enable_helper_processes, helper_processes_enabled, NO_HELPERS_VAR};
 use cni_testkit::children;
 use cni_testkit::ns::{require_root, TestNetns};
 

@@ -14,8 +14,8 @@ const USAGE: &str = "usage: cni-plugins <plugin> | install <dir> | --list | --he
 
 fn main() -> ExitCode {
     // A plugin's caller waits for it to exit: the kernel's slow clean-up after a DEL goes
-    // to helper processes (unless CNI_RS_NO_HELPER_PROCESSES is set; see cni_net::detach).
-    cni_net::detach::enable_helper_processes();
+    // to helper processes (unless CNI_RS_NO_HELPER_PROCESSES is set; see cni_os::detach).
+    cni_os::detach::enable_helper_processes();
     let args: Vec<String> = std::env::args().collect();
     let invoked_as = args.first().map(|a| basename(a)).unwrap_or_default();
     // bridge delegating to host-local (a link to this binary) then runs it in process.

@@ -7,5 +7,6 @@ mod ns_lifecycle;
 mod repo;
 mod repo_dependencies;
 mod repo_docs;
+mod repo_lints;
 mod snapshot;
 mod test_plugin;

@@ -4,7 +4,7 @@
 #![cfg(target_endian = "little")]
 
 use super::*;
-use crate::nl::message::messages;
+use crate::transport::message::messages;
 use ::base64::engine::general_purpose as base64;
 
 const FAMILY: u16 = 0x1b;

@@ -6,8 +6,10 @@
 //! socket inside it (see [`crate::NetNs::run`]) and use it from anywhere afterwards.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::time::Duration;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use cni_os::netlink;
 
 /// `SOL_NETLINK` and its options, from `linux/netlink.h`.
 const SOL_NETLINK: i32 = 270;
@@ -51,21 +53,14 @@ impl Socket {
     /// Opens and binds a socket of `protocol` with capped and extended acks on (short
     /// error replies that still carry the kernel's reason text).
     pub(crate) fn open(protocol: i32) -> io::Result<Socket> {
-        // SAFETY: plain socket(2) call with constant arguments; the result is checked.
-        let raw = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, protocol) };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `raw` is a freshly created descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = netlink::socket(protocol)?; // bound to a port the kernel picks
         let socket = Socket { fd, recv_buf: Vec::with_capacity(DATAGRAM_BYTES) };
-        socket.bind()?;
         // Capped acks: the kernel does not copy each request back with its ack.
         socket.set_opt(SOL_NETLINK, NETLINK_CAP_ACK, 1)?;
         // Extended acks give a human-readable reason with EINVAL & co; older kernels may
         // lack them, which only costs the text.
         let _ = socket.set_opt(SOL_NETLINK, NETLINK_EXT_ACK, 1);
-        socket.set_recv_timeout(RECV_TIMEOUT)?;
+        netlink::set_recv_timeout(&socket.fd, RECV_TIMEOUT)?;
         Ok(socket)
     }
 
@@ -107,39 +102,24 @@ impl Socket {
     }
 
     /// The descriptor, for work handed to another process.
-    pub(crate) fn raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 
     /// Sends one buffer (one or more messages) to the kernel.
     pub(crate) fn send(&self, bytes: &[u8]) -> io::Result<()> {
-        let kernel = sockaddr(); // port 0 addresses the kernel
         loop {
-            // SAFETY: `bytes` and `kernel` are valid for reads of the lengths given, and
-            // live across the call.
-            let sent = unsafe {
-                libc::sendto(
-                    self.fd.as_raw_fd(),
-                    bytes.as_ptr().cast(),
-                    bytes.len(),
-                    0,
-                    (&kernel as *const libc::sockaddr_nl).cast(),
-                    std::mem::size_of::<libc::sockaddr_nl>() as u32,
-                )
-            };
-            if sent >= 0 {
+            match netlink::send_to_kernel(&self.fd, bytes) {
                 // A datagram socket sends all or nothing; say so if that ever changes.
-                if sent as usize != bytes.len() {
+                Ok(sent) if sent != bytes.len() => {
                     return Err(io::Error::new(
                         io::ErrorKind::WriteZero,
                         format!("short netlink send: {sent} of {} bytes", bytes.len()),
                     ));
                 }
-                return Ok(());
-            }
-            let err = io::Error::last_os_error();
-            if err.kind() != io::ErrorKind::Interrupted {
-                return Err(err);
+                Ok(_) => return Ok(()),
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+                Err(err) => return Err(err),
             }
         }
     }
@@ -147,36 +127,21 @@ impl Socket {
     /// Receives one datagram, from the kernel only. `Ok(None)` when `wait` ran out.
     pub(crate) fn recv(&mut self, wait: Wait) -> io::Result<Option<&[u8]>> {
         if let Wait::For(timeout) = wait {
-            if !wait_readable(self.fd.as_raw_fd(), timeout)? {
+            if !wait_readable(&self.fd, timeout)? {
                 return Ok(None);
             }
         }
-        let flags = if wait == Wait::No { libc::MSG_DONTWAIT } else { 0 };
         loop {
-            let mut from = sockaddr();
-            let mut from_len = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
-            // SAFETY: the buffer is valid for writes of its whole capacity, `from` and
-            // `from_len` for the address; all live across the call. MSG_TRUNC makes the
-            // call return the datagram's real length, so a cut one is noticed.
-            let got = unsafe {
-                libc::recvfrom(
-                    self.fd.as_raw_fd(),
-                    self.recv_buf.as_mut_ptr().cast(),
-                    self.recv_buf.capacity(),
-                    flags | libc::MSG_TRUNC,
-                    (&mut from as *mut libc::sockaddr_nl).cast(),
-                    &mut from_len,
-                )
-            };
-            if got < 0 {
-                let err = io::Error::last_os_error();
-                match err.kind() {
+            // The datagram's real length comes back, so a cut one is noticed.
+            let received = match netlink::recv(&self.fd, &mut self.recv_buf, wait == Wait::No) {
+                Ok(received) => received,
+                Err(err) => match err.kind() {
                     io::ErrorKind::Interrupted => continue,
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => return Ok(None),
                     _ => return Err(err),
-                }
-            }
-            let got = got as usize;
+                },
+            };
+            let got = received.len;
             if got > self.recv_buf.capacity() {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -184,92 +149,29 @@ impl Socket {
                 ));
             }
             // Only the kernel (port 0) speaks for the kernel.
-            if from.nl_pid != 0 {
+            if received.port != 0 {
                 continue;
             }
-            // SAFETY: the kernel wrote `got` bytes, no more than the capacity (checked).
-            unsafe { self.recv_buf.set_len(got) };
             return Ok(Some(&self.recv_buf));
         }
     }
 
-    fn bind(&self) -> io::Result<()> {
-        let addr = sockaddr(); // port 0: the kernel picks one
-                               // SAFETY: `addr` is a valid sockaddr_nl and the length is its size.
-        let rc = unsafe {
-            libc::bind(
-                self.fd.as_raw_fd(),
-                (&addr as *const libc::sockaddr_nl).cast(),
-                std::mem::size_of::<libc::sockaddr_nl>() as u32,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
-    }
-
     fn set_opt(&self, level: i32, name: i32, value: i32) -> io::Result<()> {
-        // SAFETY: the option value is an int that lives across the call.
-        let rc = unsafe {
-            libc::setsockopt(
-                self.fd.as_raw_fd(),
-                level,
-                name,
-                (&value as *const i32).cast(),
-                std::mem::size_of::<i32>() as u32,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
-    }
-
-    fn set_recv_timeout(&self, timeout: Duration) -> io::Result<()> {
-        let tv = libc::timeval {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_usec: timeout.subsec_micros() as libc::suseconds_t,
-        };
-        // SAFETY: `tv` is a valid timeval that lives across the call.
-        let rc = unsafe {
-            libc::setsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&tv as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as u32,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        netlink::set_int_option(&self.fd, level, name, value)
     }
 }
 
-/// An `AF_NETLINK` address with port 0 and no groups.
-fn sockaddr() -> libc::sockaddr_nl {
-    // SAFETY: sockaddr_nl is plain data, for which all-zero bytes are a valid value.
-    let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-    addr.nl_family = libc::AF_NETLINK as u16;
-    addr
-}
-
-/// Polls `fd` for readability; false on timeout.
-fn wait_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
-    let mut pollfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    let millis = timeout.as_millis().min(i32::MAX as u128) as i32;
+/// Waits up to `timeout` for `fd` to become readable; false when the time ran out. A
+/// signal that interrupts the wait does not end it early.
+fn wait_readable(fd: impl AsFd, timeout: Duration) -> io::Result<bool> {
+    let deadline = Instant::now() + timeout;
     loop {
-        // SAFETY: `pollfd` is one valid, initialised pollfd that lives across the call.
-        let rc = unsafe { libc::poll(&mut pollfd, 1, millis) };
-        if rc < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(err);
+        let left = deadline.saturating_duration_since(Instant::now());
+        if cni_os::poll::readable(&fd, left)? {
+            return Ok(true);
         }
-        return Ok(rc > 0);
+        if left.is_zero() || Instant::now() >= deadline {
+            return Ok(false);
+        }
     }
 }

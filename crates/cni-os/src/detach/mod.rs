@@ -10,11 +10,11 @@
 //! reads to EOF, no lock) and outlives the plugin if need be (it is then re-parented to
 //! init, or the runtime's subreaper, which reaps it).
 //!
-//! That is a choice for the program, not for a library: by default this crate starts no
-//! processes and the operations that could hand a tail off
-//! ([`Netlink::delete_link_in_background`](crate::Netlink::delete_link_in_background),
-//! [`NftClient::close_without_waiting`](crate::nft::NftClient::close_without_waiting)) do
-//! the work themselves. The `cni-plugins` binary opts in first thing in `main`. Even then,
+//! That is a choice for the program, not for a library: by default no helper is started
+//! and the operations that could hand a tail off (in cni-net:
+//! `Netlink::delete_link_in_background`, `NftClient::close_without_waiting`, the packet
+//! sockets of neighbour announcements) do the work themselves. The `cni-plugins` binary
+//! opts in first thing in `main`. Even then,
 //! [`NO_HELPERS_VAR`] in the environment keeps them off (for valgrind, which ends a program
 //! that makes a memory-sharing clone other than a thread or a vfork; `tools/link-order.py`
 //! profiles plugins so).
@@ -38,7 +38,7 @@ mod sys;
 #[cfg(all(test, any(target_arch = "x86_64", target_arch = "aarch64")))]
 mod tests;
 
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Set (to anything) in a program's environment, it starts no helper processes even if it
@@ -67,7 +67,7 @@ pub fn helper_processes_enabled() -> bool {
 }
 
 /// What the helper does with the descriptor it keeps.
-pub(crate) enum Tail<'a> {
+pub enum Tail<'a> {
     /// Sends `request` (one datagram, at most 1 KiB) and closes the descriptor. For
     /// netlink requests the kernel does the work inside `send` itself, so this waits for it
     /// without reading an answer: any answer stays queued on the socket, which the caller
@@ -85,13 +85,16 @@ pub(crate) enum Tail<'a> {
 }
 
 /// A helper took over. Dropping this releases a [`Tail::CloseAfterCaller`] helper.
-pub(crate) struct Handoff {
+pub struct Handoff {
     _release: Option<OwnedFd>,
 }
 
 /// Runs `tail` on `fd` in a detached helper. `None` if helpers are off or none could be
-/// started: then nothing was done and the caller does the work itself.
-pub(crate) fn detach(fd: RawFd, tail: Tail<'_>) -> Option<Handoff> {
+/// started: then nothing was done and the caller does the work itself. The helper works on
+/// its own copy of `fd` (its descriptor table is a copy of this process's): the caller's
+/// stays open until the caller closes it.
+pub fn detach(fd: BorrowedFd<'_>, tail: Tail<'_>) -> Option<Handoff> {
+    let fd = fd.as_raw_fd();
     if !helper_processes_enabled() {
         return None;
     }

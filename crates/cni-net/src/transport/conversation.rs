@@ -9,7 +9,7 @@
 //! receive buffer.
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::BorrowedFd;
 
 use super::message::{messages, Message, NLMSG_ERROR};
 use super::socket::{Socket, Wait};
@@ -31,7 +31,7 @@ pub(crate) trait Transport: Send {
         Ok(())
     }
     /// The socket's descriptor, for work handed to another process (`None` for fakes).
-    fn raw_fd(&self) -> Option<RawFd> {
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
         None
     }
 }
@@ -49,8 +49,8 @@ impl Transport for Socket {
     fn leave_group(&mut self, group: u32) -> io::Result<()> {
         Socket::leave_group(self, group)
     }
-    fn raw_fd(&self) -> Option<RawFd> {
-        Some(Socket::raw_fd(self))
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(Socket::fd(self))
     }
 }
 
@@ -67,8 +67,8 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     fn leave_group(&mut self, group: u32) -> io::Result<()> {
         (**self).leave_group(group)
     }
-    fn raw_fd(&self) -> Option<RawFd> {
-        (**self).raw_fd()
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        (**self).fd()
     }
 }
 
