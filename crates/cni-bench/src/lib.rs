@@ -4,7 +4,6 @@
 //!
 //! - [`measure`]: CPU time, memory and etcd's load, read the same way by every benchmark;
 //! - [`overlay_scale`]: the overlay simulation (its tests drive it as a library).
-#![forbid(unsafe_code)]
 
 pub mod measure;
 pub mod overlay_scale;

@@ -2,8 +2,6 @@
 //! default the Go reference in /usr/lib/cni), alternating A and B over rounds, each run in
 //! namespaces made before timing starts, and prints median/p90/p99, throughput and B/A.
 
-#![forbid(unsafe_code)]
-
 mod configs;
 mod error;
 mod interrupt;

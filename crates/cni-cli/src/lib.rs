@@ -14,7 +14,6 @@
 //!   journald understands (`<3>`, `<4>`, `<6>`, `<7>`) and no timestamp of our own when
 //!   stderr is systemd's journal stream. The line a daemon logs when its metrics endpoint is
 //!   bound is [`metrics_line`], read back by test harnesses with [`metrics_address_in`].
-#![forbid(unsafe_code)]
 
 mod completions;
 mod logging;

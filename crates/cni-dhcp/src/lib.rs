@@ -21,7 +21,6 @@
 //! mapped by every plugin exec of every node. The daemon is the binary's `daemon`
 //! sub-command, as the reference's is and as etcd-ipam's agent is `etcd-ipam agent`: one
 //! binary per model, whose plugin and daemon always agree on the protocol between them.
-#![forbid(unsafe_code)]
 
 pub mod cli;
 pub mod client;

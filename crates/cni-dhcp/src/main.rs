@@ -1,7 +1,6 @@
 //! dhcp: the IPAM plugin a runtime runs (CNI_COMMAND in the environment), and, as
 //! `dhcp daemon [flags]`, the daemon that holds the leases the plugin asks it for, as the
 //! reference's `dhcp` binary. See `cni_dhcp::cli` for the flags.
-#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 

@@ -13,7 +13,6 @@
 //! <state>/networks/<network>/network.json its domain, gateway addresses, upstream servers
 //! <state>/networks/<network>/hosts/<hex(ifname)>_<containerID>.json   one per attachment
 //! ```
-#![forbid(unsafe_code)]
 
 pub mod control;
 pub mod names;

@@ -12,8 +12,6 @@
 //! `CNI_E2E_PLUGIN_DIR=/usr/lib/cni` runs the same suite against the Go reference plugins.
 //! The CRI suite runs every scenario on both sets itself.
 
-#![forbid(unsafe_code)]
-
 pub mod containerd;
 pub mod cri;
 pub mod engine_host;

@@ -21,7 +21,6 @@
 //! exec of every node. The agent is the binary's `agent` sub-command, as the dhcp daemon
 //! is `dhcp daemon`: one binary per model, whose plugin and daemon always agree on the
 //! protocol between them.
-#![forbid(unsafe_code)]
 
 pub mod agent;
 pub mod allocator;

@@ -7,7 +7,6 @@
 //! ```text
 //! etcd-ipam agent --socket /run/cni-rs/etcd-ipam.sock [--metrics-address 127.0.0.1:9471]
 //! ```
-#![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

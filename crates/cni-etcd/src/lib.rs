@@ -14,7 +14,6 @@
 //! stream messages are bounded ([`MAX_HEAD`], [`MAX_HEADERS`], [`MAX_BODY`]) and
 //! a unary answer must arrive within [`ANSWER_TIMEOUTS`] read timeouts; anything over is
 //! an error, so a hostile member cannot make a plugin abort or hang.
-#![forbid(unsafe_code)]
 
 mod client;
 mod coalesce;

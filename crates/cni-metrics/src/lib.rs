@@ -14,7 +14,6 @@
 //!
 //! The daemons' start-up around it (logging, the listening socket, the pid file, the
 //! metrics endpoint and the line announcing it, plugin-or-daemon dispatch) is [`daemon`].
-#![forbid(unsafe_code)]
 
 use std::io;
 use std::net::SocketAddr;

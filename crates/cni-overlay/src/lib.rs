@@ -7,7 +7,6 @@
 //! with `--backend wireguard`, a WireGuard peer and a route on the node's WireGuard device,
 //! see [`wgplane`] and [`wgkey`]). A watch on the records keeps the entries in step with the
 //! cluster.
-#![forbid(unsafe_code)]
 
 pub mod agent;
 pub mod cniconf;

@@ -4,8 +4,6 @@
 //! cni-overlay-agent --etcd-endpoints http://192.0.2.11:2379 --iface eth0 --node node-a
 //! ```
 
-#![forbid(unsafe_code)]
-
 use std::process::ExitCode;
 
 use cni_cli::clap::error::ErrorKind;

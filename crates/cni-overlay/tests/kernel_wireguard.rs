@@ -13,7 +13,6 @@
 //! inside it. By hand (the binary is printed by `cargo test --no-run`):
 //!
 //!     tools/kernel-rig -- target/debug/deps/kernel_wireguard-<hash> --ignored
-#![forbid(unsafe_code)]
 
 // The `it` binary's harness: this binary uses only part of it.
 #[path = "it/harness.rs"]

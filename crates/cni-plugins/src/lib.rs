@@ -8,8 +8,6 @@
 //! - [`registry`]: one record per plugin (name, constructor, dry configuration stage, keys);
 //! - [`keys`]: what those key lists are made of.
 
-#![forbid(unsafe_code)]
-
 // What the binary, the tests and cnitool use is public (the registry, the key lists, the
 // dry stages, the IPAM plugins' stores and protocols the tests drive); the plugins
 // themselves are reached through the registry only.

@@ -10,7 +10,6 @@
 //! binary is printed by `cargo test --no-run`):
 //!
 //!     tools/kernel-rig -- target/debug/deps/kernel_bridge_vlan-<hash> --ignored --exact isolation::access_ports_are_isolated_and_a_trunk_carries_both
-#![forbid(unsafe_code)]
 
 // Shared with the `it` binary, of which this one uses a part.
 #[path = "it/common/mod.rs"]

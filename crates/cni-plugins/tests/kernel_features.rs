@@ -10,7 +10,6 @@
 //! hand (the binary is printed by `cargo test --no-run`):
 //!
 //!     tools/kernel-rig -- target/debug/deps/kernel_features-<hash> --ignored --exact dummy::add_check_del
-#![forbid(unsafe_code)]
 
 // Shared with the `it` binary, of which this one uses a part.
 #[path = "it/common/mod.rs"]

@@ -1,7 +1,6 @@
 //! The smallest useful plugin on the SDK: a chained plugin that hands `prevResult` on
 //! unchanged (or an empty result when it is first in the chain). It shows the whole
 //! surface a plugin author writes: one struct, one trait impl, one `run` call.
-#![forbid(unsafe_code)]
 
 use cni_sdk::{CniError, CniResult, Plugin, Request};
 

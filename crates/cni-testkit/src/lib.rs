@@ -22,8 +22,6 @@
 //! - [`scrape`]: a daemon's metrics endpoint scraped over TCP, its exposition text parsed.
 //! - [`etcd`]: a throwaway etcd cluster on loopback, a throwaway PKI, a hostile etcd member.
 
-#![forbid(unsafe_code)]
-
 pub mod binaries;
 pub mod capture;
 pub mod children;

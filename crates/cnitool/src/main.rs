@@ -1,8 +1,6 @@
 //! `cnitool`: attach a network namespace to a CNI network by hand, and inspect what is
 //! attached. Compatible with the reference cnitool's commands and environment variables.
 
-#![forbid(unsafe_code)]
-
 mod attachments;
 mod cli;
 mod commands;

@@ -10,7 +10,6 @@
 //!   detach UUID                   del from every network the container is attached to
 //!   status                        plugins and attached containers, as JSON
 //! ```
-#![forbid(unsafe_code)]
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -10,7 +10,6 @@
 //!   the entry's `type` names from the image's `/opt/cni/bin` through libcni.
 //! - `kurma-netplugin-images` (and `tools/build-netplugin-images`) builds the
 //!   `cni-netplugin` and `lo-netplugin` images with [`kurma_model::image::build`].
-#![forbid(unsafe_code)]
 
 pub mod cli;
 pub mod daemon;

@@ -3,7 +3,6 @@
 //! ```text
 //! overlay-scale --nodes 10,25,50,100 --joins 5 --steady 20
 //! ```
-#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 use std::time::Duration;

@@ -2,7 +2,6 @@
 //! its lease daemon against real DHCP servers (dnsmasq, kea) and scripted fake ones on
 //! networks built by [`support`] from the plugin directory of [`common`], DHCPv6, the
 //! daemon's socket and metrics, and the `dhcp` binary's command line.
-#![forbid(unsafe_code)]
 
 mod common;
 mod support;

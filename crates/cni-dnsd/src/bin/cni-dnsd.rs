@@ -1,8 +1,6 @@
 //! `cni-dnsd`: the resolver of the `dnsname` plugin. Started on demand by the plugin (or by
 //! systemd through `cni-dnsd.socket`); see the crate documentation.
 
-#![forbid(unsafe_code)]
-
 use cni_cli::clap::{self, Parser};
 use cni_cli::tracing;
 use cni_dns::StateDir;

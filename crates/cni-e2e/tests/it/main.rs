@@ -3,7 +3,6 @@
 //! a node swapped from the Go reference plugins to ours under both engines, and one handed
 //! back to them under podman (`cnitool handover`). Each
 //! test starts its engine inside its own throwaway network and mount namespaces.
-#![forbid(unsafe_code)]
 
 mod containerd;
 mod cri;

@@ -2,7 +2,6 @@
 //! node agent as binaries against real etcd clusters on 127.0.0.1 (allocation, batching,
 //! TLS, hostile members, quorum loss), the agent's socket, trace ids and metrics, and the
 //! binary layout.
-#![forbid(unsafe_code)]
 
 mod agent_socket;
 mod agent_trace;

@@ -3,7 +3,6 @@
 //! an underlay bridge) on a real etcd built by [`harness`]. Most need root and Debian's
 //! etcd-server. The WireGuard backend's tests are in `kernel_wireguard`, a binary of its
 //! own run inside the kernel rig.
-#![forbid(unsafe_code)]
 
 mod harness;
 

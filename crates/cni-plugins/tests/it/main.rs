@@ -5,7 +5,6 @@
 //! Not here: `kernel_features.rs` and `kernel_bridge_vlan.rs`, which run their own
 //! binary's ignored tests inside a QEMU VM (`tools/kernel-rig`) and so stay binaries of
 //! their own.
-#![forbid(unsafe_code)]
 
 mod common;
 

@@ -1,5 +1,4 @@
 //! cni-sdk's integration tests, one binary: each former test file is a module.
-#![forbid(unsafe_code)]
 
 mod bad_input;
 mod delegate_in_process;

@@ -1,7 +1,5 @@
 //! The scriptable test plugin (see `cni_testkit::test_plugin` for what it can be told).
 
-#![forbid(unsafe_code)]
-
 use cni_sdk::{run_with, CniError, CniResult, Plugin, Request, VersionInfo};
 use cni_testkit::test_plugin::{record, Behaviour, Invocation};
 use cni_types::args::CniArgs;

@@ -1,7 +1,6 @@
 //! kurma-net's integration tests, one module per area, in one binary: netplugin images run
 //! in a throwaway "host" namespace built by [`common`] (end to end, concurrency, failures,
 //! hostile image sources, the state tree) and the command line.
-#![forbid(unsafe_code)]
 
 mod common;
 

@@ -7,7 +7,6 @@
 //!         --out OUTDIR
 //!
 //! Every file's mtime is `SOURCE_DATE_EPOCH` when set, else 0.
-#![forbid(unsafe_code)]
 
 use clap::Parser;
 use kurma_model::image::build::{write_all, Inputs};
