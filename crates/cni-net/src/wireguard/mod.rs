@@ -7,15 +7,12 @@
 //! link ([`crate::Netlink::add_wireguard`]); this module sets its key, port and peers and
 //! reads them back. Encoding and decoding are in [`wire`], pinned by golden-byte tests.
 //!
-//! `wire` is written by hand. The published `netlink-packet-wireguard` 0.5.0 fits this
-//! stack: it builds on `netlink-packet-core` 0.9 (the version in Cargo.lock) and
-//! `netlink-packet-generic` 0.5 (itself only `netlink-packet-core` 0.9 and `zerocopy` 0.8,
-//! already here), plus `bitflags`, `libc` and `log`, also already here; about 1,100 lines.
-//! Nothing of this module is linked into the `cni-plugins` binary (only cni-overlay uses
-//! it), so its size budget is not at stake. It has not replaced `wire` yet: doing so means
-//! framing its messages with `netlink-packet-generic`'s header and family lookup instead of
-//! this crate's own `transport::Message`, and the golden-byte tests are what both must agree on
-//! (the crate marks nested attributes `NLA_F_NESTED` as `wire` does).
+//! The requests are `netlink-packet-wireguard`'s types in `netlink-packet-generic`'s header
+//! (and the `nlctrl` lookup's types), serialised by `netlink-packet-core`, the version
+//! rtnetlink's codecs use; the answers are still read by hand in [`wire`]. Only the socket
+//! and the request/dump loop are this crate's own ([`crate::transport`]). Nothing of this
+//! module is linked into the `cni-plugins` binary (only cni-overlay uses it), so its size
+//! budget is not at stake.
 
 mod wire;
 
