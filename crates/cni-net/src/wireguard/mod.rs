@@ -7,12 +7,14 @@
 //! link ([`crate::Netlink::add_wireguard`]); this module sets its key, port and peers and
 //! reads them back. Encoding and decoding are in [`wire`], pinned by golden-byte tests.
 //!
-//! The requests are `netlink-packet-wireguard`'s types in `netlink-packet-generic`'s header
-//! (and the `nlctrl` lookup's types), serialised by `netlink-packet-core`, the version
-//! rtnetlink's codecs use; the answers are still read by hand in [`wire`]. Only the socket
-//! and the request/dump loop are this crate's own ([`crate::transport`]). Nothing of this
-//! module is linked into the `cni-plugins` binary (only cni-overlay uses it), so its size
-//! budget is not at stake.
+//! The messages are `netlink-packet-wireguard`'s types, in `netlink-packet-generic`'s
+//! header and the `nlctrl` lookup's types, serialised by `netlink-packet-core` (the version
+//! rtnetlink's codecs use); only the socket and the request/dump loop are this crate's own
+//! ([`crate::transport`]). [`wire`] builds the requests (pinned by golden-byte tests against
+//! `linux/wireguard.h`) and reads the answers, parsing only the attributes it keeps and
+//! checking first the one bound the crate's parser misses (an empty CIDR mask panics it).
+//! Nothing of this module is linked into the `cni-plugins` binary (only cni-overlay uses
+//! it), so its size budget is not at stake.
 
 mod wire;
 

@@ -241,7 +241,8 @@ fn attributes_not_read_are_not_parsed() {
 #[test]
 fn malformed_answers_are_errors_not_panics() {
     let short_key = device_message(|peers| peers.nest(0, |p| p.put(WGPEER_A_PUBLIC_KEY, &[1; 31])));
-    assert!(decode(&short_key).unwrap_err().to_string().contains("31 bytes"));
+    let error = decode(&short_key).unwrap_err().to_string();
+    assert!(error.contains("WGPEER_A_PUBLIC_KEY"), "{error}");
     let keyless = device_message(|peers| peers.nest(0, |p| p.put(WGPEER_A_FLAGS, &0u32.to_ne_bytes())));
     assert!(decode(&keyless).unwrap_err().to_string().contains("without a public key"));
     let allowed_ip = |fill: fn(&mut AttrWriter)| {
@@ -257,6 +258,8 @@ fn malformed_answers_are_errors_not_panics() {
         ip.put(WGALLOWEDIP_A_CIDR_MASK, &[33]);
     });
     assert!(decode(&bad_mask).is_err());
+    // netlink-packet-wireguard reads a mask's first byte without checking there is one:
+    // an empty mask must be an error here, not a panic there.
     let empty_mask = allowed_ip(|ip| {
         ip.put(WGALLOWEDIP_A_IPADDR, &[10, 0, 0, 0]);
         ip.put(WGALLOWEDIP_A_CIDR_MASK, &[]);
