@@ -18,7 +18,7 @@
 
 mod wire;
 
-pub use wire::{base64, parse_key};
+pub use wire::{base64, parse_key, MAX_ALLOWED_IPS_PER_PEER};
 
 use std::net::SocketAddr;
 
@@ -131,11 +131,10 @@ impl WireGuard {
     /// Adds the peer, or updates the one with its key: endpoint set, allowed IPs replaced.
     /// Its session survives an update that changes nothing.
     pub fn set_peer(&mut self, index: u32, peer: &WgPeer) -> Result<()> {
+        let op = || format!("set peer {} on wireguard device {index}", base64(&peer.public_key));
+        wire::check_peer_size(peer).map_err(|refused| Error::netlink(op(), refused))?;
         let family = self.family;
-        self.set(
-            |sequence| wire::set_peer_request(family, sequence, index, peer),
-            || format!("set peer {} on wireguard device {index}", base64(&peer.public_key)),
-        )
+        self.set(|sequence| wire::set_peer_request(family, sequence, index, peer), op)
     }
 
     /// Removes the peer with this key (and its allowed IPs); nothing when there is none.

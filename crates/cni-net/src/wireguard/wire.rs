@@ -137,6 +137,24 @@ pub(super) fn set_device_request(
     set_request(family, sequence, index, attributes)
 }
 
+/// The most allowed IPs one peer is set with. The peer's attributes nest in one netlink
+/// attribute, whose length is 16 bits: at 28 bytes per IPv6 allowed IP, about 2,300 would
+/// overflow it (the encoder would wrap or panic), and no overlay peer needs more than a
+/// few subnets.
+pub const MAX_ALLOWED_IPS_PER_PEER: usize = 1024;
+
+/// Refuses a peer whose allowed IPs would not fit the one nested attribute they are sent
+/// in (see [`MAX_ALLOWED_IPS_PER_PEER`]), before anything is encoded.
+pub(super) fn check_peer_size(peer: &WgPeer) -> Result<(), NetlinkError> {
+    let count = peer.allowed_ips.len();
+    if count > MAX_ALLOWED_IPS_PER_PEER {
+        return Err(NetlinkError::Unexpected(format!(
+            "{count} allowed IPs for one peer, at most {MAX_ALLOWED_IPS_PER_PEER}"
+        )));
+    }
+    Ok(())
+}
+
 /// `WG_CMD_SET_DEVICE` with one peer: its endpoint, and its allowed IPs replacing the ones
 /// it had.
 pub(super) fn set_peer_request(family: u16, sequence: u32, index: u32, peer: &WgPeer) -> Vec<u8> {

@@ -365,3 +365,19 @@ fn keys_are_exact_canonical_base64() {
         assert!(parse_key(&bad).is_err(), "{bad:?} accepted");
     }
 }
+
+#[test]
+fn a_peer_with_more_allowed_ips_than_one_attribute_holds_is_refused_before_encoding() {
+    let ipv6 = |i: usize| format!("fd00:{i:x}::/64").parse().unwrap();
+    let mut most = peer();
+    most.allowed_ips = (0..MAX_ALLOWED_IPS_PER_PEER).map(ipv6).collect();
+    check_peer_size(&most).unwrap();
+    // The largest accepted peer still fits the 16-bit length of the attribute it nests in.
+    let request = set_peer_request(0x1c, 1, 7, &most);
+    assert!(request.len() < usize::from(u16::MAX), "{} bytes", request.len());
+
+    let mut too_many = most;
+    too_many.allowed_ips.push(ipv6(MAX_ALLOWED_IPS_PER_PEER));
+    let refused = check_peer_size(&too_many).unwrap_err().to_string();
+    assert!(refused.contains("1025 allowed IPs for one peer, at most 1024"), "{refused}");
+}
