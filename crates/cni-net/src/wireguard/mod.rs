@@ -7,19 +7,18 @@
 //! link ([`crate::Netlink::add_wireguard`]); this module sets its key, port and peers and
 //! reads them back. Encoding and decoding are in [`wire`], pinned by golden-byte tests.
 //!
-//! `wire` is written by hand. The published `netlink-packet-wireguard` 0.5.0 fits this
-//! stack: it builds on `netlink-packet-core` 0.9 (the version in Cargo.lock) and
-//! `netlink-packet-generic` 0.5 (itself only `netlink-packet-core` 0.9 and `zerocopy` 0.8,
-//! already here), plus `bitflags`, `libc` and `log`, also already here; about 1,100 lines.
+//! The messages are `netlink-packet-wireguard`'s types, in `netlink-packet-generic`'s
+//! header and the `nlctrl` lookup's types, serialised by `netlink-packet-core` (the version
+//! rtnetlink's codecs use); only the socket and the request/dump loop are this crate's own
+//! ([`crate::transport`]). [`wire`] builds the requests (pinned by golden-byte tests against
+//! `linux/wireguard.h`) and reads the answers, parsing only the attributes it keeps and
+//! checking first the one bound the crate's parser misses (an empty CIDR mask panics it).
 //! Nothing of this module is linked into the `cni-plugins` binary (only cni-overlay uses
-//! it), so its size budget is not at stake. It has not replaced `wire` yet: doing so means
-//! framing its messages with `netlink-packet-generic`'s header and family lookup instead of
-//! this crate's own `transport::Message`, and the golden-byte tests are what both must agree on
-//! (the crate marks nested attributes `NLA_F_NESTED` as `wire` does).
+//! it), so its size budget is not at stake.
 
 mod wire;
 
-pub use wire::{base64, parse_key};
+pub use wire::{base64, parse_key, MAX_ALLOWED_IPS_PER_PEER};
 
 use std::net::SocketAddr;
 
@@ -132,11 +131,10 @@ impl WireGuard {
     /// Adds the peer, or updates the one with its key: endpoint set, allowed IPs replaced.
     /// Its session survives an update that changes nothing.
     pub fn set_peer(&mut self, index: u32, peer: &WgPeer) -> Result<()> {
+        let op = || format!("set peer {} on wireguard device {index}", base64(&peer.public_key));
+        wire::check_peer_size(peer).map_err(|refused| Error::netlink(op(), refused))?;
         let family = self.family;
-        self.set(
-            |sequence| wire::set_peer_request(family, sequence, index, peer),
-            || format!("set peer {} on wireguard device {index}", base64(&peer.public_key)),
-        )
+        self.set(|sequence| wire::set_peer_request(family, sequence, index, peer), op)
     }
 
     /// Removes the peer with this key (and its allowed IPs); nothing when there is none.

@@ -1,54 +1,37 @@
-//! The bytes of the WireGuard family's messages and of the `nlctrl` lookup that finds it.
-//! Numbers are from `linux/genetlink.h` and `linux/wireguard.h`; integers are in host
-//! order except ports inside a `sockaddr` (network order, as the kernel's own struct).
+//! The WireGuard family's messages and the `nlctrl` lookup that finds it, as bytes: built
+//! from `netlink-packet-wireguard`'s and `netlink-packet-generic`'s types, framed by
+//! `netlink-packet-core`, and read back with the same types. What this module adds is what
+//! those crates leave to their user: the request flags, which attributes are read (the
+//! private key is not), and one bound the crates' decoder lacks ([`check_masks`]).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{IpAddr, SocketAddr, SocketAddrV6};
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use ipnet::IpNet;
+use netlink_packet_core::{
+    Emitable, NetlinkMessage, NlasIterator, Parseable, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
+};
+use netlink_packet_generic::constants::{CTRL_ATTR_FAMILY_ID, GENL_HDRLEN, GENL_ID_CTRL};
+use netlink_packet_generic::ctrl::nlas::GenlCtrlAttrs;
+use netlink_packet_generic::ctrl::{GenlCtrl, GenlCtrlCmd};
+use netlink_packet_generic::{GenlFamily, GenlHeader, GenlMessage};
+use netlink_packet_wireguard::{
+    WireguardAddressFamily, WireguardAllowedIp, WireguardAllowedIpAttr, WireguardAttribute, WireguardCmd,
+    WireguardMessage, WireguardPeer, WireguardPeerAttribute, WireguardPeerFlags,
+};
 
-use super::{Key, WgDevice, WgPeer, KEY_LEN};
+use super::{Key, WgDevice, WgPeer};
 use crate::error::NetlinkError;
-use crate::nft::attr::{Attr, AttrIter, AttrWriter};
 use crate::transport::Message;
 
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_ACK: u16 = 0x4;
-const NLM_F_DUMP: u16 = 0x300;
-
-// linux/genetlink.h
-const GENL_ID_CTRL: u16 = 0x10;
-const CTRL_CMD_GETFAMILY: u8 = 3;
-const CTRL_VERSION: u8 = 2;
-const CTRL_ATTR_FAMILY_ID: u16 = 1;
-const CTRL_ATTR_FAMILY_NAME: u16 = 2;
-const FAMILY_NAME: &str = "wireguard";
-
-// linux/wireguard.h
-const WG_GENL_VERSION: u8 = 1;
-const WG_CMD_GET_DEVICE: u8 = 0;
-const WG_CMD_SET_DEVICE: u8 = 1;
-const WGDEVICE_A_IFINDEX: u16 = 1;
-const WGDEVICE_A_PRIVATE_KEY: u16 = 3;
+// linux/wireguard.h: the attributes this module looks at before handing them to the crate
+// (whose own constants are private).
 const WGDEVICE_A_PUBLIC_KEY: u16 = 4;
 const WGDEVICE_A_LISTEN_PORT: u16 = 6;
 const WGDEVICE_A_PEERS: u16 = 8;
-const WGPEER_A_PUBLIC_KEY: u16 = 1;
-const WGPEER_A_FLAGS: u16 = 3;
-const WGPEER_A_ENDPOINT: u16 = 4;
 const WGPEER_A_ALLOWEDIPS: u16 = 9;
-const WGPEER_F_REMOVE_ME: u32 = 1;
-const WGPEER_F_REPLACE_ALLOWEDIPS: u32 = 2;
-const WGALLOWEDIP_A_FAMILY: u16 = 1;
-const WGALLOWEDIP_A_IPADDR: u16 = 2;
 const WGALLOWEDIP_A_CIDR_MASK: u16 = 3;
-
-const AF_INET: u16 = 2;
-const AF_INET6: u16 = 10;
-/// `sizeof(struct sockaddr_in)` and `sizeof(struct sockaddr_in6)`.
-const SOCKADDR_IN_LEN: usize = 16;
-const SOCKADDR_IN6_LEN: usize = 28;
 
 /// A key as WireGuard writes it: standard base64 with padding (44 characters).
 pub fn base64(key: &Key) -> String {
@@ -69,68 +52,76 @@ pub fn parse_key(text: &str) -> Result<Key, String> {
     Ok(key)
 }
 
-/// A netlink message of `kind` carrying a generic-netlink header (`cmd`, `version`) and
-/// the attributes `attrs` wrote.
-fn frame(kind: u16, flags: u16, sequence: u32, cmd: u8, version: u8, attrs: AttrWriter) -> Vec<u8> {
-    let len = 16 + 4 + attrs.buf.len();
-    let mut bytes = Vec::with_capacity(len);
-    bytes.extend_from_slice(&(len as u32).to_ne_bytes());
-    bytes.extend_from_slice(&kind.to_ne_bytes());
-    bytes.extend_from_slice(&flags.to_ne_bytes());
-    bytes.extend_from_slice(&sequence.to_ne_bytes());
-    bytes.extend_from_slice(&0u32.to_ne_bytes());
-    bytes.extend_from_slice(&[cmd, version, 0, 0]);
-    bytes.extend_from_slice(&attrs.buf);
+/// The bytes of one request: the generic-netlink header and `payload`'s attributes, in a
+/// netlink message of type `family` (the id nlctrl gave; a family with a fixed id, nlctrl
+/// itself, uses that one whatever is given).
+fn encode<F: GenlFamily + Emitable + std::fmt::Debug>(
+    payload: F,
+    family: u16,
+    flags: u16,
+    sequence: u32,
+) -> Vec<u8> {
+    let mut message = GenlMessage::from_payload(payload);
+    message.set_resolved_family_id(family);
+    let mut packet = NetlinkMessage::from(message);
+    packet.header.flags = flags;
+    packet.header.sequence_number = sequence;
+    packet.finalize();
+    let mut bytes = vec![0u8; packet.buffer_len()];
+    packet.serialize(&mut bytes);
     bytes
 }
 
 /// `CTRL_CMD_GETFAMILY` for "wireguard".
 pub(super) fn get_family_request(sequence: u32) -> Vec<u8> {
-    let mut attrs = AttrWriter::new();
-    attrs.put_str(CTRL_ATTR_FAMILY_NAME, FAMILY_NAME);
-    frame(GENL_ID_CTRL, NLM_F_REQUEST | NLM_F_ACK, sequence, CTRL_CMD_GETFAMILY, CTRL_VERSION, attrs)
+    let lookup = GenlCtrl {
+        cmd: GenlCtrlCmd::GetFamily,
+        nlas: vec![GenlCtrlAttrs::FamilyName(WireguardMessage::family_name().to_string())],
+    };
+    encode(lookup, GENL_ID_CTRL, NLM_F_REQUEST | NLM_F_ACK, sequence)
 }
 
 fn malformed(error: impl std::fmt::Display) -> NetlinkError {
     NetlinkError::Decode(error.to_string())
 }
 
-/// The attributes after a message's generic-netlink header.
-fn attributes<'a>(message: &Message<'a>) -> Result<Vec<Attr<'a>>, NetlinkError> {
+/// The attributes after a message's generic-netlink header, not parsed yet: each caller
+/// parses only those it reads.
+fn attributes<'a>(message: &Message<'a>) -> Result<NlasIterator<&'a [u8]>, NetlinkError> {
     let payload = message.payload();
-    let attrs = payload.get(4..).ok_or_else(|| malformed("message shorter than its genetlink header"))?;
-    AttrIter::new(attrs).collect::<Result<_, _>>().map_err(malformed)
+    GenlHeader::parse(payload).map_err(|_| malformed("message shorter than its genetlink header"))?;
+    Ok(NlasIterator::new(&payload[GENL_HDRLEN..]))
 }
 
-fn nested<'a>(attr: &Attr<'a>) -> Result<Vec<Attr<'a>>, NetlinkError> {
-    attr.nested().collect::<Result<_, _>>().map_err(malformed)
-}
-
-fn exact<const N: usize>(attr: &Attr<'_>, what: &str) -> Result<[u8; N], NetlinkError> {
-    attr.payload.try_into().map_err(|_| malformed(format!("{what} of {} bytes, not {N}", attr.payload.len())))
-}
-
-/// The family id in nlctrl's answer.
+/// The family id in nlctrl's answer. Only that attribute is parsed: the crate refuses an
+/// attribute kind it does not know, and the kernel may add some to this answer.
 pub(super) fn decode_family_id(message: Message<'_>) -> Result<u16, NetlinkError> {
-    let id = attributes(&message)?
-        .into_iter()
-        .find(|a| a.kind == CTRL_ATTR_FAMILY_ID)
-        .ok_or_else(|| malformed("nlctrl answered without a family id"))?;
-    Ok(u16::from_ne_bytes(exact(&id, "family id")?))
+    for attr in attributes(&message)? {
+        let attr = attr.map_err(malformed)?;
+        if attr.kind() == CTRL_ATTR_FAMILY_ID {
+            return match GenlCtrlAttrs::parse(&attr).map_err(malformed)? {
+                GenlCtrlAttrs::FamilyId(id) => Ok(id),
+                other => Err(malformed(format!("nlctrl's family id read as {other:?}"))),
+            };
+        }
+    }
+    Err(malformed("nlctrl answered without a family id"))
 }
 
 /// `WG_CMD_GET_DEVICE` (always a dump) of the device with this index.
 pub(super) fn get_device_request(family: u16, sequence: u32, index: u32) -> Vec<u8> {
-    let mut attrs = AttrWriter::new();
-    attrs.put(WGDEVICE_A_IFINDEX, &index.to_ne_bytes());
-    frame(family, NLM_F_REQUEST | NLM_F_DUMP, sequence, WG_CMD_GET_DEVICE, WG_GENL_VERSION, attrs)
+    let message = WireguardMessage {
+        cmd: WireguardCmd::GetDevice,
+        attributes: vec![WireguardAttribute::IfIndex(index)],
+    };
+    encode(message, family, NLM_F_REQUEST | NLM_F_DUMP, sequence)
 }
 
-fn set_request(family: u16, sequence: u32, index: u32, fill: impl FnOnce(&mut AttrWriter)) -> Vec<u8> {
-    let mut attrs = AttrWriter::new();
-    attrs.put(WGDEVICE_A_IFINDEX, &index.to_ne_bytes());
-    fill(&mut attrs);
-    frame(family, NLM_F_REQUEST | NLM_F_ACK, sequence, WG_CMD_SET_DEVICE, WG_GENL_VERSION, attrs)
+fn set_request(family: u16, sequence: u32, index: u32, rest: Vec<WireguardAttribute>) -> Vec<u8> {
+    let mut attributes = vec![WireguardAttribute::IfIndex(index)];
+    attributes.extend(rest);
+    let message = WireguardMessage { cmd: WireguardCmd::SetDevice, attributes };
+    encode(message, family, NLM_F_REQUEST | NLM_F_ACK, sequence)
 }
 
 /// `WG_CMD_SET_DEVICE` with the private key and the listen port.
@@ -141,102 +132,108 @@ pub(super) fn set_device_request(
     private_key: &Key,
     listen_port: u16,
 ) -> Vec<u8> {
-    set_request(family, sequence, index, |attrs| {
-        attrs.put(WGDEVICE_A_PRIVATE_KEY, private_key);
-        attrs.put(WGDEVICE_A_LISTEN_PORT, &listen_port.to_ne_bytes());
-    })
+    let attributes =
+        vec![WireguardAttribute::PrivateKey(*private_key), WireguardAttribute::ListenPort(listen_port)];
+    set_request(family, sequence, index, attributes)
+}
+
+/// The most allowed IPs one peer is set with. The peer's attributes nest in one netlink
+/// attribute, whose length is 16 bits: at 28 bytes per IPv6 allowed IP, about 2,300 would
+/// overflow it (the encoder would wrap or panic), and no overlay peer needs more than a
+/// few subnets.
+pub const MAX_ALLOWED_IPS_PER_PEER: usize = 1024;
+
+/// Refuses a peer whose allowed IPs would not fit the one nested attribute they are sent
+/// in (see [`MAX_ALLOWED_IPS_PER_PEER`]), before anything is encoded.
+pub(super) fn check_peer_size(peer: &WgPeer) -> Result<(), NetlinkError> {
+    let count = peer.allowed_ips.len();
+    if count > MAX_ALLOWED_IPS_PER_PEER {
+        return Err(NetlinkError::Unexpected(format!(
+            "{count} allowed IPs for one peer, at most {MAX_ALLOWED_IPS_PER_PEER}"
+        )));
+    }
+    Ok(())
 }
 
 /// `WG_CMD_SET_DEVICE` with one peer: its endpoint, and its allowed IPs replacing the ones
 /// it had.
 pub(super) fn set_peer_request(family: u16, sequence: u32, index: u32, peer: &WgPeer) -> Vec<u8> {
-    set_request(family, sequence, index, |attrs| {
-        attrs.nest(WGDEVICE_A_PEERS, |peers| {
-            peers.nest(0, |p| {
-                p.put(WGPEER_A_PUBLIC_KEY, &peer.public_key);
-                p.put(WGPEER_A_FLAGS, &WGPEER_F_REPLACE_ALLOWEDIPS.to_ne_bytes());
-                if let Some(endpoint) = peer.endpoint {
-                    p.put(WGPEER_A_ENDPOINT, &sockaddr(endpoint));
-                }
-                p.nest(WGPEER_A_ALLOWEDIPS, |ips| {
-                    for net in &peer.allowed_ips {
-                        ips.nest(0, |ip| allowed_ip(ip, net));
-                    }
-                });
-            });
-        });
-    })
+    let mut attributes = vec![
+        WireguardPeerAttribute::PublicKey(peer.public_key),
+        WireguardPeerAttribute::Flags(WireguardPeerFlags::ReplaceAllowedIps),
+    ];
+    if let Some(endpoint) = peer.endpoint {
+        attributes.push(WireguardPeerAttribute::Endpoint(without_flow_and_scope(endpoint)));
+    }
+    attributes.push(WireguardPeerAttribute::AllowedIps(peer.allowed_ips.iter().map(allowed_ip).collect()));
+    set_request(family, sequence, index, vec![WireguardAttribute::Peers(vec![WireguardPeer(attributes)])])
 }
 
 /// `WG_CMD_SET_DEVICE` removing the peer with this key.
 pub(super) fn remove_peer_request(family: u16, sequence: u32, index: u32, public_key: &Key) -> Vec<u8> {
-    set_request(family, sequence, index, |attrs| {
-        attrs.nest(WGDEVICE_A_PEERS, |peers| {
-            peers.nest(0, |p| {
-                p.put(WGPEER_A_PUBLIC_KEY, public_key);
-                p.put(WGPEER_A_FLAGS, &WGPEER_F_REMOVE_ME.to_ne_bytes());
-            });
-        });
-    })
+    let peer = WireguardPeer(vec![
+        WireguardPeerAttribute::PublicKey(*public_key),
+        WireguardPeerAttribute::Flags(WireguardPeerFlags::RemoveMe),
+    ]);
+    set_request(family, sequence, index, vec![WireguardAttribute::Peers(vec![peer])])
 }
 
-fn allowed_ip(attrs: &mut AttrWriter, net: &IpNet) {
-    let (family, address) = match net.addr() {
-        IpAddr::V4(a) => (AF_INET, a.octets().to_vec()),
-        IpAddr::V6(a) => (AF_INET6, a.octets().to_vec()),
+fn allowed_ip(net: &IpNet) -> WireguardAllowedIp {
+    let family = match net.addr() {
+        IpAddr::V4(_) => WireguardAddressFamily::Ipv4,
+        IpAddr::V6(_) => WireguardAddressFamily::Ipv6,
     };
-    attrs.put(WGALLOWEDIP_A_FAMILY, &family.to_ne_bytes());
-    attrs.put(WGALLOWEDIP_A_IPADDR, &address);
-    attrs.put(WGALLOWEDIP_A_CIDR_MASK, &[net.prefix_len()]);
+    WireguardAllowedIp(vec![
+        WireguardAllowedIpAttr::Family(family),
+        WireguardAllowedIpAttr::IpAddr(net.addr()),
+        WireguardAllowedIpAttr::Cidr(net.prefix_len()),
+    ])
 }
 
-/// `struct sockaddr_in` / `struct sockaddr_in6` (flow info and scope 0).
-fn sockaddr(endpoint: SocketAddr) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(SOCKADDR_IN6_LEN);
+/// An IPv6 endpoint with flow info and scope 0, both ways: what is sent carries neither,
+/// and what the kernel reports after the peer roamed (the flow label and interface of its
+/// last packet) is not part of where the peer is, so a comparison with the wanted peer
+/// does not see a change there.
+fn without_flow_and_scope(endpoint: SocketAddr) -> SocketAddr {
     match endpoint {
-        SocketAddr::V4(a) => {
-            bytes.extend_from_slice(&AF_INET.to_ne_bytes());
-            bytes.extend_from_slice(&a.port().to_be_bytes());
-            bytes.extend_from_slice(&a.ip().octets());
-            bytes.resize(SOCKADDR_IN_LEN, 0);
-        }
-        SocketAddr::V6(a) => {
-            bytes.extend_from_slice(&AF_INET6.to_ne_bytes());
-            bytes.extend_from_slice(&a.port().to_be_bytes());
-            bytes.extend_from_slice(&0u32.to_ne_bytes());
-            bytes.extend_from_slice(&a.ip().octets());
-            bytes.extend_from_slice(&0u32.to_ne_bytes());
-        }
-    }
-    bytes
-}
-
-fn decode_sockaddr(bytes: &[u8]) -> Result<SocketAddr, NetlinkError> {
-    let family = bytes.get(..2).map(|f| u16::from_ne_bytes([f[0], f[1]]));
-    let port = |b: &[u8]| u16::from_be_bytes([b[2], b[3]]);
-    match family {
-        Some(AF_INET) if bytes.len() >= 8 => {
-            let ip = Ipv4Addr::new(bytes[4], bytes[5], bytes[6], bytes[7]);
-            Ok(SocketAddrV4::new(ip, port(bytes)).into())
-        }
-        Some(AF_INET6) if bytes.len() >= 24 => {
-            let ip: [u8; 16] = bytes[8..24].try_into().expect("16 bytes");
-            Ok(SocketAddrV6::new(Ipv6Addr::from(ip), port(bytes), 0, 0).into())
-        }
-        _ => Err(malformed(format!("endpoint of {} bytes is no sockaddr", bytes.len()))),
+        SocketAddr::V6(a) => SocketAddrV6::new(*a.ip(), a.port(), 0, 0).into(),
+        v4 => v4,
     }
 }
 
-fn decode_allowed_ip(attrs: &[Attr<'_>]) -> Result<IpNet, NetlinkError> {
+/// Refuses an allowed IP whose `WGALLOWEDIP_A_CIDR_MASK` is not one byte, in the value of
+/// a `WGDEVICE_A_PEERS`. The crate reads that attribute's first byte without looking at its
+/// length: an empty one would panic in it, so the nest is walked here first. Other
+/// malformations are left to the crate's parser, which reports them as errors.
+fn check_masks(peers: &[u8]) -> Result<(), NetlinkError> {
+    for peer in NlasIterator::new(peers) {
+        let peer = peer.map_err(malformed)?;
+        for attr in NlasIterator::new(peer.value()) {
+            let attr = attr.map_err(malformed)?;
+            if attr.kind() != WGPEER_A_ALLOWEDIPS {
+                continue;
+            }
+            for ip in NlasIterator::new(attr.value()) {
+                let ip = ip.map_err(malformed)?;
+                for ip_attr in NlasIterator::new(ip.value()) {
+                    let ip_attr = ip_attr.map_err(malformed)?;
+                    let len = ip_attr.value_length();
+                    if ip_attr.kind() == WGALLOWEDIP_A_CIDR_MASK && len != 1 {
+                        return Err(malformed(format!("CIDR mask of {len} bytes, not 1")));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn decode_allowed_ip(ip: WireguardAllowedIp) -> Result<IpNet, NetlinkError> {
     let (mut address, mut mask) = (None, None);
-    for attr in attrs {
-        match attr.kind {
-            WGALLOWEDIP_A_IPADDR => match attr.payload.len() {
-                4 => address = Some(IpAddr::from(exact::<4>(attr, "IPv4 address")?)),
-                16 => address = Some(IpAddr::from(exact::<16>(attr, "IPv6 address")?)),
-                n => return Err(malformed(format!("allowed IP of {n} bytes"))),
-            },
-            WGALLOWEDIP_A_CIDR_MASK => mask = Some(exact::<1>(attr, "CIDR mask")?[0]),
+    for attr in ip.0 {
+        match attr {
+            WireguardAllowedIpAttr::IpAddr(a) => address = Some(a),
+            WireguardAllowedIpAttr::Cidr(m) => mask = Some(m),
             _ => {}
         }
     }
@@ -246,41 +243,46 @@ fn decode_allowed_ip(attrs: &[Attr<'_>]) -> Result<IpNet, NetlinkError> {
     }
 }
 
-fn decode_peer(attrs: &[Attr<'_>]) -> Result<WgPeer, NetlinkError> {
-    let mut peer = WgPeer { public_key: [0; KEY_LEN], endpoint: None, allowed_ips: Vec::new() };
-    let mut keyed = false;
-    for attr in attrs {
-        match attr.kind {
-            WGPEER_A_PUBLIC_KEY => {
-                peer.public_key = exact(attr, "peer public key")?;
-                keyed = true;
-            }
-            WGPEER_A_ENDPOINT => peer.endpoint = Some(decode_sockaddr(attr.payload)?),
-            WGPEER_A_ALLOWEDIPS => {
-                for ip in nested(attr)? {
-                    peer.allowed_ips.push(decode_allowed_ip(&nested(&ip)?)?);
+/// A peer as the crate parsed it, whole: its preshared key too (this module sets none,
+/// so all zeros), counters and handshake time, each refused at a size the kernel never
+/// sends.
+fn decode_peer(peer: WireguardPeer) -> Result<WgPeer, NetlinkError> {
+    let (mut public_key, mut endpoint, mut allowed_ips) = (None, None, Vec::new());
+    for attr in peer.0 {
+        match attr {
+            WireguardPeerAttribute::PublicKey(key) => public_key = Some(key),
+            WireguardPeerAttribute::Endpoint(a) => endpoint = Some(without_flow_and_scope(a)),
+            WireguardPeerAttribute::AllowedIps(ips) => {
+                for ip in ips {
+                    allowed_ips.push(decode_allowed_ip(ip)?);
                 }
             }
             _ => {}
         }
     }
-    if !keyed {
-        return Err(malformed("peer without a public key"));
-    }
-    Ok(peer)
+    let public_key = public_key.ok_or_else(|| malformed("peer without a public key"))?;
+    Ok(WgPeer { public_key, endpoint, allowed_ips })
 }
 
-/// One message of a device dump. The private key the kernel reports to an admin is
-/// skipped, never copied.
+/// One message of a device dump: its public key, port and peers. The private key the
+/// kernel reports to an admin is skipped, never copied.
 pub(super) fn decode_device(message: Message<'_>) -> Result<WgDevice, NetlinkError> {
     let mut device = WgDevice::default();
     for attr in attributes(&message)? {
-        match attr.kind {
-            WGDEVICE_A_PUBLIC_KEY => device.public_key = Some(exact(&attr, "public key")?),
-            WGDEVICE_A_LISTEN_PORT => device.listen_port = u16::from_ne_bytes(exact(&attr, "listen port")?),
-            WGDEVICE_A_PEERS => {
-                for peer in nested(&attr)? {
-                    device.peers.push(decode_peer(&nested(&peer)?)?);
+        let attr = attr.map_err(malformed)?;
+        match attr.kind() {
+            WGDEVICE_A_PUBLIC_KEY | WGDEVICE_A_LISTEN_PORT => {}
+            WGDEVICE_A_PEERS => check_masks(attr.value())?,
+            // Not read, so not parsed: the private key among them is never copied, and an
+            // attribute a kernel adds or formats otherwise cannot fail the dump.
+            _ => continue,
+        }
+        match WireguardAttribute::parse(&attr).map_err(malformed)? {
+            WireguardAttribute::PublicKey(key) => device.public_key = Some(key),
+            WireguardAttribute::ListenPort(port) => device.listen_port = port,
+            WireguardAttribute::Peers(peers) => {
+                for peer in peers {
+                    device.peers.push(decode_peer(peer)?);
                 }
             }
             _ => {}
