@@ -94,14 +94,10 @@ pub fn part<'a>(
 pub fn del(req: &Request, prev: Option<&CniResult>) -> Result<(), CniError> {
     let keys: Option<Vec<String>> =
         prev.map(|r| r.ips.iter().map(|ip| ip.address.addr().to_string()).collect());
-    let ours = nft_attach::detach::<Masquerade>(
-        &mut *nft_attach::client()?,
-        &req.conf.name,
-        &req.attachment(),
-        keys.as_deref(),
-    );
+    let mut nft = nft_attach::client()?;
+    let ours = nft_attach::detach::<Masquerade>(&mut nft, &req.conf.name, &req.attachment(), keys.as_deref());
     // What the reference plugins made for this attachment on a node swapped to ours.
-    let reference = reference_state::remove_masquerade(&req.conf.name, &req.container_id);
+    let reference = reference_state::remove_masquerade(&mut nft, &req.conf.name, &req.container_id);
     ours.and(reference)
 }
 
@@ -113,6 +109,8 @@ pub fn check(req: &Request) -> Result<(), CniError> {
 pub fn gc(network: &str, valid: &[Attachment]) -> Result<(), GcErrors> {
     let mut errors = GcErrors::new();
     errors.merge(nft_attach::gc_table::<Masquerade>(network, valid));
-    errors.record("the reference plugins' masquerade chains", reference_state::gc_masquerade(network, valid));
+    let reference =
+        nft_attach::client().and_then(|mut nft| reference_state::gc_masquerade(&mut nft, network, valid));
+    errors.record("the reference plugins' masquerade chains", reference);
     errors.into_result()
 }

@@ -20,12 +20,15 @@
 //! its DEL removes them by address (see the firewall's iptables backend).
 //!
 //! Cost: DEL asks nf_tables for the attachment's chain by name ([`probe`]), one netlink
-//! round trip and no process; only when a chain is there does it run one `iptables-save`
+//! round trip on the plugin's own nftables client (a second socket, released at once,
+//! would flush the kernel's pending destruction of the previous DEL's rules while holding
+//! the commit mutex the next commit needs) and no process; only when a chain is there does it run one `iptables-save`
 //! and one `iptables-restore --noflush` per address family.
 
 mod probe;
 pub mod saved;
 
+use cni_net::nft::NftClient;
 use cni_sdk::{Attachment, CniError};
 use sha2::{Digest, Sha512};
 use std::collections::HashSet;
@@ -71,9 +74,9 @@ fn owner(comment: &str, lead: &str) -> Option<(String, String)> {
 
 /// Removes `chains` of `table` and the rules that jump to them, in both families, where
 /// any of them is present.
-fn remove_chains(table: &str, chains: &[String]) -> Result<(), CniError> {
+fn remove_chains(nft: &mut NftClient, table: &str, chains: &[String]) -> Result<(), CniError> {
     for proto in FAMILIES {
-        if !probe::any_chain(proto, table, chains)? {
+        if !probe::any_chain(nft, proto, table, chains)? {
             continue;
         }
         let _lock = iptables::lock()?;
@@ -87,14 +90,15 @@ fn remove_chains(table: &str, chains: &[String]) -> Result<(), CniError> {
 
 /// The reference's masquerade chain of this attachment (bridge and ptp `ipMasq`), with
 /// its `POSTROUTING` jumps; ip6tables too.
-pub fn remove_masquerade(network: &str, container_id: &str) -> Result<(), CniError> {
-    remove_chains(NAT, &[chain_name(network, container_id, MASQUERADE_INFIX)])
+pub fn remove_masquerade(nft: &mut NftClient, network: &str, container_id: &str) -> Result<(), CniError> {
+    remove_chains(nft, NAT, &[chain_name(network, container_id, MASQUERADE_INFIX)])
 }
 
 /// portmap's per-attachment chains (the current `CNI-DN-` and the old `CNI-SN-`) and
 /// their entries in the shared chains.
-pub fn remove_portmap(network: &str, container_id: &str) -> Result<(), CniError> {
+pub fn remove_portmap(nft: &mut NftClient, network: &str, container_id: &str) -> Result<(), CniError> {
     remove_chains(
+        nft,
         NAT,
         &[
             chain_name(network, container_id, PORTMAP_INFIX),
@@ -132,10 +136,10 @@ fn stale_chains(saved: &SavedTable, how: &Attribution, network: &str, valid: &Ha
         .collect()
 }
 
-fn gc(how: &Attribution, network: &str, valid: &[Attachment]) -> Result<(), CniError> {
+fn gc(nft: &mut NftClient, how: &Attribution, network: &str, valid: &[Attachment]) -> Result<(), CniError> {
     let valid: HashSet<&str> = valid.iter().map(|a| a.container_id.as_str()).collect();
     for proto in FAMILIES {
-        if !probe::any_chain_like(proto, NAT, |name| has_chain_shape(name, how.infix))? {
+        if !probe::any_chain_like(nft, proto, NAT, |name| has_chain_shape(name, how.infix))? {
             continue;
         }
         let _lock = iptables::lock()?;
@@ -149,13 +153,13 @@ fn gc(how: &Attribution, network: &str, valid: &[Attachment]) -> Result<(), CniE
 }
 
 /// GC of the reference's masquerade chains of `network`.
-pub fn gc_masquerade(network: &str, valid: &[Attachment]) -> Result<(), CniError> {
-    gc(&MASQUERADE, network, valid)
+pub fn gc_masquerade(nft: &mut NftClient, network: &str, valid: &[Attachment]) -> Result<(), CniError> {
+    gc(nft, &MASQUERADE, network, valid)
 }
 
 /// GC of the reference's portmap chains of `network`.
-pub fn gc_portmap(network: &str, valid: &[Attachment]) -> Result<(), CniError> {
-    gc(&PORTMAP, network, valid)
+pub fn gc_portmap(nft: &mut NftClient, network: &str, valid: &[Attachment]) -> Result<(), CniError> {
+    gc(nft, &PORTMAP, network, valid)
 }
 
 #[cfg(test)]

@@ -62,6 +62,7 @@ fn legacy_has_table(proto: Proto, table: &str) -> bool {
 /// answer does not mean "no": `iptables-save` then looks, slower but right (and its own
 /// failure is the error DEL reports).
 fn ask(
+    nft: &mut NftClient,
     proto: Proto,
     table: &str,
     question: impl FnOnce(&mut NftClient) -> Result<bool, NftError>,
@@ -73,9 +74,7 @@ fn ask(
     if variant == Variant::Legacy {
         return Ok(false);
     }
-    let answer = NftClient::new().map(crate::common::nft_attach::Client::from).and_then(|mut nft| {
-        question(&mut nft).or_else(|e| if e.is_not_found() { Ok(false) } else { Err(e) })
-    });
+    let answer = question(nft).or_else(|e| if e.is_not_found() { Ok(false) } else { Err(e) });
     Ok(answer.unwrap_or_else(|e| {
         eprintln!("nftables (looking for the reference plugins' rules): {e}; asking iptables-save");
         true
@@ -83,8 +82,13 @@ fn ask(
 }
 
 /// Whether any of `chains` may exist in `table` of `proto`.
-pub fn any_chain(proto: Proto, table: &str, chains: &[String]) -> Result<bool, CniError> {
-    ask(proto, table, |nft| {
+pub fn any_chain(
+    nft: &mut NftClient,
+    proto: Proto,
+    table: &str,
+    chains: &[String],
+) -> Result<bool, CniError> {
+    ask(nft, proto, table, |nft| {
         for chain in chains {
             if nft.get_chain(family(proto), table, chain)?.is_some() {
                 return Ok(true);
@@ -96,8 +100,13 @@ pub fn any_chain(proto: Proto, table: &str, chains: &[String]) -> Result<bool, C
 
 /// Whether `table` of `proto` may hold a chain whose name `wanted` accepts (for GC,
 /// which cannot name the chains in advance).
-pub fn any_chain_like(proto: Proto, table: &str, wanted: impl Fn(&str) -> bool) -> Result<bool, CniError> {
-    ask(proto, table, |nft| Ok(nft.list_chains(family(proto), table)?.iter().any(|c| wanted(&c.name))))
+pub fn any_chain_like(
+    nft: &mut NftClient,
+    proto: Proto,
+    table: &str,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<bool, CniError> {
+    ask(nft, proto, table, |nft| Ok(nft.list_chains(family(proto), table)?.iter().any(|c| wanted(&c.name))))
 }
 
 /// Whether a rule of `chain` in `table` of `proto` may match one of `ips` as a whole
@@ -106,6 +115,7 @@ pub fn any_chain_like(proto: Proto, table: &str, wanted: impl Fn(&str) -> bool) 
 /// searched for. The firewall's shared `CNI-FORWARD` chain stays on a swapped node for
 /// good, so its mere presence would cost every later DEL an `iptables-save`.
 pub fn any_rule_with_address(
+    nft: &mut NftClient,
     proto: Proto,
     table: &str,
     chain: &str,
@@ -121,7 +131,7 @@ pub fn any_rule_with_address(
             IpAddr::V6(a) => a.octets().to_vec(),
         })
         .collect();
-    ask(proto, table, |nft| {
+    ask(nft, proto, table, |nft| {
         let rules = nft.list_rules(family(proto), table, chain)?;
         let mut exprs = rules.iter().flat_map(|r| &r.rule.exprs);
         Ok(exprs.any(|expr| matches!(expr, Expr::Cmp { data, .. } if wanted.contains(data))))

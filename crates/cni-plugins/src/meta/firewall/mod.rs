@@ -24,6 +24,7 @@ pub mod iptables;
 pub mod nftables;
 pub mod target;
 
+use cni_net::nft::NftClient;
 use cni_sdk::{Attachment, CniError, CniResult, ErrorCode, GcErrors, Plugin, Request, Version, VersionInfo};
 use config::{Backend, IngressPolicy};
 use target::Target;
@@ -47,7 +48,7 @@ impl Undo for Admitted {
 }
 
 /// Admits the attachment where another firewall's FORWARD chain would drop it.
-fn admit(req: &Request, target: &Target) -> Result<Rollback<Admitted>, CniError> {
+fn admit(nft: &mut NftClient, req: &Request, target: &Target) -> Result<Rollback<Admitted>, CniError> {
     for tables in admission::legacy_filter_tables() {
         eprintln!(
             "firewall: this namespace has an {tables}-legacy filter table; its FORWARD chain is not examined, \
@@ -56,7 +57,7 @@ fn admit(req: &Request, target: &Target) -> Result<Rollback<Admitted>, CniError>
         );
     }
     let (network, who) = (req.conf.name.clone(), req.attachment());
-    admission::add(&mut *nftables::client()?, &network, &who, &target.ips)?;
+    admission::add(nft, &network, &who, &target.ips)?;
     Ok(Rollback::new(Admitted { network, who }))
 }
 
@@ -67,12 +68,14 @@ impl Plugin for Firewall {
         let conf = config::load(req)?;
         let prev = req.require_prev_result()?;
         let target = Target::from_result(&prev);
-        let admitted = admit(req, &target)?;
+        // One nftables client for the whole ADD (see `del`).
+        let mut nft = nftables::client()?;
+        let admitted = admit(&mut nft, req, &target)?;
         if let Some(fw) = firewalld::select(&conf)? {
             firewalld::add(&fw, req, &conf, &target)?;
             // The policy is ours to enforce whatever the backend (the reference's too).
             if conf.ingress_policy != IngressPolicy::Open {
-                if let Err(e) = nftables::add(req, conf.ingress_policy, &target) {
+                if let Err(e) = nftables::add(&mut nft, req, conf.ingress_policy, &target) {
                     // Only what this ADD recorded: not an address someone else had bound.
                     if let Err(undo) = firewalld::del(req, &conf, None) {
                         eprintln!("firewall: rollback: {}", undo.msg);
@@ -84,7 +87,9 @@ impl Plugin for Firewall {
             return Ok(prev);
         }
         match conf.backend {
-            Backend::Nftables | Backend::Firewalld => nftables::add(req, conf.ingress_policy, &target)?,
+            Backend::Nftables | Backend::Firewalld => {
+                nftables::add(&mut nft, req, conf.ingress_policy, &target)?
+            }
             Backend::Iptables => iptables::add(&conf, &target)?,
         }
         admitted.keep();
@@ -99,27 +104,29 @@ impl Plugin for Firewall {
         let target = req.prev_result().ok().flatten().map(|prev| Target::from_result(&prev));
         // The sources ADD bound in firewalld (when it was the backend, or may have been).
         let firewalld = firewalld::del(req, &conf, target.as_ref());
-        let admission = nftables::client()
-            .and_then(|mut nft| admission::del(&mut nft, &req.conf.name, &req.attachment()));
+        // One nftables client for the whole DEL, and the deleting commit before anything
+        // else: releasing a socket flushes the kernel's pending destruction of earlier
+        // commits (the previous DEL's, usually) while holding the commit mutex, so a
+        // second socket released before our commit made that commit wait a grace period.
+        let mut nft = nftables::client()?;
         let backend = match conf.backend {
             Backend::Firewalld if conf.ingress_policy == IngressPolicy::Open => firewalld,
-            Backend::Firewalld => firewalld.and(nftables::del(req, target.as_ref())),
+            Backend::Firewalld => firewalld.and(nftables::del(&mut nft, req, target.as_ref())),
             // The reference's iptables rules for these addresses go too: a node swapped
             // from the reference (whose firewall defaults to iptables) has them for the
             // containers it started. Both parts run; the first failure is returned.
             Backend::Nftables => {
-                let ours = nftables::del(req, target.as_ref());
-                let reference = iptables::del(target.as_ref());
+                let ours = nftables::del(&mut nft, req, target.as_ref());
+                let reference = iptables::del(&mut nft, target.as_ref());
                 firewalld.and(ours).and(reference)
             }
             // Without prevResult (a runtime that lost its result cache) the iptables rules
             // could only leak: the container's interface, still there while the chain is
             // torn down in reverse, still has the addresses they were made for.
-            Backend::Iptables => {
-                firewalld.and(iptables::del(target.or_else(|| Target::from_container(req)).as_ref()))
-            }
+            Backend::Iptables => firewalld
+                .and(iptables::del(&mut nft, target.or_else(|| Target::from_container(req)).as_ref())),
         };
-        backend.and(admission)
+        backend.and(admission::del(&mut nft, &req.conf.name, &req.attachment()))
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {

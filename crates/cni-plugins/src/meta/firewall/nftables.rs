@@ -208,33 +208,37 @@ fn keys(target: &Target, port: Option<&str>) -> Vec<String> {
     target.ips.iter().map(IpAddr::to_string).chain(port.map(str::to_string)).collect()
 }
 
-pub fn add(req: &Request, policy: IngressPolicy, target: &Target) -> Result<(), CniError> {
-    let mut nft = client()?;
-    nft_attach::ensure_table::<FirewallTable>(&mut nft)?;
+pub fn add(
+    nft: &mut NftClient,
+    req: &Request,
+    policy: IngressPolicy,
+    target: &Target,
+) -> Result<(), CniError> {
+    nft_attach::ensure_table::<FirewallTable>(nft)?;
     let port = match policy {
         IngressPolicy::Open => None,
         IngressPolicy::SameBridge => {
-            ensure_bridge_isolation(&mut nft, target.require_bridge(policy)?)?;
+            ensure_bridge_isolation(nft, target.require_bridge(policy)?)?;
             None
         }
         IngressPolicy::Isolated => {
             let port = target.require_host_port()?;
-            ensure_bridge_isolation(&mut nft, target.require_bridge(policy)?)?;
-            ensure_bridge_table(&mut nft)?;
+            ensure_bridge_isolation(nft, target.require_bridge(policy)?)?;
+            ensure_bridge_table(nft)?;
             Some(port)
         }
     };
     let (network, who) = (req.conf.name.as_str(), req.attachment());
     // A retried ADD first removes what the earlier one recorded, by its full key list
     // (attach's own cleanup only knows the possibly truncated summary comment).
-    let earlier = recorded_keys(&mut nft, network, &who)?;
+    let earlier = recorded_keys(nft, network, &who)?;
     if !earlier.is_empty() {
-        nft_attach::detach::<FirewallTable>(&mut nft, network, &who, Some(&earlier))?;
+        nft_attach::detach::<FirewallTable>(nft, network, &who, Some(&earlier))?;
     }
     if !has_attachment(policy, target) {
         return Ok(()); // nothing to accept, nothing to isolate
     }
-    nft_attach::attach::<FirewallTable>(&mut nft, network, &who, &keys(target, port), |chain| {
+    nft_attach::attach::<FirewallTable>(nft, network, &who, &keys(target, port), |chain| {
         attachment_rules(chain, target, port)
     })
 }
@@ -265,10 +269,9 @@ fn tagged_keys(rules: &[ListedRule]) -> Vec<String> {
 
 /// Removes the attachment's chain and elements: the keys come from prevResult when there
 /// is one and from the chain's own rules in any case (one chain is read, not the table).
-pub fn del(req: &Request, target: Option<&Target>) -> Result<(), CniError> {
-    let mut nft = client()?;
+pub fn del(nft: &mut NftClient, req: &Request, target: Option<&Target>) -> Result<(), CniError> {
     let (network, who) = (req.conf.name.as_str(), req.attachment());
-    let mut keys = recorded_keys(&mut nft, network, &who)?;
+    let mut keys = recorded_keys(nft, network, &who)?;
     if keys.is_empty() {
         // ADD always puts at least one tagged rule into the chain, in the same batch as
         // the map elements: no tagged rule means no chain and no elements (already
@@ -284,7 +287,7 @@ pub fn del(req: &Request, target: Option<&Target>) -> Result<(), CniError> {
             }
         }
     }
-    nft_attach::detach::<FirewallTable>(&mut nft, network, &who, Some(&keys))
+    nft_attach::detach::<FirewallTable>(nft, network, &who, Some(&keys))
 }
 
 /// Verifies the attachment's chain holds a rule for every address (and the port for

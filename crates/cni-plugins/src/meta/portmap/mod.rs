@@ -94,11 +94,12 @@ impl Plugin for Portmap {
     /// (a DEL that fails on config would block the container's removal for good): the
     /// attachment's chain names its map elements.
     fn del(&self, req: &Request) -> Result<(), CniError> {
-        let ours = rules::detach(&mut *nft_client()?, &req.conf.name, &req.attachment());
+        let mut nft = nft_client()?;
+        let ours = rules::detach(&mut nft, &req.conf.name, &req.attachment());
         // The reference's chains for this attachment, on a node swapped to ours while its
         // containers ran: left behind, they would DNAT the host port to this address for
         // ever (to whichever container gets it next).
-        let reference = reference_state::remove_portmap(&req.conf.name, &req.container_id);
+        let reference = reference_state::remove_portmap(&mut nft, &req.conf.name, &req.container_id);
         ours.and(reference)
     }
 
@@ -127,10 +128,11 @@ impl Plugin for Portmap {
     fn gc(&self, req: &Request) -> Result<(), CniError> {
         let valid = req.valid_attachments()?;
         let mut errors = GcErrors::new();
-        errors.merge(rules::gc(&mut *nft_client()?, &req.conf.name, &valid));
+        let mut nft = nft_client()?;
+        errors.merge(rules::gc(&mut nft, &req.conf.name, &valid));
         errors.record(
             "the reference plugins' port mappings",
-            reference_state::gc_portmap(&req.conf.name, &valid),
+            reference_state::gc_portmap(&mut nft, &req.conf.name, &valid),
         );
         Ok(errors.into_result()?)
     }

@@ -16,6 +16,7 @@ pub mod rules;
 
 use std::net::IpAddr;
 
+use cni_net::nft::NftClient;
 use cni_sdk::CniError;
 
 use super::config::FirewallConf;
@@ -78,13 +79,13 @@ fn remove(proto: Proto, ips: &[IpAddr]) -> Result<(), CniError> {
 /// defaults to iptables) has these rules for the containers it started. Where no rule of
 /// the family's `CNI-FORWARD` chain compares with the addresses (asked over netlink, no
 /// process started) there is nothing to remove.
-pub fn del(target: Option<&Target>) -> Result<(), CniError> {
+pub fn del(nft: &mut NftClient, target: Option<&Target>) -> Result<(), CniError> {
     let Some(target) = target else {
         return Ok(()); // nothing identifies the container's rules (see the module docs)
     };
     for proto in protos(target) {
         let ips = ips_of(target, proto);
-        if !reference_state::any_rule_with_address(proto, "filter", rules::PRIVATE_CHAIN, &ips)? {
+        if !reference_state::any_rule_with_address(nft, proto, "filter", rules::PRIVATE_CHAIN, &ips)? {
             continue;
         }
         let _lock = exec::lock()?;
