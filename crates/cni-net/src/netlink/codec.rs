@@ -1,7 +1,7 @@
 //! rtnetlink bodies: requests to bytes, and kernel messages to typed ones with
 //! `netlink-packet-route`. Framing, acks and errors are [`crate::transport`]'s.
 
-use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
+use netlink_packet_core::{NetlinkMessage, NetlinkPayload, NetlinkSerializable};
 use netlink_packet_route::RouteNetlinkMessage;
 
 use crate::error::NetlinkError;
@@ -9,7 +9,16 @@ use crate::transport::Message;
 
 /// Serialises a request.
 pub(crate) fn encode_request(message: RouteNetlinkMessage, flags: u16, sequence: u32) -> Vec<u8> {
-    let mut packet = NetlinkMessage::from(message);
+    encode_packet(NetlinkMessage::from(message), flags, sequence)
+}
+
+/// A whole netlink message with `flags` and `sequence` in its header, as bytes (rtnetlink
+/// requests here, generic-netlink ones for WireGuard).
+pub(crate) fn encode_packet<I: NetlinkSerializable>(
+    mut packet: NetlinkMessage<I>,
+    flags: u16,
+    sequence: u32,
+) -> Vec<u8> {
     packet.header.flags = flags;
     packet.header.sequence_number = sequence;
     packet.finalize();

@@ -12,7 +12,7 @@
 
 mod addr;
 mod bridge_vlan;
-mod codec;
+pub(crate) mod codec;
 mod dummy;
 mod events;
 mod fdb;

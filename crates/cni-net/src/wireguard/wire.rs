@@ -63,13 +63,7 @@ fn encode<F: GenlFamily + Emitable + std::fmt::Debug>(
 ) -> Vec<u8> {
     let mut message = GenlMessage::from_payload(payload);
     message.set_resolved_family_id(family);
-    let mut packet = NetlinkMessage::from(message);
-    packet.header.flags = flags;
-    packet.header.sequence_number = sequence;
-    packet.finalize();
-    let mut bytes = vec![0u8; packet.buffer_len()];
-    packet.serialize(&mut bytes);
-    bytes
+    crate::netlink::codec::encode_packet(NetlinkMessage::from(message), flags, sequence)
 }
 
 /// `CTRL_CMD_GETFAMILY` for "wireguard".
