@@ -9,6 +9,7 @@ pub mod iface;
 pub mod iptables;
 pub mod masq;
 pub mod nft_attach;
+pub mod records;
 pub mod reference_state;
 pub mod rollback;
 pub mod sublink;

@@ -170,16 +170,7 @@ pub fn list(data_dir: &Path) -> Result<Vec<(PathBuf, Originals)>, CniError> {
     let listed =
         listed.map_err(|e| CniError::io(format!("tuning: cannot list {}: {e}", data_dir.display())))?;
     let Some(entries) = listed else { return Ok(Vec::new()) };
-    let mut records = Vec::new();
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().is_some_and(|x| x == "json") {
-            if let Some(record) = load(&path)? {
-                records.push((path, record));
-            }
-        }
-    }
-    Ok(records)
+    crate::common::records::load_all(entries, load)
 }
 
 /// Removes whatever unreadable thing has a record's name (garbage, a link, a directory:

@@ -124,16 +124,7 @@ pub fn list(data_dir: &Path, network: &str) -> Result<Vec<(PathBuf, Record)>, Cn
     }
     let entries = std::fs::read_dir(&dir)
         .map_err(|e| CniError::io(format!("firewall: cannot list {}: {e}", dir.display())))?;
-    let mut records = Vec::new();
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().is_some_and(|x| x == "json") {
-            if let Some(record) = load(&path)? {
-                records.push((path, record));
-            }
-        }
-    }
-    Ok(records)
+    crate::common::records::load_all(entries, load)
 }
 
 #[cfg(test)]
