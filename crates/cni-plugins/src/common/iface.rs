@@ -182,23 +182,47 @@ pub fn refuse_router_addresses(
     ifname: &str,
     addressed_by_cni: bool,
 ) -> Result<(), CniError> {
-    if !addressed_by_cni || cni_sdk::delegate::ipam_autoconfigures(req) {
-        return Ok(());
-    }
-    let key = format!("net/ipv6/conf/{ifname}/autoconf");
-    cni_net::sysctl::write_in(ns, &key, "0").ignore_missing().map(drop).or_cni(&format!("set {key}=0"))
+    prepare_container_interface(ns, req, ifname, addressed_by_cni, Announce::No)
 }
 
-/// `arp_notify=1` on the container interface `ifname` in `ns`, as the reference's bridge
-/// and tap set it: the kernel then sends a gratuitous ARP for the interface's addresses
-/// whenever it is brought up again or its MAC changes, so neighbours that cached a reused
-/// address with an earlier container's MAC learn the new one. Best effort, as in the
-/// reference: without it the neighbours still learn the MAC once their entry goes stale.
-pub fn announce_on_link_changes(ns: &cni_net::NetNs, ifname: &str) {
-    let key = format!("net.ipv4.conf.{ifname}.arp_notify");
-    if let Err(e) = cni_net::sysctl::write_in(ns, &key, "1") {
-        eprintln!("cannot set {key}: {e}");
+/// Whether the container interface announces its addresses when it comes up again or
+/// changes MAC (`arp_notify=1`), as the reference's bridge and tap set it: neighbours that
+/// cached a reused address with an earlier container's MAC then learn the new one. Best
+/// effort, as in the reference: without it they still learn it once their entry is stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Announce {
+    Yes,
+    No,
+}
+
+/// [`refuse_router_addresses`] and, with [`Announce::Yes`], `arp_notify=1` on `ifname`,
+/// in one visit of `ns` (each visit moves the calling thread in and back out: two
+/// `setns` calls on every ADD).
+pub fn prepare_container_interface(
+    ns: &cni_net::NetNs,
+    req: &Request,
+    ifname: &str,
+    addressed_by_cni: bool,
+    announce: Announce,
+) -> Result<(), CniError> {
+    let refuse = addressed_by_cni && !cni_sdk::delegate::ipam_autoconfigures(req);
+    if !refuse && announce == Announce::No {
+        return Ok(());
     }
+    let set = || -> Result<(), CniError> {
+        if refuse {
+            let key = format!("net/ipv6/conf/{ifname}/autoconf");
+            cni_net::sysctl::write(&key, "0").ignore_missing().map(drop).or_cni(&format!("set {key}=0"))?;
+        }
+        if announce == Announce::Yes {
+            let key = format!("net.ipv4.conf.{ifname}.arp_notify");
+            if let Err(e) = cni_net::sysctl::write(&key, "1") {
+                eprintln!("cannot set {key}: {e}");
+            }
+        }
+        Ok(())
+    };
+    ns.run(set).or_cni("enter the container's network namespace")?
 }
 
 /// Makes a host-side link CNI created or uses (a bridge, a veth's host end, a VLAN

@@ -147,11 +147,11 @@ impl Tap {
             nl.set_link_master(link.index, bridge.index)
                 .or_cni(&format!("failed to set tap {} as a port of bridge {}", req.ifname, bridge.name))?;
         }
-        iface::refuse_router_addresses(ns, req, &req.ifname, !addresses.is_empty())?;
+        let announce = if addresses.is_empty() { iface::Announce::No } else { iface::Announce::Yes };
+        iface::prepare_container_interface(ns, req, &req.ifname, !addresses.is_empty(), announce)?;
         if addresses.is_empty() {
             nl.set_link_up(link.index).or_cni(&format!("set {} up", req.ifname))?;
         } else {
-            iface::announce_on_link_changes(ns, &req.ifname);
             iface::configure(&mut nl, &link, &addresses.result, CONTAINER_IFACE, false)?;
         }
         let now = nl.require_link(&req.ifname).or_cni("look up the tap")?;

@@ -241,8 +241,8 @@ impl Bridge {
             &mut cont_nl,
             &VethRequest { container_ns: ns, container_ifname: &req.ifname, mtu: conf.mtu(), container_mac },
         )?;
-        iface::refuse_router_addresses(ns, req, &cont_link.name, delegate::has_ipam(req))?;
-        iface::announce_on_link_changes(ns, &cont_link.name);
+        let has_ipam = delegate::has_ipam(req);
+        iface::prepare_container_interface(ns, req, &cont_link.name, has_ipam, iface::Announce::Yes)?;
         attach_host_end(
             &mut host_nl,
             &host_veth.link,
