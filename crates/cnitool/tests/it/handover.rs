@@ -130,7 +130,19 @@ impl Node {
         }
         out.push_str("## links\n");
         for link in self.host.ip_json(&["link", "show"]).as_array().unwrap() {
-            out.push_str(&format!("{} {}\n", link["ifname"], link["flags"]));
+            // The flags the links were set to. Carrier ones follow by themselves, later:
+            // a bridge whose last port went is NO-CARRIER only once the kernel's link
+            // watcher has run (up to a second), so a snapshot taken at once may or may not
+            // show it.
+            let carrier = ["LOWER_UP", "NO-CARRIER", "DORMANT", "M-DOWN"];
+            let flags: Vec<&str> = link["flags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|f| f.as_str())
+                .filter(|f| !carrier.contains(f))
+                .collect();
+            out.push_str(&format!("{} {flags:?}\n", link["ifname"]));
         }
         out.push_str("## addresses\n");
         for link in self.host.ip_json(&["addr", "show"]).as_array().unwrap() {
