@@ -36,7 +36,7 @@ use crate::common::nft_attach;
 use crate::common::reference_state::saved::SavedTable;
 use crate::meta::firewall::config::validate_chain_name;
 use crate::meta::firewall::nftables::FirewallTable;
-use crate::meta::portmap::rules as portmap_rules;
+use crate::meta::portmap::{self, rules as portmap_rules};
 use cni_types::validate::{validate_container_id, validate_interface_name, validate_network_name};
 use layout::{Layout, Mapping, PortmapOptions};
 
@@ -81,10 +81,10 @@ pub struct Plan {
     ours: Vec<(String, Attachment, Vec<OurTable>)>,
 }
 
-/// A key of a plugin configuration, matched without regard to case as the reference's
-/// decoder matches it.
+/// A key of a plugin configuration, matched as the reference's decoder matches it (the
+/// exact key, else one that folds to it: see `cni_types::fold`).
 fn key<'a>(conf: &'a Value, name: &str) -> Option<&'a Value> {
-    conf.as_object()?.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v)
+    cni_types::fold::get(conf.as_object()?, name)
 }
 
 fn plugin_type(conf: &Value) -> &str {
@@ -102,13 +102,9 @@ fn refuse(live: &LiveAttachment, what: String) -> CniError {
 /// `first_only`, as the reference's portmap picks them.
 fn container_addresses(live: &LiveAttachment, first_only: bool) -> Vec<IpNet> {
     let mut out: Vec<IpNet> = Vec::new();
-    for ip in &live.result.ips {
-        let iface = ip.interface.and_then(|i| live.result.interfaces.get(i));
-        if iface.is_some_and(|i| i.name != live.ifname || i.sandbox.is_empty()) {
-            continue;
-        }
-        if !first_only || !out.iter().any(|o| o.addr().is_ipv4() == ip.address.addr().is_ipv4()) {
-            out.push(ip.address);
+    for address in portmap::host::container_addresses(&live.result, &live.ifname) {
+        if !first_only || !out.iter().any(|o| o.addr().is_ipv4() == address.addr().is_ipv4()) {
+            out.push(address);
         }
     }
     out

@@ -8,6 +8,7 @@ use cni_net::nft::conntrack::ConntrackClient;
 use cni_net::nft::{proto, Family};
 use cni_net::Netlink;
 use cni_sdk::{CniError, CniResult};
+use ipnet::IpNet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// The container's address of each family that mappings lead to.
@@ -17,21 +18,26 @@ pub struct ContainerIps {
     pub v6: Option<Ipv6Addr>,
 }
 
+/// The result's addresses of the container interface `ifname`, in order: those the result
+/// ties to another interface, or to one outside the sandbox (e.g. a bridge's gateway
+/// address), are skipped, as the reference skips them.
+pub fn container_addresses<'r>(result: &'r CniResult, ifname: &'r str) -> impl Iterator<Item = IpNet> + 'r {
+    result
+        .ips
+        .iter()
+        .filter(move |ip| {
+            let iface = ip.interface.and_then(|index| result.interfaces.get(index));
+            !iface.is_some_and(|i| i.name != ifname || i.sandbox.is_empty())
+        })
+        .map(|ip| ip.address)
+}
+
 impl ContainerIps {
-    /// As the reference picks them: the first address of each family, skipping addresses
-    /// the result ties to an interface that is not `ifname` inside the sandbox (e.g. a
-    /// bridge's gateway address).
+    /// As the reference picks them: the first of each family of [`container_addresses`].
     pub fn from_result(result: &CniResult, ifname: &str) -> ContainerIps {
         let mut ips = ContainerIps::default();
-        for ip in &result.ips {
-            if let Some(index) = ip.interface {
-                if let Some(iface) = result.interfaces.get(index) {
-                    if iface.name != ifname || iface.sandbox.is_empty() {
-                        continue;
-                    }
-                }
-            }
-            match ip.address.addr() {
+        for address in container_addresses(result, ifname) {
+            match address.addr() {
                 IpAddr::V4(a) if ips.v4.is_none() => ips.v4 = Some(a),
                 IpAddr::V6(a) if ips.v6.is_none() => ips.v6 = Some(a),
                 _ => {}

@@ -17,7 +17,7 @@
 //! with a note on stderr, never written, and the rest of the record still applies.
 
 use super::config::check_net_sysctl;
-use cni_os::fs::{Cleared, Durability};
+use cni_os::fs::Cleared;
 use cni_os::Idempotent;
 use cni_sdk::CniError;
 use serde::{Deserialize, Serialize};
@@ -149,12 +149,7 @@ pub fn load(path: &Path) -> Result<Option<Originals>, CniError> {
 
 /// Writes a record atomically (0600, in a private 0700 directory of ours).
 pub fn store(path: &Path, record: &Originals) -> Result<(), CniError> {
-    let io_err =
-        |what: &str, e: std::io::Error| CniError::io(format!("tuning: {what} {}: {e}", path.display()));
-    let dir = path.parent().unwrap_or(Path::new("."));
-    cni_os::fs::private_dir(dir).map_err(|e| io_err("prepare the directory of", e))?;
-    let data = serde_json::to_vec_pretty(record).expect("record serialises");
-    cni_os::fs::write_atomic(path, &data, 0o600, Durability::Unsynced).map_err(|e| io_err("write", e))
+    crate::common::records::store("tuning", path, record)
 }
 
 /// Whether DEL may restore from records in `data_dir`: ADD makes it a private directory of

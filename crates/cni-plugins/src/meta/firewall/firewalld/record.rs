@@ -11,7 +11,6 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use cni_os::fs::Durability;
 use cni_os::Idempotent;
 use cni_sdk::{Attachment, CniError};
 use serde::{Deserialize, Serialize};
@@ -97,12 +96,7 @@ fn plausible(record: &Record) -> bool {
 
 /// Writes a record atomically (0600, in private 0700 directories).
 pub fn store(path: &Path, record: &Record) -> Result<(), CniError> {
-    let io_err =
-        |what: &str, e: std::io::Error| CniError::io(format!("firewall: {what} {}: {e}", path.display()));
-    let dir = path.parent().unwrap_or(Path::new("."));
-    cni_os::fs::private_dir(dir).map_err(|e| io_err("prepare the directory of", e))?;
-    let data = serde_json::to_vec_pretty(record).expect("a record serialises");
-    cni_os::fs::write_atomic(path, &data, 0o600, Durability::Unsynced).map_err(|e| io_err("write", e))
+    crate::common::records::store("firewall", path, record)
 }
 
 /// Removes a record; a missing one is fine (DEL is idempotent).
