@@ -3,10 +3,18 @@
 //! with the node's block cached (one transaction per ADD instead of a connection and four
 //! round trips). Why: see docs/multi-host.md, "Why a node agent" (figures).
 //!
-//! One JSON request per connection: `{"op": "add"|"del", "config": <the network
-//! configuration>, "handle": "<container-id>/<ifname>"}`; the answer is
-//! `{"address": ..., "gateway": ...}`, `{"released": <ip or null>}` or
-//! `{"code": N, "msg": "..."}`.
+//! One JSON request per connection, of two kinds:
+//!
+//! - `{"op": "run", "env": {<the plugin's CNI_* and trace variables>}, "config": <the
+//!   network configuration>}`, sent by the plugin binary's relay before libc starts (see
+//!   `cni_os::relay`): the agent runs the plugin's ADD or DEL itself, with the plugin's
+//!   code ([`Hosted`]), and answers with the plugin's exit status, stdout and stderr
+//!   (`cni_os::relay::answer`). That is what a plugin process costs here: a start
+//!   without libc's, a read of stdin and one socket round trip.
+//! - `{"op": "add"|"del", "config": <the network configuration>, "handle":
+//!   "<container-id>/<ifname>"}`, sent by the full plugin (when the relay did not serve
+//!   it) and by older plugins; the answer is `{"address": ..., "gateway": ...}`,
+//!   `{"released": <ip or null>}` or `{"code": N, "msg": "..."}`.
 
 use cni_cli::tracing;
 use std::collections::HashMap;
@@ -16,15 +24,20 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cni_os::relay;
 use cni_os::socket::{Framing, Refusal, Server, Service};
+use cni_sdk::{CniError, CniResult, Plugin, Request};
 use cni_types::trace::is_trace_id;
+use cni_types::ErrorCode;
 use serde_json::{json, Value};
 
 use super::allocator::{Allocation, Allocator};
 use super::batch::Batcher;
 use super::config::EtcdIpamConf;
 use super::error::EtcdIpamError;
+use super::keys::handle_id;
 use super::metrics::{op_label, AgentMetrics};
+use super::plugin;
 
 fn agent_error(msg: String) -> EtcdIpamError {
     EtcdIpamError::Unavailable(msg)
@@ -45,11 +58,13 @@ fn exchange(socket: &Path, request: &Value, timeout: Duration) -> Result<Value, 
         .map_err(|e| EtcdIpamError::Store(format!("node agent answered {answer:?}: {e}")))?;
     if let Some(code) = answer["code"].as_u64() {
         let msg = answer["msg"].as_str().unwrap_or_default().to_string();
-        return Err(match code {
-            7 => EtcdIpamError::InvalidConfig(msg),
-            11 => EtcdIpamError::Unavailable(msg),
-            _ => EtcdIpamError::Store(msg),
-        });
+        // The agent's codes are those of `EtcdIpamError::cni_code` and the request server's
+        // refusals; anything else is not an agent's answer.
+        let code = match code {
+            4 | 6 | 7 | 11 | 999 => code as u32,
+            _ => 999,
+        };
+        return Err(EtcdIpamError::FromAgent { code, msg });
     }
     Ok(answer)
 }
@@ -202,11 +217,88 @@ impl Agent {
         }
     }
 
+    /// A relayed plugin run: the plugin's verb, run here on `request`'s variables and
+    /// configuration, answered with its exit status and output.
+    fn run_relayed(&self, request: &Value) -> Vec<u8> {
+        let env: HashMap<&str, &str> = request["env"]
+            .as_object()
+            .map(|vars| vars.iter().filter_map(|(k, v)| Some((k.as_str(), v.as_str()?))).collect())
+            .unwrap_or_default();
+        let config = serde_json::to_vec(&request["config"]).unwrap_or_default();
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        let status = cni_sdk::run_with(
+            &Hosted(self),
+            &|key: &str| env.get(key).map(|v| v.to_string()),
+            &mut config.as_slice(),
+            &mut stdout,
+            &mut stderr,
+        );
+        if status != 0 {
+            // As for the agent's own requests, failures are logged, successes not; the
+            // text is the plugin's, with the runtime's trace id when it sent one.
+            let error = String::from_utf8_lossy(&stderr);
+            tracing::warn!(command = ?env.get("CNI_COMMAND"), error = ?error.trim_end(), "relayed run failed");
+        }
+        relay::answer(status, &stdout, &stderr)
+    }
+
     /// Serves `listener` until it fails (the process normally ends first).
     pub fn serve(self: Arc<Self>, listener: UnixListener) -> std::io::Result<()> {
         let server = Server::new(listener, Framing::Line, "etcd-ipam req");
         server.serve(Arc::new(Requests(self)))
     }
+}
+
+/// The plugin as the agent runs it for a relay: ADD and DEL on the agent's own
+/// allocators (the configuration's `agentSocket` is where the request came from, not
+/// where to send it); every other verb is the full plugin's, which the relay never sends.
+struct Hosted<'a>(&'a Agent);
+
+impl Hosted<'_> {
+    fn counted<T>(&self, op: &'static str, outcome: Result<T, EtcdIpamError>) -> Result<T, CniError> {
+        match &outcome {
+            Ok(_) if op == "add" => self.0.metrics.allocated(),
+            Ok(_) => self.0.metrics.released(),
+            Err(e) => self.0.metrics.failed(op, e),
+        }
+        Ok(outcome?)
+    }
+}
+
+impl Plugin for Hosted<'_> {
+    fn add(&self, req: &Request) -> Result<CniResult, CniError> {
+        let conf = plugin::parse(req)?;
+        let id = handle_id(&req.container_id, &req.ifname);
+        let allocated = self.0.allocator(conf.clone()).and_then(|batcher| batcher.allocate(&id));
+        Ok(plugin::result(&conf, self.counted("add", allocated)?))
+    }
+
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        let conf = plugin::parse(req)?;
+        let id = handle_id(&req.container_id, &req.ifname);
+        let released = self.0.allocator(conf).and_then(|batcher| batcher.release(&id));
+        self.counted("del", released).map(drop)
+    }
+
+    fn check(&self, _: &Request) -> Result<(), CniError> {
+        Err(not_relayed("CHECK"))
+    }
+
+    fn gc(&self, _: &Request) -> Result<(), CniError> {
+        Err(not_relayed("GC"))
+    }
+
+    fn status(&self, _: &Request) -> Result<(), CniError> {
+        Err(not_relayed("STATUS"))
+    }
+
+    fn about(&self) -> String {
+        plugin::EtcdIpam.about()
+    }
+}
+
+fn not_relayed(verb: &str) -> CniError {
+    CniError::new(ErrorCode::InvalidEnvironment, format!("etcd-ipam agent: {verb} is not relayed"))
 }
 
 /// The agent as the request server sees it: one JSON line in, one out.
@@ -219,6 +311,9 @@ impl Service for Requests {
                 let error = EtcdIpamError::Decode(format!("request: {e}"));
                 self.0.metrics.failed("other", &error);
                 json!({"code": 6, "msg": format!("etcd-ipam agent: request is not JSON: {e}")})
+            }
+            Ok(request) if request["op"].as_str() == Some(relay::RUN_OP) => {
+                return self.0.run_relayed(&request)
             }
             Ok(request) => self.0.handle(&request).unwrap_or_else(|e| {
                 // Successes are not logged (thousands a second); a failure is, with the

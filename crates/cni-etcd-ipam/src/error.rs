@@ -20,6 +20,9 @@ pub enum EtcdIpamError {
     Store(String),
     #[error("etcd-ipam: {0}")]
     CheckFailed(String),
+    /// The node agent's error, as it worded and coded it.
+    #[error("{msg}")]
+    FromAgent { code: u32, msg: String },
 }
 
 impl EtcdIpamError {
@@ -31,6 +34,7 @@ impl EtcdIpamError {
                 11
             }
             EtcdIpamError::Store(_) | EtcdIpamError::CheckFailed(_) => 999,
+            EtcdIpamError::FromAgent { code, .. } => *code,
         }
     }
 }

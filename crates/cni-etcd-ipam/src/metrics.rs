@@ -66,6 +66,7 @@ fn reason(error: &EtcdIpamError) -> &'static str {
         EtcdIpamError::Contended(_) => "contended",
         EtcdIpamError::Store(_) => "store",
         EtcdIpamError::CheckFailed(_) => "check_failed",
+        EtcdIpamError::FromAgent { .. } => "agent",
     }
 }
 

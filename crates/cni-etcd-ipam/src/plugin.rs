@@ -7,7 +7,7 @@ use cni_sdk::{CniError, CniResult, GcErrors, Plugin, Request};
 use cni_types::{Dns, IpConfig};
 
 use super::agent;
-use super::allocator::Allocator;
+use super::allocator::{Allocation, Allocator};
 use super::config::EtcdIpamConf;
 use super::error::EtcdIpamError;
 use super::keys::handle_id;
@@ -39,16 +39,7 @@ impl Plugin for EtcdIpam {
             Some(socket) => agent::allocate(socket, &req.stdin, &id, trace_id(req), conf.timeout * 4)?,
             None => load(req)?.allocate(&id)?,
         };
-        Ok(CniResult {
-            interfaces: Vec::new(),
-            ips: vec![IpConfig {
-                interface: None,
-                address: allocation.address,
-                gateway: Some(allocation.gateway),
-            }],
-            routes: conf.routes.clone(),
-            dns: Dns::default(),
-        })
+        Ok(result(&conf, allocation))
     }
 
     fn del(&self, req: &Request) -> Result<(), CniError> {
@@ -127,6 +118,20 @@ impl Plugin for EtcdIpam {
 
     fn about(&self) -> String {
         "etcd-ipam (cni-rs): cluster-wide IPAM, blocks with node affinity in etcd".to_string()
+    }
+}
+
+/// ADD's result: host-local's shape, one address with its gateway and the configured routes.
+pub(crate) fn result(conf: &EtcdIpamConf, allocation: Allocation) -> CniResult {
+    CniResult {
+        interfaces: Vec::new(),
+        ips: vec![IpConfig {
+            interface: None,
+            address: allocation.address,
+            gateway: Some(allocation.gateway),
+        }],
+        routes: conf.routes.clone(),
+        dns: Dns::default(),
     }
 }
 

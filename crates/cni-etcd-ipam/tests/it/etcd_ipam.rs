@@ -252,6 +252,19 @@ fn add_and_del_through_the_node_agent() {
     let second = address(&run(&via_agent, "ADD", "c2").json());
     assert_ne!(first, second);
     assert_eq!(address(&run(&via_agent, "ADD", "c1").json()), first, "a repeated ADD gets the same address");
+    // The relay (the binary hands the whole ADD to the agent before libc starts) prints
+    // what the full plugin prints when it cannot carry the configuration (here the
+    // socket's path written with an escape) and the plugin asks the agent itself.
+    let full = |conf: &Value, command: &str, id: &str| {
+        let text = serde_json::to_string(conf).unwrap().replace("/agent.sock", "\\/agent.sock");
+        PluginCall::new(env!("CARGO_BIN_EXE_etcd-ipam"), command)
+            .container_id(id)
+            .netns("/var/run/netns/ed-unused")
+            .stdin(text)
+            .run()
+    };
+    let (relayed, by_full_plugin) = (run(&via_agent, "ADD", "c1"), full(&via_agent, "ADD", "c1"));
+    assert_eq!((relayed.status, &relayed.stdout), (by_full_plugin.status, &by_full_plugin.stdout));
     assert_eq!(
         etcd_keys(&cluster, "/cni-rs/ipam/edagent/handle/"),
         ["/cni-rs/ipam/edagent/handle/c1/eth0", "/cni-rs/ipam/edagent/handle/c2/eth0"]
@@ -272,6 +285,8 @@ fn add_and_del_through_the_node_agent() {
     let err = run(&bad, "ADD", "y").error();
     assert_eq!(err.code, 7, "{err:?}");
     assert!(err.msg.contains("overlaps pool 10.84.0.0/16 of network edagent"), "{err:?}");
+    let (relayed, by_full_plugin) = (run(&bad, "ADD", "y"), full(&bad, "ADD", "y"));
+    assert_eq!((relayed.status, &relayed.stdout), (by_full_plugin.status, &by_full_plugin.stdout));
 }
 
 #[test]

@@ -10,3 +10,4 @@ mod etcd_ipam;
 mod etcd_ipam_batch;
 mod metrics;
 mod quorum_loss;
+mod relay;

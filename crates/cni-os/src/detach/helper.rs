@@ -31,7 +31,8 @@
 //!   limit (a descriptor numbered above it, opened before the limit was lowered, would
 //!   stay open until the helper exits).
 
-use super::sys;
+use crate::raw as sys;
+use crate::raw::NoPanic;
 use std::os::fd::RawFd;
 
 /// The largest request a helper sends (a link deletion is ~40 bytes).
@@ -153,28 +154,6 @@ extern "C" fn helper(job: *mut libc::c_void) -> libc::c_int {
     // SAFETY: the mapping is the helper's alone (given away by `spawn`), and nothing runs
     // after the unmap but the exit; the two values are in registers before it.
     unsafe { sys::unmap_and_exit(job.mapping, job.mapping_len) }
-}
-
-/// Makes a way for [`helper`] to unwind a link error in optimised builds (the trick of
-/// the `no-panic` crate): the landing pad that would drop this on unwinding calls a
-/// function that does not exist. The helper forgets it on its only way out, so with no
-/// unwinding path the call is dead code and gone. Debug builds keep landing pads for calls
-/// that cannot actually unwind, so it checks nothing there; nor with `panic = "abort"`.
-struct NoPanic;
-
-impl Drop for NoPanic {
-    #[inline(always)]
-    fn drop(&mut self) {
-        #[cfg(not(debug_assertions))]
-        {
-            extern "C" {
-                #[link_name = "\n\ncni-net: the detach helper has a path that can panic (see detach/helper.rs)\n\n"]
-                fn detach_helper_can_panic() -> !;
-            }
-            // SAFETY: never runs (see above); if it is linked at all, linking fails.
-            unsafe { detach_helper_can_panic() }
-        }
-    }
 }
 
 /// Closes every descriptor except `a` and `b` (`-1` for none).

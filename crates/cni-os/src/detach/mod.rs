@@ -34,7 +34,6 @@
 //! If anything fails, nothing was handed off and the caller does the work itself.
 
 mod helper;
-mod sys;
 #[cfg(all(test, any(target_arch = "x86_64", target_arch = "aarch64")))]
 mod tests;
 

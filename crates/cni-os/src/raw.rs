@@ -1,10 +1,11 @@
-//! System calls without libc, for the helper: libc's wrappers set `errno`, which lives in
-//! thread-local storage, and the helper's thread pointer is still the thread's that cloned
-//! it (no `CLONE_SETTLS`): through libc it would write that thread's memory. These write
-//! nothing but the registers and what the call itself is given.
+//! System calls without libc, for code that runs where libc cannot be used: the detach
+//! helper (libc's wrappers set `errno`, which lives in thread-local storage, and the
+//! helper's thread pointer is still the thread's that cloned it: through libc it would
+//! write that thread's memory) and the agent relay (which runs before libc has started).
+//! These write nothing but the registers and what the call itself is given.
 //!
-//! Each is `#[inline(always)]` so that the helper is one function of straight-line code and
-//! system calls (see `helper::NoPanic`).
+//! Each is `#[inline(always)]` so that their callers are straight-line code and system
+//! calls (see [`NoPanic`]).
 
 /// System call `number` with six arguments: the result, or `-errno`.
 ///
@@ -13,7 +14,7 @@
 /// to memory the call may read or write, for as long as the call runs.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(super) unsafe fn call(number: libc::c_long, args: [usize; 6]) -> isize {
+pub(crate) unsafe fn call(number: libc::c_long, args: [usize; 6]) -> isize {
     let result: isize;
     // SAFETY: the `syscall` instruction with the kernel's x86_64 convention; it clobbers
     // only rcx and r11 (declared), and what it reads or writes through the arguments is the
@@ -39,7 +40,7 @@ pub(super) unsafe fn call(number: libc::c_long, args: [usize; 6]) -> isize {
 /// (which is why nothing runs after the unmap but the exit).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(super) unsafe fn unmap_and_exit(addr: usize, len: usize) -> ! {
+pub(crate) unsafe fn unmap_and_exit(addr: usize, len: usize) -> ! {
     // SAFETY: two system calls in a row, registers only: after the munmap no instruction
     // reads or writes memory, and exit (of this task only, not its thread group: the
     // helper is a process of its own) does not return.
@@ -62,7 +63,7 @@ pub(super) unsafe fn unmap_and_exit(addr: usize, len: usize) -> ! {
 /// As for the x86_64 version.
 #[cfg(target_arch = "aarch64")]
 #[inline(always)]
-pub(super) unsafe fn call(number: libc::c_long, args: [usize; 6]) -> isize {
+pub(crate) unsafe fn call(number: libc::c_long, args: [usize; 6]) -> isize {
     let result: isize;
     // SAFETY: `svc 0` with the kernel's aarch64 convention (number in x8, result in x0);
     // it clobbers no other register. Memory as for the x86_64 version.
@@ -84,7 +85,7 @@ pub(super) unsafe fn call(number: libc::c_long, args: [usize; 6]) -> isize {
 /// As for the x86_64 version.
 #[cfg(target_arch = "aarch64")]
 #[inline(always)]
-pub(super) unsafe fn unmap_and_exit(addr: usize, len: usize) -> ! {
+pub(crate) unsafe fn unmap_and_exit(addr: usize, len: usize) -> ! {
     // SAFETY: as for the x86_64 version.
     unsafe {
         std::arch::asm!(
@@ -104,7 +105,7 @@ pub(super) unsafe fn unmap_and_exit(addr: usize, len: usize) -> ! {
 /// # Safety
 /// None needed; it only aborts.
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-pub(super) unsafe fn call(_: libc::c_long, _: [usize; 6]) -> isize {
+pub(crate) unsafe fn call(_: libc::c_long, _: [usize; 6]) -> isize {
     std::process::abort()
 }
 
@@ -113,6 +114,29 @@ pub(super) unsafe fn call(_: libc::c_long, _: [usize; 6]) -> isize {
 /// # Safety
 /// None needed; it only aborts.
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-pub(super) unsafe fn unmap_and_exit(_: usize, _: usize) -> ! {
+pub(crate) unsafe fn unmap_and_exit(_: usize, _: usize) -> ! {
     std::process::abort()
+}
+
+/// Makes a way for code that must not unwind to unwind a link error in optimised builds
+/// (the trick of the `no-panic` crate): the landing pad that would drop this on unwinding
+/// calls a function that does not exist. The code forgets it on each of its ways out, so
+/// with no unwinding path the call is dead code and gone. Debug builds keep landing pads
+/// for calls that cannot actually unwind, so it checks nothing there; nor with
+/// `panic = "abort"`.
+pub(crate) struct NoPanic;
+
+impl Drop for NoPanic {
+    #[inline(always)]
+    fn drop(&mut self) {
+        #[cfg(not(debug_assertions))]
+        {
+            extern "C" {
+                #[link_name = "\n\ncni-os: code guarded by NoPanic (the detach helper, the agent relay) has a path that can panic\n\n"]
+                fn code_guarded_by_no_panic_can_panic() -> !;
+            }
+            // SAFETY: never runs (see above); if it is linked at all, linking fails.
+            unsafe { code_guarded_by_no_panic_can_panic() }
+        }
+    }
 }
