@@ -68,7 +68,7 @@ const MAX_ENV: usize = 64 << 10;
 const MAX_ANSWER: usize = 256 << 10;
 /// `struct sockaddr_un`.
 const SOCKADDR_LEN: usize = 110;
-const MAPPING: usize = MAX_STDIN + (MAX_STDIN + MAX_ENV) + MAX_ANSWER + SOCKADDR_LEN;
+const MAPPING: usize = SOCKADDR_LEN + MAX_STDIN + (MAX_STDIN + MAX_ENV) + MAX_ANSWER;
 /// The agent's timeout when the configuration sets none: four of etcd-ipam's default
 /// per-call timeouts, as the full plugin waits.
 const DEFAULT_TIMEOUT_MS: u64 = 2000;
@@ -199,19 +199,19 @@ fn relay(process: &Process) -> Option<i32> {
         return None;
     }
     let mapping = Mapping::new()?;
-    let (stdin_area, rest) = mapping.bytes.split_at_mut_checked(MAX_STDIN)?;
-    let (request_area, rest) = rest.split_at_mut_checked(MAX_STDIN + MAX_ENV)?;
-    let (answer_area, sockaddr) = rest.split_at_mut_checked(MAX_ANSWER)?;
-    let stdin = read_stdin(stdin_area);
+    // Each buffer starts where the one before ended (the address first, then stdin, the
+    // request, the answer): a relay touches three pages of the mapping, not one per buffer.
+    let (sockaddr, rest) = mapping.bytes.split_at_mut_checked(SOCKADDR_LEN)?;
+    let stdin = read_stdin(rest.get_mut(..MAX_STDIN)?);
     let outcome = match stdin {
-        Stdin::Whole(len) => {
-            let config = stdin_area.get(..len).unwrap_or_default();
-            exchange(process, config, request_area, answer_area, sockaddr)
-        }
+        Stdin::Whole(len) => match rest.split_at_mut_checked(len) {
+            Some((config, work)) => exchange(process, config, work, sockaddr),
+            None => None,
+        },
         Stdin::TooLong | Stdin::Failed => None,
     };
     if outcome.is_none() {
-        put_stdin_back(stdin_area, stdin);
+        put_stdin_back(rest.get_mut(..MAX_STDIN)?, stdin);
     }
     outcome
 }
@@ -308,17 +308,13 @@ fn put_stdin_back(area: &mut [u8], stdin: Stdin) {
 /// Sends the request, takes the answer, writes the plugin's output: its exit status, or
 /// `None` (nothing written) when the agent was not reached or answered in another shape.
 #[inline(always)]
-fn exchange(
-    process: &Process,
-    config: &[u8],
-    request_area: &mut [u8],
-    answer_area: &mut [u8],
-    sockaddr: &mut [u8],
-) -> Option<i32> {
+fn exchange(process: &Process, config: &[u8], work: &mut [u8], sockaddr: &mut [u8]) -> Option<i32> {
     let keys = scan::agent_keys(config)?;
     let (start, end) = keys.socket?;
     let socket_path = config.get(start..end)?;
-    let request = build_request(process, config, request_area)?;
+    let request_len = build_request(process, config, work.get_mut(..MAX_STDIN + MAX_ENV)?)?.len();
+    let (request, answer_area) = work.split_at_mut_checked(request_len)?;
+    let answer_area = answer_area.get_mut(..MAX_ANSWER)?;
     let timeout_ms = keys.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS).max(1).saturating_mul(4);
     let fd = connect(socket_path, sockaddr, timeout_ms)?;
     let answered = write_all(fd, request).then(|| read_to_end(fd, answer_area)).flatten();
