@@ -251,11 +251,7 @@ fn serve(mut stream: TcpStream, hostility: &Hostility, stop: &AtomicBool) -> io:
         match kind {
             SETTINGS if flags & ACK == 0 => stream.write_all(&frame(SETTINGS, ACK, 0, &[]))?,
             PING if flags & ACK == 0 => stream.write_all(&frame(PING, ACK, 0, &payload))?,
-            HEADERS => {
-                if !answer(&mut stream, id, hostility, stop)? {
-                    return Ok(());
-                }
-            }
+            HEADERS if !answer(&mut stream, id, hostility, stop)? => return Ok(()),
             _ => {}
         }
     }
