@@ -135,3 +135,22 @@ fn every_call_and_the_watch_refuse_a_huge_message() {
         assert!(err.is_unavailable() && err.to_string().contains(&limit), "{err}");
     }
 }
+
+/// A watch whose start revision etcd has compacted away is canceled by etcd: an error the
+/// overlay agent answers by listing the keys again and watching from the listing's
+/// revision, never a silent end of events.
+#[test]
+fn a_watch_canceled_for_compaction_is_an_error_naming_the_revision() {
+    use prost::Message;
+    let canceled = cni_etcd::proto::WatchResponse {
+        canceled: true,
+        compact_revision: 42,
+        cancel_reason: "etcdserver: mvcc: required revision has been compacted".into(),
+        ..Default::default()
+    };
+    let member = HostileMember::start(Hostility::Answer(canceled.encode_to_vec()));
+    let mut watch = client(&member, HOUR).watch_prefix(b"/k/", 3).unwrap();
+    let err = watch.next_events(Duration::from_secs(30)).unwrap_err();
+    assert!(matches!(err, Error::Protocol { .. }), "{err}");
+    assert!(err.to_string().contains("compacted up to revision 42"), "{err}");
+}
