@@ -171,3 +171,37 @@ fn no_member_up_is_unreachable() {
     assert!(err.is_unavailable(), "{err}");
     assert!(err.to_string().contains(&port.to_string()), "{err}");
 }
+
+/// A watch started at revision R after a gap sees every change from R on (what the overlay
+/// agent's resync-then-watch relies on); one started below etcd's compaction point is
+/// canceled with an error, never a silent gap.
+#[test]
+fn a_watch_resumes_from_a_revision_and_refuses_a_compacted_one() {
+    let cluster = EtcdCluster::start("edw", 1);
+    let mut client = cluster.client();
+    let first = client.put(b"/w/a", b"1", 0).unwrap();
+    client.put(b"/w/b", b"2", 0).unwrap();
+    client.delete(b"/w/a").unwrap();
+    let mut watch = client.watch_prefix(b"/w/", first + 1).unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..20 {
+        if seen.len() >= 2 {
+            break;
+        }
+        seen.extend(watch.next_events(Duration::from_millis(500)).unwrap());
+    }
+    assert!(matches!(&seen[0], Event::Put(kv) if kv.key == b"/w/b" && kv.value == b"2"), "{seen:?}");
+    assert!(matches!(&seen[1], Event::Delete(kv) if kv.key == b"/w/a"), "{seen:?}");
+    let latest = client.put(b"/w/c", b"3", 0).unwrap();
+    let compacted = std::process::Command::new("/usr/bin/etcdctl")
+        .args(["--endpoints", &cluster.endpoints()[0], "compact", &latest.to_string()])
+        .env("ETCDCTL_API", "3")
+        .output()
+        .unwrap();
+    assert!(compacted.status.success(), "{compacted:?}");
+    let mut stale = client.watch_prefix(b"/w/", first).unwrap();
+    let err = (0..20)
+        .find_map(|_| stale.next_events(Duration::from_millis(500)).err())
+        .expect("a watch below the compaction point was not canceled");
+    assert!(err.to_string().contains(&format!("compacted up to revision {latest}")), "{err}");
+}
