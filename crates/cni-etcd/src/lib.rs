@@ -19,6 +19,7 @@ pub mod proto;
 mod tls;
 mod transport;
 mod watch;
+mod write_batch;
 
 pub use client::{Client, MemberStatus, Observer, CALL_TIMEOUTS, FIRST_PATIENCE};
 pub use error::{Error, Result};

@@ -25,6 +25,8 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use tonic::{Code, Status};
 use tonic_prost::ProstCodec;
 
+use crate::write_batch::BatchedWrites;
+
 /// The largest message one answer (or one watch event batch) may be. etcd refuses
 /// requests over 1.5 MiB by default, so one record is far smaller; the largest answers are
 /// prefix listings (etcd-ipam's GC lists every handle), about 200 bytes per key, so this
@@ -105,16 +107,17 @@ impl Dialer {
 }
 
 /// TCP (with Nagle off: a request is one write, and HTTP/2 frames must not wait for the
-/// acknowledgement of the previous segment), then TLS for an `https://` member.
+/// acknowledgement of the previous segment), then TLS for an `https://` member, under
+/// [`BatchedWrites`] so that a request's frames go out together.
 async fn dial(host: String, tls: Option<Arc<ClientConfig>>) -> io::Result<TokioIo<Box<dyn Io>>> {
     let tcp = TcpStream::connect(&host).await?;
     tcp.set_nodelay(true)?;
-    let Some(config) = tls else { return Ok(TokioIo::new(Box::new(tcp))) };
+    let Some(config) = tls else { return Ok(TokioIo::new(Box::new(BatchedWrites::new(tcp)))) };
     let name = host.rsplit_once(':').map_or(host.as_str(), |(name, _)| name);
     let name = ServerName::try_from(name.trim_start_matches('[').trim_end_matches(']').to_string())
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("TLS: server name {name}: {e}")))?;
     let stream = tokio_rustls::TlsConnector::from(config).connect(name, tcp).await?;
-    Ok(TokioIo::new(Box::new(stream)))
+    Ok(TokioIo::new(Box::new(BatchedWrites::new(stream))))
 }
 
 /// A unary call of `path`; `streaming` for a method whose request and answer are streams
