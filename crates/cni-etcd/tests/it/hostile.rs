@@ -53,6 +53,17 @@ fn a_message_over_the_limit_is_refused() {
     assert!(reason.contains(&format!("over the {} MiB limit", MAX_BODY >> 20)), "{reason}");
 }
 
+/// A header block that never ends is refused at the header list limit, not buffered to
+/// the member's 64 MiB or held until the deadline.
+#[test]
+fn an_endless_header_block_is_refused() {
+    let started = Instant::now();
+    // h2 refuses the flood of CONTINUATION frames ("too_many_continuations").
+    let reason = refusal(Hostility::EndlessHeaders, HOUR);
+    assert!(reason.contains("http2 error"), "{reason}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}
+
 #[test]
 fn garbage_instead_of_http2_is_an_error() {
     let reason = refusal(Hostility::Garbage, HOUR);

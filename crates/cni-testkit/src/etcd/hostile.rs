@@ -29,6 +29,9 @@ pub enum Hostility {
     Trickle(Duration),
     /// Answers with an HTTP/1.1 response instead of HTTP/2.
     Garbage,
+    /// Answers with a header whose value is announced as 64 MiB long, sent in CONTINUATION
+    /// frames that never end the header block.
+    EndlessHeaders,
     /// Answers the start of a message and closes the connection.
     ClosesMidAnswer,
     /// Answers with this gRPC status code and message (no message body).
@@ -49,6 +52,7 @@ const DATA: u8 = 0;
 const HEADERS: u8 = 1;
 const SETTINGS: u8 = 4;
 const PING: u8 = 6;
+const CONTINUATION: u8 = 9;
 const END_STREAM: u8 = 0x1;
 const ACK: u8 = 0x1;
 const END_HEADERS: u8 = 0x4;
@@ -199,6 +203,21 @@ fn answer(stream: &mut TcpStream, id: u32, hostility: &Hostility, stop: &AtomicB
                 }
                 stream.write_all(&frame(DATA, 0, id, &[0x0a]))?;
             }
+        }
+        Hostility::EndlessHeaders => {
+            let mut block = vec![0x88, 0];
+            hpack_integer(6, 7, &mut block);
+            block.extend(b"x-junk");
+            hpack_integer(64 << 20, 7, &mut block);
+            stream.write_all(&frame(HEADERS, 0, id, &block))?;
+            let fragment = vec![b'a'; MAX_FRAME];
+            for _ in 0..(64 << 20) / MAX_FRAME {
+                if stop.load(Ordering::SeqCst) {
+                    return Ok(false);
+                }
+                stream.write_all(&frame(CONTINUATION, 0, id, &fragment))?;
+            }
+            return Ok(false);
         }
         Hostility::ClosesMidAnswer => {
             let bytes = [message_prefix(10), vec![0x0a, 0x08, b'h']].concat();
