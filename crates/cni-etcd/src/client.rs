@@ -93,7 +93,8 @@ impl MemberStatus {
     }
 }
 
-/// Talks to one etcd cluster through any of its members.
+/// Talks to one etcd cluster through any of its members. Its calls block the calling
+/// thread (which must not itself be running an async runtime) until they end.
 pub struct Client {
     endpoints: Vec<String>,
     current: usize,
@@ -251,7 +252,7 @@ impl Client {
                 Ok(Err(failure)) => Err(failure),
                 Ok(Ok((grpc, answer))) => {
                     // The connection carried an answer (or etcd's refusal): keep it.
-                    if !matches!(answer, Err(Failure::Broken(_) | Failure::TimedOut)) {
+                    if !matches!(answer, Err(Failure::Broken(_))) {
                         self.connection = Some(grpc);
                     }
                     answer
