@@ -1,26 +1,7 @@
-//! The v3 API's key-value types, as the JSON gateway spells them: bytes are base64, 64-bit
-//! integers are strings, and fields holding their default value are left out.
+//! The v3 API's key-value types as this crate's users see them, and their etcd messages
+//! ([`crate::proto`]).
 
-use base64::engine::general_purpose::STANDARD as B64;
-use base64::Engine;
-use serde_json::{json, Value};
-
-pub fn encode(bytes: &[u8]) -> String {
-    B64.encode(bytes)
-}
-
-fn decode(text: &str) -> Option<Vec<u8>> {
-    B64.decode(text).ok()
-}
-
-/// An int64 field: a string in the gateway's JSON, absent when zero.
-pub(crate) fn int_field(object: &Value, name: &str) -> i64 {
-    match &object[name] {
-        Value::String(s) => s.parse().unwrap_or(0),
-        Value::Number(n) => n.as_i64().unwrap_or(0),
-        _ => 0,
-    }
-}
+use crate::proto;
 
 /// The end of the key range holding every key that starts with `prefix`.
 pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
@@ -45,25 +26,32 @@ pub struct KeyValue {
     pub lease: i64,
 }
 
-impl KeyValue {
-    pub(crate) fn from_json(object: &Value) -> Option<KeyValue> {
-        Some(KeyValue {
-            key: decode(object["key"].as_str()?)?,
-            value: object["value"].as_str().map(decode).unwrap_or(Some(Vec::new()))?,
-            create_revision: int_field(object, "create_revision"),
-            mod_revision: int_field(object, "mod_revision"),
-            lease: int_field(object, "lease"),
-        })
+impl From<proto::KeyValue> for KeyValue {
+    fn from(kv: proto::KeyValue) -> KeyValue {
+        KeyValue {
+            key: kv.key,
+            value: kv.value,
+            create_revision: kv.create_revision,
+            mod_revision: kv.mod_revision,
+            lease: kv.lease,
+        }
     }
+}
 
+impl KeyValue {
     pub fn key_str(&self) -> String {
         String::from_utf8_lossy(&self.key).into_owned()
     }
 }
 
 /// The key-values of a range answer.
-pub(crate) fn kvs(answer: &Value) -> Vec<KeyValue> {
-    answer["kvs"].as_array().map(|a| a.iter().filter_map(KeyValue::from_json).collect()).unwrap_or_default()
+pub(crate) fn kvs(answer: proto::RangeResponse) -> Vec<KeyValue> {
+    answer.kvs.into_iter().map(KeyValue::from).collect()
+}
+
+/// The revision an answer's header reports (0 when it has none).
+pub(crate) fn revision(header: Option<&proto::ResponseHeader>) -> i64 {
+    header.map_or(0, |header| header.revision)
 }
 
 /// A condition of a transaction.
@@ -76,14 +64,20 @@ pub enum Compare {
 }
 
 impl Compare {
-    fn to_json(&self) -> Value {
-        match self {
-            Compare::ModRevision(key, rev) => json!({
-                "key": encode(key), "target": "MOD", "result": "EQUAL", "mod_revision": rev.to_string()
-            }),
-            Compare::CreateRevision(key, rev) => json!({
-                "key": encode(key), "target": "CREATE", "result": "EQUAL", "create_revision": rev.to_string()
-            }),
+    fn to_proto(&self) -> proto::Compare {
+        let (key, target, revision) = match self {
+            Compare::ModRevision(key, rev) => {
+                (key, proto::TARGET_MOD, proto::CompareTarget::ModRevision(*rev))
+            }
+            Compare::CreateRevision(key, rev) => {
+                (key, proto::TARGET_CREATE, proto::CompareTarget::CreateRevision(*rev))
+            }
+        };
+        proto::Compare {
+            result: proto::COMPARE_EQUAL,
+            target,
+            key: key.clone(),
+            target_union: Some(revision),
         }
     }
 }
@@ -136,24 +130,32 @@ impl Op {
         Op::GetPrefix { prefix: prefix.into(), keys_only }
     }
 
-    fn to_json(&self) -> Value {
-        match self {
-            Op::GetPrefix { prefix, keys_only } => json!({"request_range": {
-                "key": encode(prefix), "range_end": encode(&prefix_end(prefix)), "keys_only": keys_only
-            }}),
-            Op::Put { key, value, lease } => {
-                let mut put = json!({"key": encode(key), "value": encode(value)});
-                if *lease != 0 {
-                    put["lease"] = lease.to_string().into();
-                }
-                json!({ "request_put": put })
-            }
-            Op::Delete { key } => json!({"request_delete_range": {"key": encode(key)}}),
-            Op::Get { key } => json!({"request_range": {"key": encode(key)}}),
-            Op::GetSerializable { key } => {
-                json!({"request_range": {"key": encode(key), "serializable": true}})
-            }
-        }
+    fn to_proto(&self) -> proto::RequestOp {
+        let get = |key: &[u8], serializable| proto::RangeRequest {
+            key: key.to_vec(),
+            serializable,
+            ..Default::default()
+        };
+        let request = match self {
+            Op::GetPrefix { prefix, keys_only } => proto::Request::Range(proto::RangeRequest {
+                key: prefix.clone(),
+                range_end: prefix_end(prefix),
+                keys_only: *keys_only,
+                ..Default::default()
+            }),
+            Op::Put { key, value, lease } => proto::Request::Put(proto::PutRequest {
+                key: key.clone(),
+                value: value.clone(),
+                lease: *lease,
+            }),
+            Op::Delete { key } => proto::Request::DeleteRange(proto::DeleteRangeRequest {
+                key: key.clone(),
+                ..Default::default()
+            }),
+            Op::Get { key } => proto::Request::Range(get(key, false)),
+            Op::GetSerializable { key } => proto::Request::Range(get(key, true)),
+        };
+        proto::RequestOp { request: Some(request) }
     }
 }
 
@@ -166,12 +168,12 @@ pub struct Txn {
 }
 
 impl Txn {
-    pub(crate) fn to_json(&self) -> Value {
-        json!({
-            "compare": self.compare.iter().map(Compare::to_json).collect::<Vec<_>>(),
-            "success": self.success.iter().map(Op::to_json).collect::<Vec<_>>(),
-            "failure": self.failure.iter().map(Op::to_json).collect::<Vec<_>>(),
-        })
+    pub(crate) fn to_proto(&self) -> proto::TxnRequest {
+        proto::TxnRequest {
+            compare: self.compare.iter().map(Compare::to_proto).collect(),
+            success: self.success.iter().map(Op::to_proto).collect(),
+            failure: self.failure.iter().map(Op::to_proto).collect(),
+        }
     }
 }
 
@@ -180,21 +182,26 @@ impl Txn {
 pub struct TxnResponse {
     pub succeeded: bool,
     pub revision: i64,
-    responses: Vec<Value>,
+    responses: Vec<proto::ResponseOp>,
+}
+
+impl From<proto::TxnResponse> for TxnResponse {
+    fn from(answer: proto::TxnResponse) -> TxnResponse {
+        TxnResponse {
+            succeeded: answer.succeeded,
+            revision: revision(answer.header.as_ref()),
+            responses: answer.responses,
+        }
+    }
 }
 
 impl TxnResponse {
-    pub(crate) fn from_json(answer: &Value) -> TxnResponse {
-        TxnResponse {
-            succeeded: answer["succeeded"].as_bool().unwrap_or(false),
-            revision: int_field(&answer["header"], "revision"),
-            responses: answer["responses"].as_array().cloned().unwrap_or_default(),
-        }
-    }
-
     /// The key-values read by the `index`th operation (a [`Op::Get`]) of the branch that ran.
     pub fn range(&self, index: usize) -> Vec<KeyValue> {
-        self.responses.get(index).map(|r| kvs(&r["response_range"])).unwrap_or_default()
+        match self.responses.get(index).and_then(|op| op.response.as_ref()) {
+            Some(proto::Response::Range(range)) => range.kvs.iter().cloned().map(KeyValue::from).collect(),
+            _ => Vec::new(),
+        }
     }
 }
 
@@ -210,27 +217,20 @@ mod tests {
     }
 
     #[test]
-    fn key_value_from_gateway_json() {
-        let kv = KeyValue::from_json(&json!({
-            "key": "Zm9v", "create_revision": "2", "mod_revision": "7", "version": "3", "value": "YmFy"
-        }))
-        .unwrap();
-        assert_eq!((kv.key.as_slice(), kv.value.as_slice()), (&b"foo"[..], &b"bar"[..]));
-        assert_eq!((kv.create_revision, kv.mod_revision, kv.lease), (2, 7, 0));
-        // An empty value is left out by the gateway.
-        assert_eq!(KeyValue::from_json(&json!({"key": "Zm9v"})).unwrap().value, b"");
-    }
-
-    #[test]
-    fn txn_json_spells_revisions_as_strings() {
+    fn txn_ops_become_etcds_requests() {
         let txn = Txn {
-            compare: vec![Compare::ModRevision(b"k".to_vec(), 5)],
-            success: vec![Op::put("k", "v")],
-            failure: vec![Op::get("k")],
+            compare: vec![Compare::CreateRevision(b"k".to_vec(), 0)],
+            success: vec![Op::Put { key: b"k".to_vec(), value: b"v".to_vec(), lease: 7 }],
+            failure: vec![Op::get_prefix("/p/", true), Op::get_serializable("k")],
         };
-        let j = txn.to_json();
-        assert_eq!(j["compare"][0]["mod_revision"], "5");
-        assert_eq!(j["success"][0]["request_put"]["value"], "dg==");
-        assert_eq!(j["failure"][0]["request_range"]["key"], "aw==");
+        let request = txn.to_proto();
+        assert_eq!(request.compare[0].target, proto::TARGET_CREATE);
+        assert_eq!(request.compare[0].target_union, Some(proto::CompareTarget::CreateRevision(0)));
+        let Some(proto::Request::Put(put)) = &request.success[0].request else { panic!("{request:?}") };
+        assert_eq!(put.lease, 7);
+        let Some(proto::Request::Range(prefix)) = &request.failure[0].request else { panic!("{request:?}") };
+        assert_eq!((prefix.range_end.as_slice(), prefix.keys_only), (&b"/p0"[..], true));
+        let Some(proto::Request::Range(get)) = &request.failure[1].request else { panic!("{request:?}") };
+        assert!(get.serializable && get.range_end.is_empty());
     }
 }

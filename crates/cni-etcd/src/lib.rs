@@ -1,31 +1,29 @@
 //! A small etcd v3 client for the cluster-wide parts of cni-rs (the `etcd-ipam` plugin and
-//! the overlay agent).
+//! the overlay agent), over etcd's native gRPC API.
 //!
-//! Why the JSON gateway and not gRPC: etcd serves its v3 API twice, as gRPC and as JSON
-//! over HTTP/1.1 through `ureq` (the gateway, on the same client port: `POST /v3/kv/range` and so on).
-//! gRPC would need protobuf code generation (protoc at build time) and an HTTP/2 stack
-//! (tonic, hyper, tokio), a large part of a short-lived plugin's start-up and size. The
-//! gateway needs a TCP socket and JSON, which the plugins already parse. The price is
-//! bigger messages (base64 keys, decimal strings for revisions), negligible for IPAM's
-//! small records. Every call used here is a unary POST except watch, whose answer is a
-//! chunked stream of newline-delimited JSON messages.
+//! gRPC through tonic's generic client with the few etcd messages used written out by hand
+//! ([`proto`]): nothing is generated at build time (no build script, no `protoc`). The
+//! client is synchronous for its users; a current-thread tokio runtime of its own runs each
+//! call. Every call used here is unary except watch (a stream of answers) and the lease
+//! keep-alive (a stream, of which one request and one answer renew once).
 //!
-//! A member's answer is not trusted with memory or time: the response head, bodies and
-//! stream messages are bounded ([`MAX_HEAD`], [`MAX_HEADERS`], [`MAX_BODY`]) and
-//! a unary answer must arrive within [`ANSWER_TIMEOUTS`] read timeouts; anything over is
-//! an error, so a hostile member cannot make a plugin abort or hang.
+//! A member's answer is not trusted with memory or time: a message is at most
+//! [`MAX_BODY`], a header list at most [`MAX_HEAD`], and each attempt of a call runs under
+//! one deadline from the connection to the answer's last byte; anything over is an error,
+//! so a hostile member cannot make a plugin abort or hang.
 
 mod client;
-mod coalesce;
 mod error;
-mod http;
 mod kv;
+pub mod proto;
 mod tls;
+mod transport;
 mod watch;
+mod write_batch;
 
-pub use client::{Client, Observer};
+pub use client::{Client, MemberStatus, Observer, CALL_TIMEOUTS, FIRST_PATIENCE};
 pub use error::{Error, Result};
-pub use http::{ANSWER_TIMEOUTS, MAX_BODY, MAX_HEAD, MAX_HEADERS};
 pub use kv::{prefix_end, Compare, KeyValue, Op, Txn, TxnResponse};
 pub use tls::{Tls, TlsFiles};
+pub use transport::{MAX_BODY, MAX_HEAD};
 pub use watch::{Event, Watch};

@@ -1,13 +1,15 @@
-//! A watch on a key prefix: the gateway's `/v3/watch` stream, read event by event.
+//! A watch on a key prefix: etcd's Watch stream on a connection of its own, read event
+//! batch by event batch.
 
 use std::time::Duration;
 
-use serde_json::json;
+use tokio::runtime::Runtime;
 
-use crate::client::Client;
+use crate::client::{new_runtime, status_text, within, Client};
 use crate::error::{Error, Result};
-use crate::http::Stream;
-use crate::kv::{encode, int_field, prefix_end, KeyValue};
+use crate::kv::{prefix_end, KeyValue};
+use crate::proto::{self, method};
+use crate::transport::{self, Dialer, Failure};
 
 /// One change to a watched key.
 #[derive(Debug, Clone)]
@@ -17,57 +19,88 @@ pub enum Event {
     Delete(KeyValue),
 }
 
-/// An open watch.
+/// An open watch. Its connection and runtime are its own, so reading it does not disturb
+/// the client's calls (the overlay agent renews its lease between two waits for events).
 pub struct Watch {
-    stream: Stream,
+    answers: tonic::Streaming<proto::WatchResponse>,
+    endpoint: String,
+    dialer: Dialer,
+    runtime: Runtime,
 }
 
 fn protocol(message: impl Into<String>) -> Error {
-    Error::Protocol { path: "/v3/watch".into(), message: message.into() }
+    Error::Protocol { path: method::WATCH.into(), message: message.into() }
 }
 
 impl Watch {
+    /// Opens the watch on the first member that accepts it, each given the client's
+    /// timeout.
     pub(crate) fn start(client: &mut Client, prefix: &[u8], start_revision: i64) -> Result<Watch> {
-        let mut create = json!({"key": encode(prefix), "range_end": encode(&prefix_end(prefix))});
-        if start_revision > 0 {
-            create["start_revision"] = start_revision.to_string().into();
+        let runtime = new_runtime()?;
+        let create = proto::WatchCreateRequest {
+            key: prefix.to_vec(),
+            range_end: prefix_end(prefix),
+            start_revision: start_revision.max(0),
+            progress_notify: false,
+        };
+        let request = proto::WatchRequest { request_union: Some(proto::WatchRequestUnion::Create(create)) };
+        let mut reasons = Vec::new();
+        for _ in 0..client.endpoints().len() {
+            let host = client.current_endpoint().to_string();
+            let dialer = client.dialer().clone();
+            let request = request.clone();
+            let open = async {
+                let grpc = dialer.connect(&host).await?;
+                transport::open_stream(grpc, method::WATCH, request)
+                    .await
+                    .map_err(|status| dialer.failure(status))
+            };
+            match runtime.block_on(within(client.timeout(), open)) {
+                Ok(Ok(answers)) => return Ok(Watch { answers, endpoint: host, dialer, runtime }),
+                Ok(Err(Failure::Broken(reason))) => reasons.push(format!("{host}: {reason}")),
+                Ok(Err(Failure::Status(status))) => reasons.push(format!("{host}: {}", status_text(&status))),
+                Ok(Err(Failure::TimedOut)) | Err(_) => reasons.push(format!("{host}: no answer in time")),
+            }
+            client.next_endpoint();
         }
-        let body = json!({ "create_request": create }).to_string();
-        let stream = client.stream_any("/v3/watch", body.as_bytes())?;
-        Ok(Watch { stream })
+        Err(client.unreachable(reasons))
     }
 
     /// The next batch of events; an empty batch when `timeout` passes without any (the
-    /// caller gets to do its periodic work). An error when the stream breaks: the caller
-    /// re-lists and watches again.
+    /// caller gets to do its periodic work). An error when the stream breaks, or etcd
+    /// cancels the watch (its start revision compacted away): the caller re-lists and
+    /// watches again.
     pub fn next_events(&mut self, timeout: Duration) -> Result<Vec<Event>> {
-        let message = match self.stream.next_message(timeout) {
-            Ok(message) => message,
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                return Ok(Vec::new())
+        let answer = match self.runtime.block_on(within(timeout, self.answers.message())) {
+            Err(_) => return Ok(Vec::new()),
+            Ok(Ok(Some(answer))) => answer,
+            Ok(Ok(None)) => return Err(self.broken("the member ended the watch".into())),
+            Ok(Err(status)) => {
+                let reason = match self.dialer.failure(status) {
+                    Failure::Broken(reason) => reason,
+                    Failure::Status(status) => status_text(&status),
+                    Failure::TimedOut => "no answer in time".into(),
+                };
+                return Err(self.broken(reason));
             }
-            Err(e) => return Err(Error::Unreachable { endpoints: "watch".into(), reason: e.to_string() }),
         };
-        let value: serde_json::Value =
-            serde_json::from_slice(&message).map_err(|e| protocol(format!("{e}")))?;
-        if let Some(error) = value.get("error") {
-            return Err(protocol(error.to_string()));
+        if answer.canceled || answer.compact_revision > 0 {
+            return Err(protocol(format!(
+                "watch canceled (compacted up to revision {}): {}",
+                answer.compact_revision, answer.cancel_reason
+            )));
         }
-        let result = &value["result"];
-        if result["canceled"].as_bool() == Some(true) || int_field(result, "compact_revision") > 0 {
-            return Err(protocol(format!("watch canceled: {result}")));
-        }
-        let events = result["events"].as_array().cloned().unwrap_or_default();
-        Ok(events
-            .iter()
+        Ok(answer
+            .events
+            .into_iter()
             .filter_map(|event| {
-                let kv = KeyValue::from_json(&event["kv"])?;
-                Some(if event["type"].as_str() == Some("DELETE") {
-                    Event::Delete(kv)
-                } else {
-                    Event::Put(kv)
-                })
+                let kv = KeyValue::from(event.kv?);
+                Some(if event.r#type == proto::EVENT_DELETE { Event::Delete(kv) } else { Event::Put(kv) })
             })
             .collect())
+    }
+
+    fn broken(&self, reason: String) -> Error {
+        Error::Unreachable { endpoints: self.endpoint.clone(), reason }
     }
 }

@@ -45,7 +45,7 @@ fn the_agent_sub_command_refuses_bad_arguments_naming_them() {
 }
 
 #[test]
-fn the_multi_call_binary_has_no_etcd_ipam_and_no_etcd_or_tls_code() {
+fn the_multi_call_binary_has_no_etcd_ipam_and_no_etcd_grpc_or_tls_code() {
     let multi_call = fresh_workspace_binary("cni-plugins", "cni-plugins");
     let list = Command::new(&multi_call).arg("--list").output().unwrap();
     let names = String::from_utf8(list.stdout).unwrap();
@@ -57,7 +57,7 @@ fn the_multi_call_binary_has_no_etcd_ipam_and_no_etcd_or_tls_code() {
         let bytes = std::fs::read(binary).unwrap();
         bytes.windows(name.len()).any(|w| w == name)
     };
-    for crate_name in [&b"rustls"[..], b"cni_etcd"] {
+    for crate_name in [&b"rustls"[..], b"cni_etcd", b"tonic", b"hyper"] {
         assert!(linked(env!("CARGO_BIN_EXE_etcd-ipam").as_ref(), crate_name));
         assert!(
             !linked(&multi_call, crate_name),

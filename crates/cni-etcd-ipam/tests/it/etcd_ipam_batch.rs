@@ -150,11 +150,13 @@ fn concurrent_adds_of_several_nodes_never_share_an_address() {
 }
 
 /// A TCP proxy in front of one etcd member that, while `swallow` is set, forwards every
-/// request but drops the connection as soon as etcd starts answering: the request took
-/// effect, the client sees its connection reset and cannot know (a leader lost right
-/// after accepting a write). While `hold` is set it forwards every request and keeps
-/// the connection open, but no answer ever reaches the client (a member whose leader died
-/// with the write in flight, or one wedged after committing).
+/// request but drops the connection as soon as etcd starts answering one (its HEADERS
+/// frame, which etcd sends once the request took effect): the client sees its connection
+/// reset and cannot know (a leader lost right after accepting a write). The HTTP/2 control
+/// frames etcd sends unasked (SETTINGS, PING, WINDOW_UPDATE) pass: dropping the connection
+/// at those would cut requests off before etcd had them. While `hold` is set it forwards
+/// every request and keeps the connection open, but nothing ever reaches the client (a
+/// member whose leader died with the write in flight, or one wedged after committing).
 struct SwallowingProxy {
     endpoint: String,
     swallow: Arc<AtomicBool>,
@@ -194,17 +196,25 @@ impl SwallowingProxy {
     }
 }
 
+/// HTTP/2's frame type of a header block: the start of an answer.
+const HEADERS_FRAME: u8 = 1;
+
+/// Relays etcd's HTTP/2 frames to the client, one whole frame at a time.
 fn relay_answers(mut server: TcpStream, mut client: TcpStream, swallow: &AtomicBool, hold: &AtomicBool) {
-    let mut buf = [0u8; 16384];
     loop {
-        let n = match server.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
+        let mut frame = vec![0u8; 9];
+        if server.read_exact(&mut frame).is_err() {
+            break;
+        }
+        let (length, kind) = (u32::from_be_bytes([0, frame[0], frame[1], frame[2]]) as usize, frame[3]);
+        frame.resize(9 + length, 0);
+        if server.read_exact(&mut frame[9..]).is_err() {
+            break;
+        }
         if hold.load(Ordering::SeqCst) {
             continue;
         }
-        if swallow.load(Ordering::SeqCst) || client.write_all(&buf[..n]).is_err() {
+        if (swallow.load(Ordering::SeqCst) && kind == HEADERS_FRAME) || client.write_all(&frame).is_err() {
             break;
         }
     }

@@ -79,8 +79,7 @@ fn wait_leaderless(cluster: &EtcdCluster, index: usize) {
     let endpoint = [cluster.endpoints()[index].clone()];
     let mut client = cni_etcd::Client::new(&endpoint, Duration::from_secs(1)).unwrap();
     cni_testkit::poll::until(&format!("member {index} to step down"), Duration::from_secs(30), || {
-        let status = client.call("/v3/maintenance/status", &json!({}));
-        status.is_ok_and(|s| s["leader"].as_str().unwrap_or("0") == "0")
+        client.member_status().is_ok_and(|status| status.leader == 0)
     });
 }
 

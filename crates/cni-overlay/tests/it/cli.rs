@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cni_testkit::etcd::HostileServer;
+use cni_testkit::etcd::{HostileMember, Hostility};
 use cni_testkit::ns::TestNetns;
 use tempfile::TempDir;
 
@@ -100,11 +100,11 @@ fn unreachable_etcd_fails_clearly_and_changes_nothing() {
 #[test]
 fn a_hostile_etcd_member_is_an_error_not_an_abort() {
     let node = Node::new("ot");
-    let member = HostileServer::start(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n\r\n");
+    let member = HostileMember::start(Hostility::ClaimsHugeMessage);
     let out = node.agent(&member.endpoint()).args(["--device", "otvx0"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "killed by a signal? {out:?}");
-    assert!(stderr.contains("Content-Length of 1000000000000 bytes is over the 8 MiB limit"), "{stderr}");
+    assert!(stderr.contains("found 1000000000 bytes") && stderr.contains("over the 8 MiB limit"), "{stderr}");
     assert!(!node.has_link("otvx0"), "a device was left behind");
     assert!(!node.subnet_file().exists(), "a subnet file was written");
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::harness::{wait_for, Cluster, DEVICE, PREFIX};
 use cni_net::netlink::AddressFlags;
 use cni_overlay::dataplane::vtep_mac;
-use cni_testkit::etcd::{EtcdCluster, HostileServer};
+use cni_testkit::etcd::{EtcdCluster, HostileMember, Hostility};
 use ipnet::{IpNet, Ipv4Net};
 
 /// An underlay address on the test's underlay network that no host has.
@@ -67,7 +67,7 @@ fn hostile_records_get_no_entries_and_the_genuine_peers_converge() {
     let lease = cluster.etcd.client().lease_grant(600).unwrap();
     let mut hostile = Hostile { keys: Vec::new(), subnets: Vec::new(), underlays: vec![EVIL] };
     plant_before_the_agents(&cluster, &mut hostile, lease);
-    let member = HostileServer::start(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n\r\n");
+    let member = HostileMember::start(Hostility::ClaimsHugeMessage);
     let obstacle = start_agents_with_a_refused_route_to_b(&mut cluster, &endpoints, &member);
     plant_while_the_agents_watch(&cluster, &mut hostile, lease);
     a_converges_around_the_refused_peer(&cluster);
@@ -110,7 +110,7 @@ struct Obstacle {
 fn start_agents_with_a_refused_route_to_b(
     cluster: &mut Cluster,
     endpoints: &[String],
-    member: &HostileServer,
+    member: &HostileMember,
 ) -> Obstacle {
     cluster.hosts[1].start_agent(endpoints, &[]);
     let c_endpoints = [vec![member.endpoint()], endpoints.to_vec()].concat();
@@ -248,19 +248,19 @@ fn agents_reach_etcd_over_tls_with_client_certificates() {
 }
 
 /// A running agent whose only live member turns out hostile (the genuine one dies, the
-/// next endpoint answers with a 10^12-byte body) logs the refusal and keeps running: no
+/// next endpoint answers with a message claiming 1 GB) logs the refusal and keeps running: no
 /// abort, and its device and subnet stay.
 #[test]
 fn a_hostile_member_mid_run_is_logged_and_the_agent_keeps_running() {
     let mut cluster = Cluster::start("ot", EtcdCluster::start("ot", 1), 1);
-    let member = HostileServer::start(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n\r\n");
+    let member = HostileMember::start(Hostility::ClaimsHugeMessage);
     let endpoints = [cluster.etcd.endpoints(), vec![member.endpoint()]].concat();
     cluster.hosts[0].start_agent(&endpoints, &[]);
     cluster.etcd.kill(0);
     let logged = wait_for(Duration::from_secs(10), || {
         cluster.hosts[0]
             .agent_log()
-            .contains("Content-Length of 1000000000000 bytes is over the 8 MiB limit")
+            .contains("over the 8 MiB limit: Error, decoded message length too large: found 1000000000 bytes")
             .then_some(())
     });
     assert!(logged.is_some(), "{}", cluster.logs());

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use cni_etcd::{Client, Tls};
-pub use hostile::HostileServer;
+pub use hostile::{HostileMember, Hostility};
 pub use pki::Pki;
 
 const ETCD: &str = "/usr/bin/etcd";
@@ -252,11 +252,7 @@ impl EtcdCluster {
             else {
                 return false;
             };
-            let status = client.call("/v3/maintenance/status", &serde_json::json!({}));
-            // Ids are 64-bit numbers the gateway writes as strings.
-            status.is_ok_and(|s| {
-                s["leader"].as_str().is_some_and(|l| l != "0" && s["header"]["member_id"] == l)
-            })
+            client.member_status().is_ok_and(|status| status.is_leader())
         })
     }
 

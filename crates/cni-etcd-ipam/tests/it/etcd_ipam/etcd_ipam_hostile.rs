@@ -1,33 +1,71 @@
-//! etcd-ipam against a hostile etcd member (a fake one on 127.0.0.1 answering every request
-//! with sizes meant to exhaust memory): the plugin must answer with CNI error JSON, code 11
-//! and exit status 1, never abort on an allocation. A module of the etcd_ipam tests, whose
-//! helpers it uses.
+//! etcd-ipam against a hostile etcd member (a fake one on 127.0.0.1 answering every gRPC
+//! call with sizes meant to exhaust memory, garbage, silence or a trickle): the plugin must
+//! answer with CNI error JSON, code 11 and exit status 1, within its deadline, never abort
+//! on an allocation. A module of the etcd_ipam tests, whose helpers it uses.
 
-use cni_testkit::etcd::HostileServer;
+use std::time::{Duration, Instant};
+
+use cni_testkit::etcd::{HostileMember, Hostility};
 
 use super::{conf, run};
 
-const CHUNKED: &[u8] = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
-
-fn assert_refused(server: &HostileServer, what: &str) {
-    let conf = conf(&[server.endpoint()], "ethost", "node-a", &["10.93.0.0/16"], 26);
-    for command in ["ADD", "DEL"] {
-        let out = run(&conf, command, "c1");
-        assert_eq!(out.status, 1, "{command} against {what}: status {} (-1: killed by a signal)", out.status);
-        let err = out.error();
-        assert_eq!(err.code, 11, "{command} against {what}: {err:?}");
-        assert!(err.msg.contains("limit"), "{command} against {what}: {err:?}");
-    }
+/// Runs ADD and DEL against `member`; returns each error message (code 11, exit 1 checked).
+fn refused(member: &HostileMember, what: &str, timeout_ms: u64) -> Vec<String> {
+    let mut conf = conf(&[member.endpoint()], "ethost", "node-a", &["10.93.0.0/16"], 26);
+    conf["ipam"]["timeoutMs"] = timeout_ms.into();
+    ["ADD", "DEL"]
+        .into_iter()
+        .map(|command| {
+            let started = Instant::now();
+            let out = run(&conf, command, "c1");
+            // Two timeouts per call (CALL_TIMEOUTS), and a DEL makes a few calls at most.
+            let limit = Duration::from_millis(timeout_ms) * 8 + Duration::from_secs(5);
+            assert!(started.elapsed() < limit, "{command} against {what} took {:?}", started.elapsed());
+            assert_eq!(
+                out.status, 1,
+                "{command} against {what}: status {} (-1: killed by a signal)",
+                out.status
+            );
+            let err = out.error();
+            assert_eq!(err.code, 11, "{command} against {what}: {err:?}");
+            err.msg
+        })
+        .collect()
 }
 
 #[test]
 fn oversized_answers_are_code_11_not_an_abort() {
-    let huge_length = HostileServer::start(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n\r\n{}");
-    assert_refused(&huge_length, "Content-Length 1e12");
-    // A chunk size no one allocates, then as much of it as the client keeps reading.
-    let huge_chunk =
-        HostileServer::start_endless(&[CHUNKED, b"ffffffffffff\r\n"].concat(), &vec![b'x'; 1 << 20]);
-    assert_refused(&huge_chunk, "chunk size ffffffffffff");
-    let endless_line = HostileServer::start_endless(b"HTTP/1.1 200 OK\r\nX-Junk: ", &[b'a'; 4096]);
-    assert_refused(&endless_line, "an endless header line");
+    for (hostility, what) in
+        [(Hostility::ClaimsHugeMessage, "a length prefix of 1 GB"), (Hostility::Oversized, "a 9 MiB message")]
+    {
+        let member = HostileMember::start(hostility);
+        for msg in refused(&member, what, 2000) {
+            assert!(msg.contains("over the 8 MiB limit"), "{what}: {msg}");
+        }
+    }
+}
+
+#[test]
+fn broken_answers_are_code_11_not_an_abort() {
+    for (hostility, what) in [
+        (Hostility::Garbage, "HTTP/1.1 instead of HTTP/2"),
+        (Hostility::ClosesMidAnswer, "a message cut short"),
+        (Hostility::Status(14, "etcdserver: no leader".into()), "UNAVAILABLE"),
+    ] {
+        let member = HostileMember::start(hostility);
+        refused(&member, what, 500);
+    }
+}
+
+/// Silence and a trickle each hold a call only until its deadline.
+#[test]
+fn a_silent_or_trickling_member_is_code_11_within_the_deadline() {
+    for (hostility, what) in
+        [(Hostility::Silent, "silence"), (Hostility::Trickle(Duration::from_millis(20)), "a trickle")]
+    {
+        let member = HostileMember::start(hostility);
+        for msg in refused(&member, what, 300) {
+            assert!(msg.contains("no answer within"), "{what}: {msg}");
+        }
+    }
 }
