@@ -28,12 +28,25 @@ pub(crate) struct Operation {
 pub struct Batch {
     pub(crate) ops: Vec<Operation>,
     next_set_id: u32,
+    /// Whether new rules are echoed back (`NLM_F_ECHO`), for their handles.
+    echo_rules: bool,
 }
 
 impl Batch {
-    /// An empty batch.
+    /// An empty batch. The rules it adds are not echoed back, so the commit reports no
+    /// handles for them: an echo makes the kernel encode every new rule whole (and the
+    /// commit read and decode it) for a handle that the plugins, which delete a
+    /// container's rules with its chain, never use. [`Batch::with_rule_handles`] asks for
+    /// them.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty batch whose new rules the kernel echoes back, so that
+    /// [`CommitOutcome::rule_handle`](super::CommitOutcome::rule_handle) reports their
+    /// handles.
+    pub fn with_rule_handles() -> Self {
+        Self { echo_rules: true, ..Self::default() }
     }
 
     /// Number of operations.
@@ -133,8 +146,8 @@ impl Batch {
         self.push(NFT_MSG_DELRULE, 0, family, what, |w| encode_chain_filter(w, table, chain))
     }
 
-    /// Appends a rule at the end of its chain. The kernel echoes the new rule back, so its
-    /// handle is in the [`CommitOutcome`](super::CommitOutcome).
+    /// Appends a rule at the end of its chain. In a batch made by
+    /// [`Batch::with_rule_handles`] its handle is in the [`CommitOutcome`](super::CommitOutcome).
     pub fn add_rule(&mut self, rule: &Rule) -> usize {
         self.rule_op(rule, NLM_F_APPEND, None, "add")
     }
@@ -156,7 +169,8 @@ impl Batch {
 
     fn rule_op(&mut self, rule: &Rule, place: u16, position: Option<u64>, verb: &str) -> usize {
         let what = format!("{verb} rule {}", chain_path(rule.family, &rule.table, &rule.chain));
-        let flags = NLM_F_CREATE | NLM_F_ECHO | place;
+        let echo = if self.echo_rules { NLM_F_ECHO } else { 0 };
+        let flags = NLM_F_CREATE | echo | place;
         self.push(NFT_MSG_NEWRULE, flags, rule.family, what, |w| rule.encode(w, position))
     }
 

@@ -16,7 +16,7 @@ use crate::Idempotent;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Receive-buffer room per batch operation: the kernel's accounting of one ACK plus one
-/// echoed rule (a 20 000-rule batch is tested to fit).
+/// echoed rule, when the batch asks for echoes (a 20 000-rule batch is tested to fit).
 const ANSWER_BYTES_PER_OPERATION: usize = 2048;
 
 /// What a successful commit reports back.
@@ -88,8 +88,9 @@ impl NftClient {
         // Sequence numbers: the begin marker, each operation, the end marker.
         let begin_seq = self.sock.conversation.reserve_sequences(count as u32 + 2);
         let wire = batch.encode(begin_seq);
-        // Each operation is answered with an ACK, rules also with their echo; all of it
-        // is queued before we read, so the receive buffer must hold it (ENOBUFS otherwise).
+        // Each operation is answered with an ACK, rules also with their echo if the batch
+        // asked for one; all of it is queued before we read, so the receive buffer must
+        // hold it (ENOBUFS otherwise).
         self.sock.make_room(wire.len() + count * ANSWER_BYTES_PER_OPERATION)?;
         let mut handles = vec![None; count];
         let outcome = self.sock.conversation.batch(&wire, begin_seq, count, |index, message| {

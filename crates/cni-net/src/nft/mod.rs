@@ -23,7 +23,7 @@
 //! use cni_net::nft::{Batch, Chain, ChainType, Family, Hook, NftClient, RuleBuilder, Table};
 //! # fn main() -> Result<(), cni_net::nft::NftError> {
 //! let mut nft = NftClient::new()?;
-//! let mut batch = Batch::new();
+//! let mut batch = Batch::with_rule_handles();
 //! batch.add_table(&Table::new(Family::Inet, "cni-demo"));
 //! batch.add_chain(&Chain::base(Family::Inet, "cni-demo", "postrouting", ChainType::Nat,
 //!     Hook::Postrouting, cni_net::nft::priority::SRCNAT));

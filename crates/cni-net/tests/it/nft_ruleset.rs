@@ -25,7 +25,7 @@ fn exprs_of(rule: &Value) -> Value {
 fn masquerade_chain_for_a_container_is_what_nft_shows() {
     in_fresh_netns(|| {
         let mut nft = NftClient::new().unwrap();
-        let mut b = Batch::new();
+        let mut b = Batch::with_rule_handles();
         nat_table(&mut b);
         b.add_chain(&Chain::regular(Family::Inet, T, "CNI-abc"));
         let masq = RuleBuilder::new(Family::Inet, T, "CNI-abc")
@@ -156,10 +156,38 @@ fn comments(nft: &mut NftClient, chain: &str) -> Vec<String> {
 }
 
 #[test]
+fn a_batch_without_rule_handles_adds_the_same_rules_and_reports_no_handle() {
+    in_fresh_netns(|| {
+        let mut nft = NftClient::new().unwrap();
+        let rulesets: Vec<Value> = [Batch::new(), Batch::with_rule_handles()]
+            .into_iter()
+            .map(|mut b| {
+                b.add_table(&Table::new(Family::Inet, T));
+                b.add_chain(&Chain::regular(Family::Inet, T, "c"));
+                let ops: Vec<usize> = ["a", "b"].iter().map(|t| b.add_rule(&tagged("c", t))).collect();
+                let out = nft.commit(&b).unwrap();
+                let echoed = ops.iter().filter(|op| out.rule_handle(**op).is_some()).count();
+                let rules = chain_rules(&nft_ruleset(), T, "c");
+                let mut del = Batch::new();
+                del.delete_table(Family::Inet, T);
+                nft.commit(&del).unwrap();
+                json!({"echoed": echoed, "comments": rules.iter().map(|r| r["comment"].clone()).collect::<Vec<_>>(),
+                       "expr": rules.iter().map(exprs_of).collect::<Vec<_>>()})
+            })
+            .collect();
+        assert_eq!(rulesets[0]["echoed"], json!(0), "no echo asked for, no handle reported");
+        assert_eq!(rulesets[1]["echoed"], json!(2));
+        assert_eq!(rulesets[0]["comments"], json!(["a", "b"]));
+        assert_eq!(rulesets[0]["comments"], rulesets[1]["comments"]);
+        assert_eq!(rulesets[0]["expr"], rulesets[1]["expr"]);
+    });
+}
+
+#[test]
 fn delete_by_handle_removes_only_that_rule_and_positions_work() {
     in_fresh_netns(|| {
         let mut nft = NftClient::new().unwrap();
-        let mut b = Batch::new();
+        let mut b = Batch::with_rule_handles();
         b.add_table(&Table::new(Family::Inet, T));
         b.add_chain(&Chain::regular(Family::Inet, T, "c"));
         let ops: Vec<usize> = ["a", "b", "c"].iter().map(|t| b.add_rule(&tagged("c", t))).collect();

@@ -158,7 +158,7 @@ fn a_batch_of_20000_rules_is_fully_acknowledged() {
     in_fresh_netns(|| {
         const RULES: usize = 20_000;
         let mut nft = NftClient::new().unwrap();
-        let mut b = Batch::new();
+        let mut b = Batch::with_rule_handles();
         b.add_table(&Table::new(Family::Inet, T));
         b.add_chain(&Chain::regular(Family::Inet, T, "big"));
         let ops: Vec<usize> = (0..RULES)

@@ -51,7 +51,7 @@ fn counter_counts_drop_blocks_and_deleting_the_rule_unblocks() {
         let counted = counter_packets(&mut nft, "input", "count");
         assert!(counted >= 2, "SYN and ACK at least, got {counted}");
 
-        let mut b = Batch::new();
+        let mut b = Batch::with_rule_handles();
         let op = b.add_rule(
             &RuleBuilder::new(Family::Inet, T, "input")
                 .dport(proto::TCP, port)
