@@ -22,9 +22,7 @@ struct FakeAgent {
 
 impl FakeAgent {
     fn start(answer: impl Fn(&Value) -> Vec<u8> + Send + 'static) -> FakeAgent {
-        let dir = tempfile::Builder::new().prefix("ed-relay").tempdir().unwrap();
-        let socket = dir.path().join("agent.sock");
-        let listener = UnixListener::bind(&socket).unwrap();
+        let (dir, socket, listener) = listening();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let seen = requests.clone();
         std::thread::spawn(move || {
@@ -51,6 +49,14 @@ impl FakeAgent {
     fn last(&self) -> Value {
         self.requests.lock().unwrap().last().cloned().unwrap()
     }
+}
+
+/// A socket to play an agent on, in a directory of its own.
+fn listening() -> (tempfile::TempDir, PathBuf, UnixListener) {
+    let dir = tempfile::Builder::new().prefix("ed-relay").tempdir().unwrap();
+    let socket = dir.path().join("agent.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    (dir, socket, listener)
 }
 
 /// An old agent's answer to an ADD, in the protocol the full plugin speaks.
@@ -185,9 +191,7 @@ fn an_answer_in_another_shape_gets_the_full_plugin() {
 /// answer either: code 11, as before the relay.
 #[test]
 fn a_silent_agent_ends_in_the_full_plugins_code_11() {
-    let dir = tempfile::Builder::new().prefix("ed-relay").tempdir().unwrap();
-    let socket = dir.path().join("agent.sock");
-    let listener = UnixListener::bind(&socket).unwrap();
+    let (_dir, socket, listener) = listening();
     let held = Arc::new(Mutex::new(Vec::new()));
     let holding = held.clone();
     std::thread::spawn(move || {
