@@ -202,6 +202,16 @@ fn relay(process: &Process) -> Option<i32> {
     // Each buffer starts where the one before ended (the address first, then stdin, the
     // request, the answer): a relay touches three pages of the mapping, not one per buffer.
     let (sockaddr, rest) = mapping.bytes.split_at_mut_checked(SOCKADDR_LEN)?;
+    // The file that gives stdin back if the relay cannot carry the request, made before
+    // stdin is read: without one (a seccomp filter, an old kernel) nothing is read and
+    // the full plugin gets stdin untouched.
+    let memfd = memfd_create()?;
+    if memfd == 0 {
+        // Descriptor 0 was closed: there is no stdin to carry, and the full plugin must
+        // find it closed as it was.
+        close(0);
+        return None;
+    }
     let stdin = read_stdin(rest.get_mut(..MAX_STDIN)?);
     let outcome = match stdin {
         Stdin::Whole(len) => match rest.split_at_mut_checked(len) {
@@ -211,7 +221,7 @@ fn relay(process: &Process) -> Option<i32> {
         Stdin::TooLong | Stdin::Failed => None,
     };
     if outcome.is_none() {
-        put_stdin_back(rest.get_mut(..MAX_STDIN)?, stdin);
+        put_stdin_back(memfd, rest.get_mut(..MAX_STDIN)?, stdin);
     }
     outcome
 }
@@ -265,23 +275,27 @@ fn read_stdin(area: &mut [u8]) -> Stdin {
     }
 }
 
-/// Makes descriptor 0 a memory file holding what stdin held: the bytes read, then what
-/// was left unread. Without a way to (no memfd), the full plugin's stdin is what is left.
+/// A memory file, close-on-exec (the relay's own until it is made descriptor 0).
 #[inline(always)]
-fn put_stdin_back(area: &mut [u8], stdin: Stdin) {
+fn memfd_create() -> Option<i32> {
+    const NAME: &[u8] = b"stdin\0";
+    // SAFETY: memfd_create reads the NUL-terminated name.
+    let fd = unsafe {
+        raw::call(libc::SYS_memfd_create, [NAME.as_ptr() as usize, libc::MFD_CLOEXEC as usize, 0, 0, 0, 0])
+    };
+    (fd >= 0).then_some(fd as i32)
+}
+
+/// Makes descriptor 0 `memfd`, holding what stdin held: the bytes read, then what was
+/// left unread.
+#[inline(always)]
+fn put_stdin_back(memfd: i32, area: &mut [u8], stdin: Stdin) {
     let read_len = match stdin {
         Stdin::Whole(len) => len,
         Stdin::TooLong => area.len(),
         // A failed read consumed nothing the plugin could have read either.
         Stdin::Failed => return,
     };
-    const NAME: &[u8] = b"stdin\0";
-    // SAFETY: memfd_create reads the NUL-terminated name.
-    let memfd = unsafe { raw::call(libc::SYS_memfd_create, [NAME.as_ptr() as usize, 0, 0, 0, 0, 0]) };
-    if memfd < 0 {
-        return;
-    }
-    let memfd = memfd as i32;
     let mut whole = write_all(memfd, area.get(..read_len).unwrap_or_default());
     if matches!(stdin, Stdin::TooLong) {
         // The rest of stdin, through the area (its contents are written already).
@@ -293,16 +307,20 @@ fn put_stdin_back(area: &mut [u8], stdin: Stdin) {
             }
         }
     }
-    // SAFETY: lseek, dup2 and close on descriptors of this process only.
+    // SAFETY: lseek and dup2 on descriptors of this process only.
     unsafe {
         raw::call(libc::SYS_lseek, [memfd as usize, 0, libc::SEEK_SET as usize, 0, 0, 0]);
-        if whole && memfd != 0 {
+        if whole {
             raw::call(libc::SYS_dup2, [memfd as usize, 0, 0, 0, 0, 0]);
         }
-        if memfd != 0 {
-            raw::call(libc::SYS_close, [memfd as usize, 0, 0, 0, 0, 0]);
-        }
     }
+    close(memfd);
+}
+
+#[inline(always)]
+fn close(fd: i32) {
+    // SAFETY: closes a descriptor of this process the relay is done with.
+    unsafe { raw::call(libc::SYS_close, [fd as usize, 0, 0, 0, 0, 0]) };
 }
 
 /// Sends the request, takes the answer, writes the plugin's output: its exit status, or
@@ -318,8 +336,7 @@ fn exchange(process: &Process, config: &[u8], work: &mut [u8], sockaddr: &mut [u
     let timeout_ms = keys.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS).max(1).saturating_mul(4);
     let fd = connect(socket_path, sockaddr, timeout_ms)?;
     let answered = write_all(fd, request).then(|| read_to_end(fd, answer_area)).flatten();
-    // SAFETY: closes the relay's own socket.
-    unsafe { raw::call(libc::SYS_close, [fd as usize, 0, 0, 0, 0, 0]) };
+    close(fd);
     let (status, stdout, stderr) = parse_answer(answer_area.get(..answered?)?)?;
     // The runtime reads stdout; a failure to write it is the plugin's failure too.
     if !write_all(1, stdout) {
@@ -445,8 +462,7 @@ fn connect(path: &[u8], sockaddr: &mut [u8], timeout_ms: u64) -> Option<i32> {
             && raw::call(libc::SYS_connect, [fd as usize, at.area.as_ptr() as usize, len, 0, 0, 0]) == 0
     };
     if !connected {
-        // SAFETY: closes the relay's own socket.
-        unsafe { raw::call(libc::SYS_close, [fd as usize, 0, 0, 0, 0, 0]) };
+        close(fd);
         return None;
     }
     Some(fd)
