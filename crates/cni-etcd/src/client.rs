@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::kv::{kvs, prefix_end, revision, KeyValue, Txn, TxnResponse};
 use crate::proto::{self, method};
 use crate::tls::Tls;
-use crate::transport::{self, Dialer, Failure};
+use crate::transport::{self, Dialer, Failure, Liveness, WATCH_LIVENESS};
 use crate::watch::Watch;
 
 /// What etcd answers for a lease (or key) that does not exist.
@@ -106,6 +106,8 @@ pub struct Client {
     connection: Option<Grpc<Channel>>,
     timeout: Duration,
     observer: Option<Observer>,
+    /// The pings of this client's watches.
+    watch_liveness: Liveness,
 }
 
 /// Told of every call: how long it took and whether etcd answered it (an answer that is
@@ -152,7 +154,16 @@ impl Client {
         let endpoints =
             endpoints.iter().map(|e| endpoint_host(e.as_ref(), tls.is_some())).collect::<Result<Vec<_>>>()?;
         let dialer = Dialer::new(tls.map(|tls| tls.config));
-        Ok(Client { endpoints, current: 0, dialer, runtime: None, connection: None, timeout, observer: None })
+        Ok(Client {
+            endpoints,
+            current: 0,
+            dialer,
+            runtime: None,
+            connection: None,
+            timeout,
+            observer: None,
+            watch_liveness: WATCH_LIVENESS,
+        })
     }
 
     /// Starts at another member: clients of one host spread over the cluster.
@@ -164,6 +175,16 @@ impl Client {
     /// Reports every later call to `observer`.
     pub fn observe(&mut self, observer: Observer) {
         self.observer = Some(observer);
+    }
+
+    /// How this client's later watches notice a member that vanished without closing the
+    /// connection (default [`WATCH_LIVENESS`]: a ping every 15 s, 15 s to answer it).
+    pub fn watch_liveness(&mut self, liveness: Liveness) {
+        self.watch_liveness = liveness;
+    }
+
+    pub(crate) fn watch_liveness_setting(&self) -> Liveness {
+        self.watch_liveness
     }
 
     pub fn endpoints(&self) -> &[String] {

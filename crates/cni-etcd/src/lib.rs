@@ -25,5 +25,5 @@ pub use client::{Client, MemberStatus, Observer, CALL_TIMEOUTS, FIRST_PATIENCE};
 pub use error::{Error, Result};
 pub use kv::{prefix_end, Compare, KeyValue, Op, Txn, TxnResponse};
 pub use tls::{Tls, TlsFiles};
-pub use transport::{MAX_BODY, MAX_HEAD};
+pub use transport::{Liveness, MAX_BODY, MAX_HEAD, WATCH_LIVENESS};
 pub use watch::{Event, Watch};

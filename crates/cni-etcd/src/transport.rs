@@ -12,6 +12,7 @@
 use std::error::Error as StdError;
 use std::io;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::uri::PathAndQuery;
 use hyper_util::rt::TokioIo;
@@ -40,6 +41,23 @@ pub const MAX_HEAD: u32 = 16 * 1024;
 /// The byte stream under one HTTP/2 connection: TCP, or TLS over TCP.
 trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+
+/// How a long-lived connection checks that its member is still there: an HTTP/2 ping
+/// every `interval`, and the connection broken when one goes unacknowledged for
+/// `timeout`. A watch needs it: a member that vanishes without closing the connection (a
+/// crashed machine, a cut link) otherwise leaves the watch waiting for events forever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Liveness {
+    pub interval: Duration,
+    pub timeout: Duration,
+}
+
+/// A watch's pings: etcd sends GOAWAY to a client pinging more often than every 5 s
+/// (its `--grpc-keepalive-min-time`); the timeout leaves room for a caller that drives
+/// the watch only between pieces of its own work. A vanished member is noticed within
+/// about 30 s.
+pub const WATCH_LIVENESS: Liveness =
+    Liveness { interval: Duration::from_secs(15), timeout: Duration::from_secs(15) };
 
 /// How to reach the members: whether with TLS, and its configuration.
 #[derive(Clone)]
@@ -71,10 +89,26 @@ impl Dialer {
 
     /// Opens an HTTP/2 connection to `host` (`host:port`).
     pub async fn connect(&self, host: &str) -> Result<Grpc<Channel>, Failure> {
+        self.connect_with(host, None).await
+    }
+
+    /// [`Dialer::connect`], with HTTP/2 pings that break the connection when the member
+    /// stops acknowledging them (`liveness`).
+    pub async fn connect_with(
+        &self,
+        host: &str,
+        liveness: Option<Liveness>,
+    ) -> Result<Grpc<Channel>, Failure> {
         // The scheme is only the URI's: the connector below makes the connection, TLS or not.
-        let endpoint = Endpoint::from_shared(format!("http://{host}"))
+        let mut endpoint = Endpoint::from_shared(format!("http://{host}"))
             .map_err(|e| Failure::Broken(format!("endpoint {host}: {e}")))?
             .http2_max_header_list_size(MAX_HEAD);
+        if let Some(liveness) = liveness {
+            endpoint = endpoint
+                .http2_keep_alive_interval(liveness.interval)
+                .keep_alive_timeout(liveness.timeout)
+                .keep_alive_while_idle(true);
+        }
         let (host, tls) = (host.to_string(), self.tls.clone());
         let connector = tower::service_fn(move |_: Uri| dial(host.clone(), tls.clone()));
         let channel = endpoint

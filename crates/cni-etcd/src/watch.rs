@@ -49,8 +49,9 @@ impl Watch {
             let host = client.current_endpoint().to_string();
             let dialer = client.dialer().clone();
             let request = request.clone();
+            let liveness = client.watch_liveness_setting();
             let open = async {
-                let grpc = dialer.connect(&host).await?;
+                let grpc = dialer.connect_with(&host, Some(liveness)).await?;
                 transport::open_stream(grpc, method::WATCH, request)
                     .await
                     .map_err(|status| dialer.failure(status))

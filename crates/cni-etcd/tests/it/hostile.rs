@@ -165,3 +165,26 @@ fn a_watch_canceled_for_compaction_is_an_error_naming_the_revision() {
     assert!(matches!(err, Error::Protocol { .. }), "{err}");
     assert!(err.to_string().contains("compacted up to revision 42"), "{err}");
 }
+
+/// A member that accepts a watch and then vanishes without closing the connection (a
+/// crashed machine, a cut link): the watch's HTTP/2 pings go unanswered and the watch
+/// fails, so the overlay agent lists again from another member. Without the pings it
+/// would wait for events forever and this test would fail at the poll limit.
+#[test]
+fn a_watch_on_a_member_that_vanishes_fails_when_its_pings_go_unanswered() {
+    use prost::Message;
+    let created = cni_etcd::proto::WatchResponse { created: true, ..Default::default() };
+    let member = HostileMember::start(Hostility::AnswersThenVanishes(created.encode_to_vec()));
+    let mut client = client(&member, HOUR);
+    let quick = Duration::from_millis(300);
+    client.watch_liveness(cni_etcd::Liveness { interval: quick, timeout: quick });
+    let mut watch = client.watch_prefix(b"/k/", 1).unwrap();
+    let err = finishes("the watch on a vanished member", EVENTUALLY, move || loop {
+        // As the overlay agent drives its watch: short waits, each one empty.
+        match watch.next_events(Duration::from_millis(250)) {
+            Ok(events) => assert!(events.is_empty(), "{events:?}"),
+            Err(err) => return err,
+        }
+    });
+    assert!(matches!(err, Error::Unreachable { .. }), "{err}");
+}

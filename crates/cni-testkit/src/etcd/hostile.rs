@@ -38,6 +38,10 @@ pub enum Hostility {
     Status(u32, String),
     /// Answers with this message (protobuf bytes) and status OK.
     Answer(Vec<u8>),
+    /// Answers this message without ending the call (the start of a stream, such as a
+    /// watch's "created"), then vanishes without closing the connection: it reads what
+    /// comes and never answers again, not even HTTP/2 pings (a crashed machine, a cut link).
+    AnswersThenVanishes(Vec<u8>),
 }
 
 /// The member; dropping it stops the accepting thread and every connection's.
@@ -234,6 +238,12 @@ fn answer(stream: &mut TcpStream, id: u32, hostility: &Hostility, stop: &AtomicB
                 ],
             );
             stream.write_all(&frame(HEADERS, END_HEADERS | END_STREAM, id, &block))?;
+        }
+        Hostility::AnswersThenVanishes(message) => {
+            let body = [message_prefix(message.len() as u32), message.clone()].concat();
+            stream.write_all(&[response_headers(id), data_frames(id, &body)].concat())?;
+            stay_silent(stream, stop);
+            return Ok(false);
         }
         Hostility::Answer(message) => {
             let body = [message_prefix(message.len() as u32), message.clone()].concat();
