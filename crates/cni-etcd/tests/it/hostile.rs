@@ -3,7 +3,7 @@
 //! error naming what was wrong, in bounded time, never an allocation of what the member
 //! claims, a hang or a panic.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cni_etcd::{Client, Error, Txn, MAX_BODY};
 use cni_testkit::etcd::{HostileMember, Hostility};
@@ -54,14 +54,13 @@ fn a_message_over_the_limit_is_refused() {
 }
 
 /// A header block that never ends is refused at the header list limit, not buffered to
-/// the member's 64 MiB or held until the deadline.
+/// the member's 64 MiB or held until the deadline (the client's is an hour: a call held
+/// to it fails `refusal`'s poll limit).
 #[test]
 fn an_endless_header_block_is_refused() {
-    let started = Instant::now();
     // h2 refuses the flood of CONTINUATION frames ("too_many_continuations").
     let reason = refusal(Hostility::EndlessHeaders, HOUR);
     assert!(reason.contains("http2 error"), "{reason}");
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
 }
 
 #[test]
@@ -78,23 +77,18 @@ fn an_answer_cut_short_is_an_error_not_a_short_answer() {
 }
 
 /// A byte every 20 ms, each in good time for any read: the call's deadline still ends it,
-/// at most two timeouts (CALL_TIMEOUTS) after it started.
+/// and the error says so (the whole 1,000-byte trickle would take 20 s, `refusal`'s poll
+/// limit).
 #[test]
 fn a_trickled_answer_must_arrive_whole_in_time() {
-    let timeout = Duration::from_millis(300);
-    let started = Instant::now();
-    let reason = refusal(Hostility::Trickle(Duration::from_millis(20)), timeout);
+    let reason = refusal(Hostility::Trickle(Duration::from_millis(20)), Duration::from_millis(300));
     assert!(reason.contains("no answer within"), "{reason}");
-    assert!(started.elapsed() < timeout * 2 + Duration::from_secs(1), "{:?}", started.elapsed());
 }
 
 #[test]
 fn a_member_that_never_answers_costs_the_call_its_deadline() {
-    let timeout = Duration::from_millis(300);
-    let started = Instant::now();
-    let reason = refusal(Hostility::Silent, timeout);
+    let reason = refusal(Hostility::Silent, Duration::from_millis(300));
     assert!(reason.contains("no answer within"), "{reason}");
-    assert!(started.elapsed() < timeout * 2 + Duration::from_secs(1), "{:?}", started.elapsed());
 }
 
 /// Members that are up but keep answering "unavailable" (an election that never ends, or a
@@ -104,14 +98,18 @@ fn a_member_that_never_answers_costs_the_call_its_deadline() {
 fn members_that_stay_unavailable_fail_the_call_after_two_timeouts() {
     let unavailable = || HostileMember::start(Hostility::Status(14, "etcdserver: no leader".into()));
     let (first, second) = (unavailable(), unavailable());
-    let timeout = Duration::from_millis(300);
-    let mut client = Client::new(&[first.endpoint(), second.endpoint()], timeout).unwrap();
-    let started = Instant::now();
-    let err = client.put(b"/u", b"", 0).unwrap_err();
+    let mut client = Client::new(&[first.endpoint(), second.endpoint()], Duration::from_millis(300)).unwrap();
+    // Rounds that went on without end would fail the poll limit.
+    let err = finishes("a put to members that stay unavailable", EVENTUALLY, move || {
+        client.put(b"/u", b"", 0).unwrap_err()
+    });
     assert!(err.is_unavailable(), "{err}");
     assert!(err.to_string().contains("Unavailable: etcdserver: no leader"), "{err}");
-    let elapsed = started.elapsed();
-    assert!(elapsed >= timeout * 2 && elapsed < timeout * 2 + Duration::from_secs(1), "{elapsed:?}");
+    // Both members were asked: the error names what each said.
+    for member in [&first, &second] {
+        let address = member.endpoint().trim_start_matches("http://").to_string();
+        assert!(err.to_string().contains(&address), "{err}");
+    }
 }
 
 /// Only etcd's "not found" code makes a revoke that failed count as done: another refusal
