@@ -193,12 +193,17 @@ impl Agent {
     fn handle(&self, request: &Value) -> Result<Value, EtcdIpamError> {
         let op = op_label(request["op"].as_str());
         let answer = self.answer(request);
-        match &answer {
+        self.count(op, &answer);
+        answer
+    }
+
+    /// One answered request in the metrics: an allocation, a release or a failure of `op`.
+    fn count<T>(&self, op: &'static str, outcome: &Result<T, EtcdIpamError>) {
+        match outcome {
             Ok(_) if op == "add" => self.metrics.allocated(),
             Ok(_) => self.metrics.released(),
             Err(e) => self.metrics.failed(op, e),
         }
-        answer
     }
 
     fn answer(&self, request: &Value) -> Result<Value, EtcdIpamError> {
@@ -256,11 +261,7 @@ struct Hosted<'a>(&'a Agent);
 
 impl Hosted<'_> {
     fn counted<T>(&self, op: &'static str, outcome: Result<T, EtcdIpamError>) -> Result<T, CniError> {
-        match &outcome {
-            Ok(_) if op == "add" => self.0.metrics.allocated(),
-            Ok(_) => self.0.metrics.released(),
-            Err(e) => self.0.metrics.failed(op, e),
-        }
+        self.0.count(op, &outcome);
         Ok(outcome?)
     }
 }
